@@ -1,0 +1,35 @@
+"""Identifier rules of log-format.md section 2."""
+
+from __future__ import annotations
+
+import re
+
+from .errors import InvalidIdentifier
+
+# A full match is required: `$` would accept a trailing newline.
+_IDENTIFIER = re.compile(r"[A-Za-z0-9._:@/+-]{1,128}")
+
+CONTROL_TENANT = "_log"
+
+
+def is_identifier(value: object) -> bool:
+    return type(value) is str and _IDENTIFIER.fullmatch(value) is not None
+
+
+def check_identifier(kind: str, value: object) -> str:
+    if not is_identifier(value):
+        raise InvalidIdentifier(
+            f"{kind} {value!r} is not an identifier: use 1 to 128 characters of "
+            "A-Z a-z 0-9 . _ : @ / + -"
+        )
+    return value  # type: ignore[return-value]
+
+
+def check_event_identifiers(tenant: str, session: str, section: str, type_: str) -> None:
+    """Check the four identifiers of an event record; `_log` is reserved for control records."""
+    check_identifier("tenant", tenant)
+    check_identifier("session", session)
+    check_identifier("section", section)
+    check_identifier("type", type_)
+    if tenant == CONTROL_TENANT:
+        raise InvalidIdentifier("tenant '_log' is reserved for the log's control records")

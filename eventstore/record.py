@@ -1,0 +1,147 @@
+"""Records: canonical bytes, hashes and the line format (log-format.md sections 2 and 3).
+
+Pure functions over bytes. The writer, the recovery code and the verifier all build on these,
+so there is exactly one definition of what a record's bytes and hashes are.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from dataclasses import dataclass
+
+import orjson
+
+FORMAT_VERSION = 1
+FORMAT_NAME = "ledgermem/v1"
+REC_TAG = b"ledgermem/v1 record\n"
+PAY_TAG = b"ledgermem/v1 payload\n"
+GEN_TAG = b"ledgermem/v1 genesis\n"
+MAX_LINE_BYTES = 16 * 2**20
+SALT_BYTES = 16
+
+# Top-level keys in the order writers emit them; `redacted` only on redacted lines.
+KEYS = ("v", "seq", "ts", "tenant", "session", "section", "type", "prev", "h", "pd", "salt", "payload")
+REDACTED_KEYS = ("v", "seq", "ts", "tenant", "session", "section", "type", "prev", "h", "pd", "redacted")
+
+_sha256 = hashlib.sha256
+_u64_i64 = struct.Struct(">Qq").pack
+_u16 = struct.Struct(">H").pack
+
+
+def genesis(origin: str) -> bytes:
+    """The `prev` of seq 0, binding the chain to the log's origin."""
+    return _sha256(GEN_TAG + origin.encode("utf-8")).digest()
+
+
+def payload_digest(salt: bytes, payload_jcs: bytes) -> bytes:
+    return _sha256(PAY_TAG + salt + payload_jcs).digest()
+
+
+def preimage(
+    prev: bytes, seq: int, ts: int, tenant: str, session: str, section: str, type_: str, pd: bytes
+) -> bytes:
+    parts = [REC_TAG, prev, _u64_i64(seq, ts)]
+    for name in (tenant, session, section, type_):
+        raw = name.encode("utf-8")
+        parts.append(_u16(len(raw)))
+        parts.append(raw)
+    parts.append(pd)
+    return b"".join(parts)
+
+
+def leaf_hash(record_preimage: bytes) -> bytes:
+    """RFC 6962 leaf hash: the record's `h` and its Merkle leaf."""
+    return _sha256(b"\x00" + record_preimage).digest()
+
+
+def record_hash(
+    prev: bytes, seq: int, ts: int, tenant: str, session: str, section: str, type_: str, pd: bytes
+) -> bytes:
+    return leaf_hash(preimage(prev, seq, ts, tenant, session, section, type_, pd))
+
+
+def encode_line(
+    seq: int,
+    ts: int,
+    tenant: str,
+    session: str,
+    section: str,
+    type_: str,
+    prev_hex: str,
+    h_hex: str,
+    pd_hex: str,
+    salt_hex: str | None,
+    payload_jcs: bytes | None,
+    redacted: int | None = None,
+) -> bytes:
+    """The record's line, without its trailing newline.
+
+    Identifiers are restricted to characters that JSON never escapes, and the hex fields are
+    hex, so plain formatting gives exactly the canonical bytes.
+    """
+    head = (
+        f'{{"v":1,"seq":{seq},"ts":{ts},"tenant":"{tenant}","session":"{session}",'
+        f'"section":"{section}","type":"{type_}","prev":"{prev_hex}","h":"{h_hex}","pd":"{pd_hex}"'
+    ).encode()
+    if payload_jcs is None:
+        tail = b"}" if redacted is None else b',"redacted":%d}' % redacted
+        return head + tail
+    return head + b',"salt":"' + salt_hex.encode() + b'","payload":' + payload_jcs + b"}"  # type: ignore[union-attr]
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One parsed record line. `line` is the exact bytes of the file, without the newline."""
+
+    seq: int
+    ts: int
+    tenant: str
+    session: str
+    section: str
+    type: str
+    prev: str
+    h: str
+    pd: str
+    salt: str | None
+    payload: object
+    redacted: int | None
+    line: bytes
+
+    @property
+    def has_payload(self) -> bool:
+        """False once the payload was erased (log-format.md section 9)."""
+        return self.salt is not None
+
+    @property
+    def is_control(self) -> bool:
+        return self.tenant == "_log"
+
+    @classmethod
+    def from_line(cls, line: bytes) -> Record:
+        """Parse a line this project wrote. Untrusted files go through the verifier instead."""
+        if line.endswith(b"\n"):
+            line = line[:-1]
+        obj = orjson.loads(line)
+        return cls(
+            seq=obj["seq"],
+            ts=obj["ts"],
+            tenant=obj["tenant"],
+            session=obj["session"],
+            section=obj["section"],
+            type=obj["type"],
+            prev=obj["prev"],
+            h=obj["h"],
+            pd=obj["pd"],
+            salt=obj.get("salt"),
+            payload=obj.get("payload"),
+            redacted=obj.get("redacted"),
+            line=line,
+        )
+
+    def redacted_line(self, redaction_seq: int) -> bytes:
+        """This record's line with `payload` and `salt` removed (log-format.md section 9)."""
+        return encode_line(
+            self.seq, self.ts, self.tenant, self.session, self.section, self.type,
+            self.prev, self.h, self.pd, None, None, redaction_seq,
+        )  # fmt: skip
