@@ -152,14 +152,20 @@ def parse_checkpoint(text: str, vkey: VerifierKey) -> Checkpoint:
     """Parse a signed note and check its signature by `vkey`. Raises CheckpointError."""
     body, sep, signatures = text.partition("\n\n")
     if not sep or not signatures.endswith("\n"):
-        raise CheckpointError("checkpoint.format", "not a signed note: no blank line or final newline")
+        raise CheckpointError(
+            "checkpoint.format", "not a signed note: no blank line or final newline"
+        )
     lines = body.split("\n")
     if len(lines) != 3:
         raise CheckpointError("checkpoint.format", f"the note has {len(lines)} body lines, not 3")
     origin, size_text, root_b64 = lines
     if origin != vkey.origin:
         raise CheckpointError("checkpoint.origin", f"origin {origin!r} is not {vkey.origin!r}")
-    if not size_text.isdigit() or not size_text.isascii() or (size_text != "0" and size_text[0] == "0"):
+    if (
+        not size_text.isdigit()
+        or not size_text.isascii()
+        or (size_text != "0" and size_text[0] == "0")
+    ):
         raise CheckpointError("checkpoint.format", f"tree size {size_text!r} is not a decimal")
     try:
         root = base64.b64decode(root_b64, validate=True)
@@ -176,7 +182,9 @@ def parse_checkpoint(text: str, vkey: VerifierKey) -> Checkpoint:
         try:
             raw = base64.b64decode(b64, validate=True)
         except ValueError:
-            raise CheckpointError("checkpoint.format", f"signature of {name!r} is not base64") from None
+            raise CheckpointError(
+                "checkpoint.format", f"signature of {name!r} is not base64"
+            ) from None
         if name != vkey.origin or raw[:4] != vkey.key_id:
             continue  # a witness or another key: not ours to judge
         found_key = True

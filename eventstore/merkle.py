@@ -125,7 +125,9 @@ def consistency_proof(first: int, second: int, subtree_root: SubtreeRoot) -> lis
     return path
 
 
-def verify_inclusion(index: int, size: int, leaf: bytes, path: Sequence[bytes], root_: bytes) -> None:
+def verify_inclusion(
+    index: int, size: int, leaf: bytes, path: Sequence[bytes], root_: bytes
+) -> None:
     """RFC 9162 section 2.1.3.2. Raises InvalidProof."""
     if not 0 <= index < size:
         raise InvalidProof(f"leaf {index} is not in a tree of {size} leaves")
@@ -145,7 +147,9 @@ def verify_inclusion(index: int, size: int, leaf: bytes, path: Sequence[bytes], 
     if sn != 0:
         raise InvalidProof("inclusion proof is shorter than the tree is deep")
     if r != root_:
-        raise InvalidProof(f"inclusion proof of leaf {index} does not lead to the root of size {size}")
+        raise InvalidProof(
+            f"inclusion proof of leaf {index} does not lead to the root of size {size}"
+        )
 
 
 def verify_consistency(

@@ -21,8 +21,33 @@ MAX_LINE_BYTES = 16 * 2**20
 SALT_BYTES = 16
 
 # Top-level keys in the order writers emit them; `redacted` only on redacted lines.
-KEYS = ("v", "seq", "ts", "tenant", "session", "section", "type", "prev", "h", "pd", "salt", "payload")
-REDACTED_KEYS = ("v", "seq", "ts", "tenant", "session", "section", "type", "prev", "h", "pd", "redacted")
+KEYS = (
+    "v",
+    "seq",
+    "ts",
+    "tenant",
+    "session",
+    "section",
+    "type",
+    "prev",
+    "h",
+    "pd",
+    "salt",
+    "payload",
+)
+REDACTED_KEYS = (
+    "v",
+    "seq",
+    "ts",
+    "tenant",
+    "session",
+    "section",
+    "type",
+    "prev",
+    "h",
+    "pd",
+    "redacted",
+)
 
 _sha256 = hashlib.sha256
 _u64_i64 = struct.Struct(">Qq").pack

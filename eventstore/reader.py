@@ -1,0 +1,235 @@
+"""Reading a log directory: from any seq, filtered, across segments, and tailing a live writer.
+
+The reader needs no lock and works on a copy of the files. It only ever returns complete lines,
+so a directory that another process is appending to never yields a partial record.
+
+Seeking: segment n holds seqs n*S .. (n+1)*S-1, so the segment of a seq is a shift. Inside a
+segment a sparse index holds the byte offset of every 256th line. It is kept in memory, grows
+with the file, is rebuilt when the file is replaced (a redaction rewrites it), and, when the
+reader is given an index directory, is saved there for full segments so a restart need not
+rescan them. A saved index is checked against the line it points at before it is trusted.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from array import array
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import orjson
+
+from . import layout, segfile
+from .errors import CorruptLog, InvalidInput
+from .filters import MATCH_ALL, RecordFilter
+from .merkle import CompactRange, consistency_proof, inclusion_proof, root
+from .record import Record
+
+INDEX_STRIDE = 256
+
+
+class _SegmentIndex:
+    __slots__ = ("inode", "size", "lines", "offsets")
+
+    def __init__(self, inode: int) -> None:
+        self.inode = inode
+        self.size = 0  # bytes covered: the end of the last complete line indexed
+        self.lines = 0  # complete lines covered
+        self.offsets = array("Q")  # offset of line k*STRIDE
+
+
+class LogReader:
+    def __init__(self, log_dir: str | os.PathLike[str], index_dir: Path | None = None) -> None:
+        self.log_dir = Path(log_dir)
+        self.index_dir = index_dir
+        first = self.log_dir / layout.segment_name(0)
+        line = segfile.first_line(first) if first.exists() else None
+        if line is None:
+            raise CorruptLog(f"{self.log_dir} holds no log: {first.name} has no header line")
+        header = orjson.loads(line)["payload"]
+        self.origin: str = header["origin"]
+        self.seg_bits: int = header["seg_bits"]
+        self.vkey: str = header["vkey"]
+        self._seg_size = 1 << self.seg_bits
+        self._indexes: dict[int, _SegmentIndex] = {}
+
+    # ---- reading ---------------------------------------------------------------------------
+
+    def lines(self, after: int = -1, until: int | None = None) -> Iterator[tuple[int, bytes]]:
+        """(seq, line) for every complete record with after < seq < until, in order."""
+        seq = after + 1
+        while until is None or seq < until:
+            n = seq >> self.seg_bits
+            path = self.log_dir / layout.segment_name(n)
+            try:
+                position = self._locate(n, path, seq)
+            except FileNotFoundError:
+                return
+            if position is None:
+                return  # seq is beyond what is written
+            offset, at = position
+            sealed = False
+            for _, line in segfile.iter_lines(path, offset):
+                if at >= seq:
+                    if until is not None and at >= until:
+                        return
+                    yield at, line
+                    sealed = at & (self._seg_size - 1) == self._seg_size - 1
+                at += 1
+            if at <= seq or not sealed and at & (self._seg_size - 1):
+                return  # the segment ends before seq, or is still being written
+            seq = max(seq, at)
+
+    def records(
+        self, after: int = -1, until: int | None = None, where: RecordFilter = MATCH_ALL
+    ) -> Iterator[Record]:
+        for _, line in self.lines(after, until):
+            record = Record.from_line(line)
+            if where is MATCH_ALL or where.matches(record):
+                yield record
+
+    def get(self, seq: int) -> Record:
+        for _, line in self.lines(seq - 1, seq + 1):
+            return Record.from_line(line)
+        raise InvalidInput(f"seq {seq} is not in the log at {self.log_dir}")
+
+    def head(self) -> int:
+        """The seq of the last complete record (-1 for none)."""
+        segments = layout.list_segments(self.log_dir)
+        for n, path in reversed(segments):
+            lines = segfile.last_lines(path, 1)
+            if lines:
+                return orjson.loads(lines[0])["seq"]
+            del n
+        return -1
+
+    def follow(
+        self,
+        after: int = -1,
+        where: RecordFilter = MATCH_ALL,
+        poll: float = 0.05,
+        stop: Callable[[], bool] | None = None,
+    ) -> Iterator[Record]:
+        """Every record after `after`, then wait for more: tails a directory another process writes."""
+        last = after
+        while True:
+            for _, line in self.lines(last):
+                record = Record.from_line(line)
+                last = record.seq
+                if where is MATCH_ALL or where.matches(record):
+                    yield record
+            if stop is not None and stop():
+                return
+            time.sleep(poll)
+
+    # ---- the sparse index ------------------------------------------------------------------
+
+    def _locate(self, n: int, path: Path, seq: int) -> tuple[int, int] | None:
+        """(byte offset, seq there) of an indexed line at or before `seq` in segment n."""
+        index = self._index(n, path)
+        k = seq - (n << self.seg_bits)
+        if k > index.lines:
+            return None
+        slot = min(k // INDEX_STRIDE, len(index.offsets) - 1)
+        if slot < 0:
+            return 0, n << self.seg_bits
+        return index.offsets[slot], (n << self.seg_bits) + slot * INDEX_STRIDE
+
+    def _index(self, n: int, path: Path) -> _SegmentIndex:
+        st = os.stat(path)
+        index = self._indexes.get(n)
+        if index is None or index.inode != st.st_ino or index.size > st.st_size:
+            index = self._load_index(n, path, st) or _SegmentIndex(st.st_ino)
+            self._indexes[n] = index
+        if index.size < st.st_size:
+            self._extend(index, path)
+            if index.lines == self._seg_size:
+                self._save_index(n, index)
+        return index
+
+    def _extend(self, index: _SegmentIndex, path: Path) -> None:
+        for offset, line in segfile.iter_lines(path, index.size):
+            if index.lines % INDEX_STRIDE == 0:
+                index.offsets.append(offset)
+            index.lines += 1
+            index.size = offset + len(line) + 1
+
+    def _index_path(self, n: int) -> Path | None:
+        if self.index_dir is None:
+            return None
+        return self.index_dir / (layout.segment_name(n) + ".idx")
+
+    def _load_index(self, n: int, path: Path, st: os.stat_result) -> _SegmentIndex | None:
+        index_path = self._index_path(n)
+        if index_path is None:
+            return None
+        try:
+            raw = array("Q")
+            raw.frombytes(index_path.read_bytes())
+        except (OSError, ValueError):
+            return None
+        if len(raw) < 3 or raw[0] != st.st_size or raw[1] != INDEX_STRIDE:
+            return None
+        index = _SegmentIndex(st.st_ino)
+        index.size, index.lines, index.offsets = st.st_size, self._seg_size, raw[2:]
+        if not self._index_points_at_lines(path, n, index):
+            return None
+        return index
+
+    def _index_points_at_lines(self, path: Path, n: int, index: _SegmentIndex) -> bool:
+        with open(path, "rb") as f:
+            for slot in (0, len(index.offsets) - 1):
+                f.seek(index.offsets[slot])
+                expected = (n << self.seg_bits) + slot * INDEX_STRIDE
+                if not f.readline().startswith(b'{"v":1,"seq":%d,' % expected):
+                    return False
+        return True
+
+    def _save_index(self, n: int, index: _SegmentIndex) -> None:
+        index_path = self._index_path(n)
+        if index_path is None:
+            return
+        try:
+            index_path.parent.mkdir(exist_ok=True)
+            tmp = index_path.with_name(index_path.name + ".tmp")
+            tmp.write_bytes(
+                array("Q", [index.size, INDEX_STRIDE]).tobytes() + index.offsets.tobytes()
+            )
+            os.replace(tmp, index_path)
+        except OSError:
+            pass  # the index is a cache: without it, seeks scan one segment
+
+    # ---- Merkle proofs ---------------------------------------------------------------------
+
+    def leaf_hashes(self, lo: int, hi: int) -> list[bytes]:
+        hashes = [segfile.leaf_hash_of(line) for _, line in self.lines(lo - 1, hi)]
+        if len(hashes) != hi - lo:
+            raise InvalidInput(f"the log holds fewer than {hi} records")
+        return hashes
+
+    def subtree_root(self, lo: int, hi: int) -> bytes:
+        """Root of the leaves [lo, hi); whole segments come from their seal/open records."""
+        size = self._seg_size
+        if hi - lo >= size and lo % size == 0:
+            tree = CompactRange()
+            n = lo >> self.seg_bits
+            while (n + 1) * size <= hi:
+                tree.append_subtree(size, self._segment_root(n))
+                n += 1
+            for leaf in self.leaf_hashes(n * size, hi):
+                tree.append(leaf)
+            return tree.root()
+        return root(self.leaf_hashes(lo, hi))
+
+    def _segment_root(self, n: int) -> bytes:
+        return root(self.leaf_hashes(n << self.seg_bits, (n + 1) << self.seg_bits))
+
+    def inclusion_proof(self, seq: int, size: int) -> list[bytes]:
+        return inclusion_proof(seq, size, self.subtree_root)
+
+    def consistency_proof(self, first: int, second: int) -> list[bytes]:
+        return consistency_proof(first, second, self.subtree_root)
+
+    def root(self, size: int) -> bytes:
+        return self.subtree_root(0, size) if size else root([])

@@ -1,0 +1,71 @@
+"""A data directory: the log plus its signing key, which never lives inside the log directory.
+
+DATA/log/              segments, checkpoint, quarantine/, LOCK
+DATA/keys/signing.key  Ed25519 private key, PEM PKCS#8, mode 0600
+DATA/keys/origin       the log's origin, so the key can be used before the log exists
+DATA/index/            the reader's sparse offset indexes (a cache, rebuilt if lost)
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+from .checkpoint import SigningKey, check_origin
+from .errors import BadKey
+from .layout import DataDir
+from .writer import DEFAULT_SEG_BITS, Durability, LogWriter
+
+
+@dataclass(frozen=True)
+class KeyInfo:
+    key: SigningKey
+    path: Path
+    created: bool
+
+
+def load_or_create_key(data: DataDir, origin: str | None = None, create: bool = True) -> KeyInfo:
+    origin_file = data.keys / "origin"
+    if data.signing_key.exists():
+        if not origin_file.exists():
+            raise BadKey(f"{data.signing_key} has no {origin_file.name} file beside it")
+        stored = origin_file.read_text("utf-8").strip()
+        if origin is not None and origin != stored:
+            raise BadKey(f"the data directory's origin is {stored!r}, not {origin!r}")
+        return KeyInfo(SigningKey.load(data.signing_key, stored), data.signing_key, False)
+    if not create:
+        raise BadKey(f"no signing key at {data.signing_key}")
+    origin = check_origin(origin or f"ledgermem.local/{secrets.token_hex(4)}")
+    key = SigningKey.generate(origin)
+    data.keys.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(data.keys, 0o700)
+    tmp = origin_file.with_name("origin.tmp")
+    tmp.write_text(origin + "\n", "utf-8")
+    os.replace(tmp, origin_file)
+    key.save(data.signing_key)
+    return KeyInfo(key, data.signing_key, True)
+
+
+def open_log(
+    data_dir: str | os.PathLike[str],
+    *,
+    create: bool = True,
+    origin: str | None = None,
+    seg_bits: int = DEFAULT_SEG_BITS,
+    durability: Durability = Durability.FSYNC,
+    checkpoint_interval: float = 1.0,
+) -> tuple[LogWriter, KeyInfo]:
+    """Open the data directory's log for writing, creating the directory, key and log if asked."""
+    data = DataDir(data_dir)
+    info = load_or_create_key(data, origin, create)
+    writer = LogWriter.open(
+        data.log,
+        info.key,
+        seg_bits=seg_bits,
+        durability=durability,
+        checkpoint_interval=checkpoint_interval,
+        create=create,
+    )
+    return writer, info
