@@ -129,6 +129,7 @@ class LogWriter:
         self._closed = False
         self._failed: BaseException | None = None
         self._salts = b""
+        self._unpublished: list[Record] = []  # durable soon; handed to listeners after the fsync
         self.last_resume: dict | None = None
         if not 2 <= seg_bits <= 40:
             raise InvalidInput(f"seg_bits {seg_bits} is outside 2..40")
@@ -186,6 +187,7 @@ class LogWriter:
         self._cp_time = 0.0
         self._write_checkpoint_file()
         self._durable_size = self._size
+        self._unpublished.clear()  # durable before anyone could listen: readers find them in the files
 
     def _recreate(self, path: Path, seg_bits: int) -> None:
         fragment = path.read_bytes()
@@ -262,6 +264,7 @@ class LogWriter:
         self.last_resume = resume
         self._write_checkpoint_file()
         self._durable_size = self._size
+        self._unpublished.clear()  # durable before anyone could listen: readers find them in the files
 
     def _read_header(self, path: Path) -> dict:
         line = segfile.first_line(path)
@@ -552,13 +555,18 @@ class LogWriter:
                 req.error = self._refusal()
             self._settle(batch)
             return
+        self._publish()
+        self._settle(batch)
+
+    def _publish(self) -> None:
+        """Tell waiters and listeners about every record made durable since the last call."""
         with self._cond:
             self._durable_size = self._size
             self._cond.notify_all()  # wake wait_for() callers
+        records, self._unpublished = self._unpublished, []
         if records:
             for listener in self._listeners:
                 listener(records)
-        self._settle(batch)
 
     def _settle(self, batch: list[_Request]) -> None:
         by_loop: dict[asyncio.AbstractEventLoop, list[_Request]] = {}
@@ -584,6 +592,7 @@ class LogWriter:
                 lines = self._encode_entries([Entry.control("log.close", {})], ts, [])
                 self._write_durable(lines)
                 self._write_checkpoint_file()
+                self._publish()
         except OSError as exc:
             self._fail(exc)
         finally:
@@ -626,6 +635,7 @@ class LogWriter:
         self._seg_tree.append(h)
         self._prev = h
         self._size = seq + 1
+        self._unpublished.append(record)
         return line + b"\n", record
 
     def _encode_entries(
