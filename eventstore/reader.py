@@ -169,7 +169,8 @@ class LogReader:
             raw.frombytes(index_path.read_bytes())
         except (OSError, ValueError):
             return None
-        if len(raw) < 3 or raw[0] != st.st_size or raw[1] != INDEX_STRIDE:
+        slots = -(-self._seg_size // INDEX_STRIDE)
+        if len(raw) != 2 + slots or raw[0] != st.st_size or raw[1] != INDEX_STRIDE:
             return None
         index = _SegmentIndex(st.st_ino)
         index.size, index.lines, index.offsets = st.st_size, self._seg_size, raw[2:]
@@ -178,9 +179,15 @@ class LogReader:
         return index
 
     def _index_points_at_lines(self, path: Path, n: int, index: _SegmentIndex) -> bool:
+        """Trust a saved index only if every slot points at the start of the line it claims."""
+        offsets = index.offsets
+        if offsets[0] != 0 or any(a >= b for a, b in zip(offsets, offsets[1:], strict=False)):
+            return False
+        if offsets[-1] >= index.size:
+            return False
         with open(path, "rb") as f:
-            for slot in (0, len(index.offsets) - 1):
-                f.seek(index.offsets[slot])
+            for slot, offset in enumerate(offsets):
+                f.seek(offset)
                 expected = (n << self.seg_bits) + slot * INDEX_STRIDE
                 if not f.readline().startswith(b'{"v":1,"seq":%d,' % expected):
                     return False
