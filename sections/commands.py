@@ -1,0 +1,420 @@
+"""Commands, pure: from the state and the caller's arguments to the one record a command appends.
+
+Each function checks everything first and raises a typed error when the command is refused, so a
+refused command appends nothing. The `Memory` glue appends the returned record and applies it with
+the projection; the decision (victims, cleared items, token counts) travels in the record.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from eventstore.errors import InvalidInput
+from eventstore.identifiers import check_identifier
+
+from . import render
+from .config import SESSION_SECTION, MemoryConfig, SectionConfig
+from .errors import (
+    ImmutableSection,
+    ItemNotFound,
+    SectionNotFound,
+    SessionExists,
+    SessionNotFound,
+    VersionConflict,
+)
+from .policies import choose_victims
+from .state import Item, MemoryState, SectionState, SessionState
+from .tokens import TokenCounter
+
+READERS = ("agent", "operator")
+TOOL_GROUP_PREFIX = "call:"
+
+
+@dataclass(frozen=True)
+class Command:
+    """The record a command appends."""
+
+    tenant: str
+    session: str
+    section: str
+    type: str
+    payload: dict
+
+
+def get_session(state: MemoryState, tenant: str, session: str) -> SessionState:
+    found = state.sessions.get((tenant, session))
+    if found is None:
+        raise SessionNotFound(f"session {session!r} not found")
+    return found
+
+
+def get_section(session: SessionState, name: str) -> SectionState:
+    section = session.sections.get(name)
+    if section is None:
+        raise SectionNotFound(
+            f"session {session.id!r} has no section {name!r}; it has {', '.join(session.sections)}"
+        )
+    return section
+
+
+def _check_version(session: SessionState, expected: int | None) -> None:
+    if expected is not None and expected != session.version:
+        raise VersionConflict(session.id, expected, session.version)
+
+
+def _base(session: SessionState, idem: str | None) -> dict:
+    payload: dict = {"prev_seq": session.last_seq}
+    if idem is not None:
+        payload["idem"] = idem
+    return payload
+
+
+def _check_writable(section: SectionState, session: SessionState) -> None:
+    if not section.config.mutable:
+        raise ImmutableSection(
+            f"section {section.config.name!r} is immutable: loaded from config at seq "
+            f"{session.created_seq}; writes are refused"
+        )
+
+
+# ---- sessions ---------------------------------------------------------------------------------
+
+
+def create_session(
+    state: MemoryState,
+    tenant: str,
+    session: str,
+    config: MemoryConfig,
+    counter: TokenCounter,
+    metadata: dict | None = None,
+) -> Command:
+    check_identifier("tenant", tenant)
+    check_identifier("session", session)
+    if (tenant, session) in state.sessions:
+        raise SessionExists(f"session {session!r} already exists")
+    if metadata is not None and type(metadata) is not dict:
+        raise InvalidInput("metadata must be an object")
+    seed: dict[str, list[dict]] = {}
+    by_name = {s.name: s for s in config.sections}
+    for name, items in (config.seed_items or {}).items():
+        if name not in by_name:
+            raise InvalidInput(f"config gives items for section {name!r}, which is not configured")
+        seed[name] = [
+            _new_item(by_name[name], dict(data), counter, existing=None) for data in items
+        ]
+    return Command(
+        tenant,
+        session,
+        SESSION_SECTION,
+        "session.created",
+        {
+            "prev_seq": None,
+            "metadata": metadata or {},
+            "config": {s.name: s.to_json() for s in config.sections},
+            "counter": {"name": counter.name, "version": counter.version},
+            "seed": seed,
+        },
+    )
+
+
+def end_session(
+    session: SessionState, idem: str | None = None, expected_version: int | None = None
+) -> Command:
+    _check_version(session, expected_version)
+    return Command(
+        session.tenant, session.id, SESSION_SECTION, "session.ended", _base(session, idem)
+    )
+
+
+def delete_session(
+    session: SessionState, idem: str | None = None, expected_version: int | None = None
+) -> Command:
+    _check_version(session, expected_version)
+    return Command(
+        session.tenant, session.id, SESSION_SECTION, "session.deleted", _base(session, idem)
+    )
+
+
+# ---- items ------------------------------------------------------------------------------------
+
+
+_ITEM_FIELDS = {
+    "content",
+    "kind",
+    "role",
+    "tags",
+    "priority",
+    "metadata",
+    "group",
+    "name",
+    "tool_calls",
+    "tool_call_id",
+}
+
+
+def _new_item(
+    config: SectionConfig, data: dict, counter: TokenCounter, existing: SectionState | None
+) -> dict:
+    """Check one item's fields and return its record form, with its token count."""
+    unknown = set(data) - _ITEM_FIELDS
+    if unknown:
+        raise InvalidInput(f"unknown item fields {sorted(unknown)}")
+    if "content" not in data:
+        raise InvalidInput("an item needs content (a string or JSON)")
+    item: dict = {"content": data["content"]}
+    for name in ("kind", "role", "group", "name", "tool_call_id"):
+        value = data.get(name)
+        if value is not None and type(value) is not str:
+            raise InvalidInput(f"item field {name!r} must be a string")
+    tags = data.get("tags", [])
+    if type(tags) is not list or not all(type(t) is str for t in tags):
+        raise InvalidInput("tags must be a list of strings")
+    priority = data.get("priority", 0)
+    if type(priority) not in (int, float) or not math.isfinite(priority):
+        raise InvalidInput("priority must be a finite number")
+    metadata = data.get("metadata", {})
+    if type(metadata) is not dict:
+        raise InvalidInput("metadata must be an object")
+    tool_calls = data.get("tool_calls")
+    if tool_calls is not None and (
+        type(tool_calls) is not list
+        or not all(type(c) is dict and type(c.get("id")) is str for c in tool_calls)
+    ):
+        raise InvalidInput("tool_calls must be a list of objects, each with a string id")
+    for name in ("kind", "role"):
+        if data.get(name) is not None:
+            item[name] = data[name]
+    if tags:
+        item["tags"] = tags
+    if priority:
+        item["priority"] = priority
+    if metadata:
+        item["metadata"] = metadata
+    extra = {k: data[k] for k in ("name", "tool_calls", "tool_call_id") if data.get(k) is not None}
+    if extra:
+        item["extra"] = extra
+    group = data.get("group") or _default_group(config, item, existing)
+    if group is not None:
+        item["group"] = group
+    tokens = counter.count(data["content"])
+    if tool_calls:
+        tokens += counter.count(tool_calls)
+    item["tokens"] = tokens
+    return item
+
+
+def _default_group(config: SectionConfig, item: dict, existing: SectionState | None) -> str | None:
+    """In `messages`, an assistant message with tool calls and the tool results answering it
+    form one group, named after the first call's id."""
+    if config.name != "messages":
+        return None
+    extra = item.get("extra", {})
+    calls = extra.get("tool_calls")
+    if calls:
+        return TOOL_GROUP_PREFIX + calls[0]["id"]
+    answered = extra.get("tool_call_id")
+    if answered is None or existing is None:
+        return None
+    for other in reversed(existing.items.values()):
+        if any(call.get("id") == answered for call in other.extra.get("tool_calls", ())):
+            return other.group
+    return None
+
+
+def add_items(
+    session: SessionState,
+    section_name: str,
+    items: list[dict],
+    counter: TokenCounter,
+    idem: str | None = None,
+    expected_version: int | None = None,
+) -> Command:
+    _check_version(session, expected_version)
+    section = get_section(session, section_name)
+    _check_writable(section, session)
+    if not items:
+        raise InvalidInput("nothing to add: give at least one item")
+    new = []
+    for data in items:
+        if type(data) is not dict:
+            raise InvalidInput("each item must be an object")
+        new.append(_new_item(section.config, data, counter, section))
+    # Items in one batch that share a group join each other, not an existing one twice.
+    incoming = sum(i["tokens"] for i in new)
+    units = frozenset(i["group"] for i in new if "group" in i)
+    victims = choose_victims(section, incoming, units)
+    payload = _base(session, idem)
+    payload["items"] = new
+    if victims:
+        payload["evicted"] = [{"id": v.id, "reason": section.config.policy} for v in victims]
+    return Command(session.tenant, session.id, section_name, "item.added", payload)
+
+
+def update_item(
+    session: SessionState,
+    section_name: str,
+    item_id_: str,
+    changes: dict,
+    counter: TokenCounter,
+    idem: str | None = None,
+    expected_version: int | None = None,
+) -> Command:
+    _check_version(session, expected_version)
+    section = get_section(session, section_name)
+    _check_writable(section, session)
+    item = _get_item(section, item_id_)
+    allowed = {"content", "tags", "priority", "metadata", "kind", "role"}
+    if type(changes) is not dict or not changes or set(changes) - allowed:
+        raise InvalidInput(f"an update sets one or more of {sorted(allowed)}")
+    # The same field checks as an add; an update without content keeps the item's content.
+    checked = _new_item(section.config, {"content": "", **changes}, counter, None)
+    payload = _base(session, idem)
+    payload["id"] = item.id
+    payload["set"] = dict(changes)
+    if "content" in changes:
+        payload["tokens"] = checked["tokens"]
+        victims = choose_victims(
+            section, checked["tokens"], frozenset({item.unit}), replacing=item.id
+        )
+        if victims:
+            payload["evicted"] = [{"id": v.id, "reason": section.config.policy} for v in victims]
+    return Command(session.tenant, session.id, section_name, "item.updated", payload)
+
+
+def remove_items(
+    session: SessionState,
+    section_name: str,
+    ids: list[str],
+    idem: str | None = None,
+    expected_version: int | None = None,
+) -> Command:
+    _check_version(session, expected_version)
+    section = get_section(session, section_name)
+    _check_writable(section, session)
+    if not ids:
+        raise InvalidInput("nothing to remove: give at least one item id")
+    for id_ in ids:
+        _get_item(section, id_)
+    payload = _base(session, idem)
+    payload["items"] = {section_name: list(dict.fromkeys(ids))}
+    return Command(session.tenant, session.id, section_name, "item.removed", payload)
+
+
+def _get_item(section: SectionState, id_: str) -> Item:
+    item = section.items.get(id_) if type(id_) is str else None
+    if item is None:
+        raise ItemNotFound(f"section {section.config.name!r} has no item {id_!r}")
+    return item
+
+
+# ---- reads ------------------------------------------------------------------------------------
+
+
+def read_items(
+    session: SessionState, reads: dict[str, list[str]], reader: str, purpose: str
+) -> Command | None:
+    """The `items.read` record for a read, or None when no section read audits its reads."""
+    if reader not in READERS:
+        raise InvalidInput(f"reader must be one of {', '.join(READERS)}")
+    audited = {n: ids for n, ids in reads.items() if ids and session.sections[n].config.audit_reads}
+    if not audited:
+        return None
+    payload = _base(session, None)
+    payload.update({"reader": reader, "purpose": purpose, "items": audited})
+    section = next(iter(audited)) if len(audited) == 1 else SESSION_SECTION
+    return Command(session.tenant, session.id, section, "items.read", payload)
+
+
+def assemble_context(
+    session: SessionState,
+    names: list[str] | None,
+    budget: int,
+    content_of: render.ContentOf,
+    reader: str = "agent",
+) -> tuple[Command, list[dict]]:
+    if type(budget) is not int or budget <= 0:
+        raise InvalidInput("the context budget must be a positive number of tokens")
+    if reader not in READERS:
+        raise InvalidInput(f"reader must be one of {', '.join(READERS)}")
+    for name in names or ():
+        get_section(session, name)
+    chosen = render.choose(session, names, budget)
+    messages = render.render(chosen, content_of)
+    entries = render.manifest(chosen)
+    payload = _base(session, None)
+    payload.update(
+        {
+            "reader": reader,
+            "renderer": render.RENDERER,
+            "budget": budget,
+            "tokens": sum(e["tokens"] for e in entries),
+            "sections": names,
+            "manifest": entries,
+        }
+    )
+    return Command(
+        session.tenant, session.id, SESSION_SECTION, "context.assembled", payload
+    ), messages
+
+
+# ---- turns, commits, restarts -----------------------------------------------------------------
+
+
+def end_turn(
+    session: SessionState, idem: str | None = None, expected_version: int | None = None
+) -> Command:
+    _check_version(session, expected_version)
+    cleared = {
+        name: list(section.items)
+        for name, section in session.sections.items()
+        if section.config.lifetime == "turn" and section.items
+    }
+    payload = _base(session, idem)
+    payload.update({"turn": session.turn, "cleared": cleared})
+    return Command(session.tenant, session.id, SESSION_SECTION, "turn.ended", payload)
+
+
+def commit(
+    session: SessionState,
+    section_name: str | None = None,
+    idem: str | None = None,
+    expected_version: int | None = None,
+) -> Command:
+    """Mark what a `commit`-lifetime section holds now as surviving restarts."""
+    _check_version(session, expected_version)
+    if section_name is not None:
+        names = [section_name]
+        get_section(session, section_name)
+    else:
+        names = [n for n, s in session.sections.items() if s.config.lifetime == "commit"]
+    ids = {n: [i.id for i in session.sections[n].items.values() if not i.committed] for n in names}
+    payload = _base(session, idem)
+    payload["items"] = {n: v for n, v in ids.items() if v}
+    section = section_name if section_name is not None else SESSION_SECTION
+    return Command(session.tenant, session.id, section, "section.committed", payload)
+
+
+def restart(state: MemoryState) -> list[Command]:
+    """What a restart takes away, as explicit records: process-lifetime items are cleared,
+    uncommitted commit-lifetime items reverted."""
+    commands = []
+    for session in state.sessions.values():
+        items: dict[str, list[str]] = {}
+        for name, section in session.sections.items():
+            lifetime = section.config.lifetime
+            if lifetime == "process":
+                gone = list(section.items)
+            elif lifetime == "commit":
+                gone = [i.id for i in section.items.values() if not i.committed]
+            else:
+                continue
+            if gone:
+                items[name] = gone
+        if items:
+            payload = _base(session, None)
+            payload.update({"reason": "restart", "items": items})
+            commands.append(
+                Command(session.tenant, session.id, SESSION_SECTION, "sections.cleared", payload)
+            )
+    return commands

@@ -1,0 +1,158 @@
+"""Section configuration: budgets, eviction policies, lifetimes, and the defaults.
+
+The config in force for a session is written into its `session.created` record, so replay never
+depends on this module's current defaults.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from eventstore.identifiers import is_identifier
+
+from .errors import ConfigError
+
+POLICIES = ("fifo", "lifo", "lru", "lfu", "priority", "refuse", "none")
+LIFETIMES = ("turn", "process", "commit", "durable")
+SESSION_SECTION = "_session"  # reserved: records of commands that span sections
+
+
+@dataclass(frozen=True)
+class SectionConfig:
+    name: str
+    budget_tokens: int | None = None  # None: unbounded
+    policy: str = "fifo"
+    lifetime: str = "durable"
+    mutable: bool = True
+    searchable: bool = False
+    audit_reads: bool = True
+
+    def __post_init__(self) -> None:
+        if not is_identifier(self.name) or self.name.startswith("_"):
+            raise ConfigError(
+                f"section name {self.name!r} is not an identifier (or starts with '_')"
+            )
+        budget = self.budget_tokens
+        if budget is not None and (type(budget) is not int or budget <= 0):
+            raise ConfigError(
+                f"section {self.name!r}: budget_tokens must be a positive integer or unbounded"
+            )
+        if self.policy not in POLICIES:
+            raise ConfigError(
+                f"section {self.name!r}: policy {self.policy!r} is not one of {', '.join(POLICIES)}"
+            )
+        if self.lifetime not in LIFETIMES:
+            raise ConfigError(
+                f"section {self.name!r}: lifetime {self.lifetime!r} is not one of {', '.join(LIFETIMES)}"
+            )
+        for flag in ("mutable", "searchable", "audit_reads"):
+            if type(getattr(self, flag)) is not bool:
+                raise ConfigError(f"section {self.name!r}: {flag} must be true or false")
+        if self.policy == "none" and budget is not None and self.mutable:
+            raise ConfigError(
+                f"section {self.name!r}: policy 'none' never evicts, so it needs an unbounded budget "
+                "or an immutable section"
+            )
+        if self.policy in ("lru", "lfu") and not self.audit_reads:
+            raise ConfigError(
+                f"section {self.name!r}: policy {self.policy!r} is driven by read records; "
+                "audit_reads cannot be false"
+            )
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        del data["name"]
+        return data
+
+    @classmethod
+    def from_json(cls, name: str, data: dict) -> SectionConfig:
+        unknown = set(data) - {
+            "budget_tokens",
+            "policy",
+            "lifetime",
+            "mutable",
+            "searchable",
+            "audit_reads",
+            "items",
+        }
+        if unknown:
+            raise ConfigError(f"section {name!r}: unknown settings {sorted(unknown)}")
+        return cls(name=name, **{k: v for k, v in data.items() if k != "items"})
+
+
+def _s(name: str, budget: int | None, policy: str, lifetime: str, **flags: bool) -> SectionConfig:
+    return SectionConfig(name, budget, policy, lifetime, **flags)
+
+
+# The defaults; docs/sections.md has the same table with the reasons for each budget.
+DEFAULT_SECTIONS: tuple[SectionConfig, ...] = (
+    _s("role", 2_000, "none", "durable", mutable=False),
+    _s("playbooks", 8_000, "none", "durable", mutable=False),
+    _s("plan_examples", 4_000, "none", "durable", mutable=False),
+    _s("planning_context", 4_000, "fifo", "turn"),
+    _s("working", 8_000, "lru", "turn"),
+    _s("plan_history", 4_000, "fifo", "durable"),
+    _s("last_intent", 500, "lifo", "durable"),
+    _s("reflection", 2_000, "fifo", "durable"),
+    _s("messages", 32_000, "fifo", "durable", searchable=True),
+    _s("actions", 8_000, "fifo", "durable", searchable=True),
+    _s("findings", 16_000, "priority", "durable", searchable=True),
+    _s("documents", None, "none", "durable", searchable=True),
+)
+
+
+@dataclass(frozen=True)
+class MemoryConfig:
+    """The sections a new session gets, and the content of its immutable sections."""
+
+    sections: tuple[SectionConfig, ...] = DEFAULT_SECTIONS
+    seed_items: dict[str, tuple[dict, ...]] | None = None  # immutable content, by section
+
+    def with_overrides(self, overrides: dict[str, dict] | None) -> MemoryConfig:
+        """Per-session overrides: {section: {setting: value}}; a new name adds a section."""
+        if not overrides:
+            return self
+        by_name = {s.name: s for s in self.sections}
+        for name, changes in overrides.items():
+            if type(changes) is not dict:
+                raise ConfigError(f"override for section {name!r} must be an object")
+            base = by_name.get(name)
+            if base is None:
+                by_name[name] = SectionConfig.from_json(name, changes)
+            else:
+                unknown = set(changes) - set(base.to_json())
+                if unknown:
+                    raise ConfigError(f"section {name!r}: unknown settings {sorted(unknown)}")
+                by_name[name] = replace(base, **changes)
+        return replace(self, sections=tuple(by_name.values()))
+
+
+def load_config(path: str | Path) -> MemoryConfig:
+    """Read a TOML file of `[sections.NAME]` tables; `items` gives an immutable section's content.
+
+    ```toml
+    [sections.role]
+    budget_tokens = 2000
+    items = [{ content = "You are a buy-side analyst." }]
+
+    [sections.scratch]        # a new section
+    budget_tokens = 1000
+    policy = "lru"
+    lifetime = "turn"
+    ```
+    """
+    try:
+        data = tomllib.loads(Path(path).read_text("utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"cannot read config {path}: {exc}") from None
+    sections = data.get("sections", {})
+    unknown = set(data) - {"sections"}
+    if unknown:
+        raise ConfigError(f"{path}: unknown top-level keys {sorted(unknown)}")
+    config = MemoryConfig().with_overrides(
+        {k: {x: y for x, y in v.items() if x != "items"} for k, v in sections.items()}
+    )
+    seeds = {name: tuple(table["items"]) for name, table in sections.items() if "items" in table}
+    return replace(config, seed_items=seeds or None)

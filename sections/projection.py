@@ -1,0 +1,248 @@
+"""The projection: a pure fold of records into MemoryState. One handler per event type.
+
+Replay applies what each record says and never recomputes a decision: victims, cleared items and
+token counts all come from the record. Live state is made by applying the very record that was
+appended, so live and rebuilt state agree by construction; the tests check it anyway.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import orjson
+
+from eventstore.record import Record
+
+from .config import SectionConfig
+from .state import INLINE_CONTENT_BYTES, Item, MemoryState, SectionState, SessionState, item_id
+
+IDEMPOTENCY_WINDOW_US = 24 * 3600 * 1_000_000  # a retry within a day is recognised
+IDEMPOTENCY_MAX_KEYS = 10_000  # per session; the oldest go first
+
+# Types this projection changes state for; any other type is left to other projections.
+Handler = Callable[[MemoryState, SessionState | None, Record, dict], None]
+HANDLERS: dict[str, Handler] = {}
+
+
+def handles(type_: str):
+    def register(fn: Handler) -> Handler:
+        HANDLERS[type_] = fn
+        return fn
+
+    return register
+
+
+# Records whose payload was erased: the erase record restates their effect without content.
+Restater = Callable[[Record], dict | None]
+
+
+def apply(state: MemoryState, record: Record, restate: Restater | None = None) -> None:
+    """Apply one record. Control records and unknown types only advance the position."""
+    state.seq, state.h = record.seq, record.h
+    handler = HANDLERS.get(record.type)
+    if handler is None or record.is_control:
+        return
+    if record.has_payload:
+        payload = record.payload
+    else:
+        payload = restate(record) if restate is not None else None
+        if payload is None:
+            return  # an erased record of a session that is erased too
+    key = (record.tenant, record.session)
+    session = state.sessions.get(key)
+    if session is None and record.type != "session.created":
+        return  # a record of a session erased from the log, or deleted
+    handler(state, session, record, payload)  # type: ignore[arg-type]
+    session = state.sessions.get(key)
+    if session is not None:
+        session.last_seq = record.seq
+        idem = payload.get("idem")
+        if idem is not None:
+            _remember_key(session, idem, record)
+
+
+def _remember_key(session: SessionState, key: str, record: Record) -> None:
+    keys = session.idempotency
+    keys[key] = (record.seq, record.ts)
+    horizon = record.ts - IDEMPOTENCY_WINDOW_US
+    while keys:
+        oldest = next(iter(keys))
+        if keys[oldest][1] >= horizon and len(keys) <= IDEMPOTENCY_MAX_KEYS:
+            break
+        del keys[oldest]
+
+
+def _make_item(record: Record, k: int, data: dict, content_seq: int | None = None) -> Item:
+    content = data.get("content")
+    return Item(
+        id=item_id(record.seq, k),
+        seq=record.seq,
+        k=k,
+        content=_inline(content),
+        content_seq=record.seq if content_seq is None else content_seq,
+        h=record.h,
+        tokens=data["tokens"],
+        kind=data.get("kind"),
+        role=data.get("role"),
+        tags=tuple(data.get("tags", ())),
+        priority=data.get("priority", 0),
+        metadata=data.get("metadata", {}),
+        group=data.get("group"),
+        extra=data.get("extra", {}),
+        last_use=record.seq,
+    )
+
+
+def _inline(content: object) -> object:
+    """Keep small contents in memory; large ones are read back from the log when needed."""
+    if isinstance(content, str):
+        return content if len(content) <= INLINE_CONTENT_BYTES else None
+    if content is None:
+        return None
+    return content if len(orjson.dumps(content)) <= INLINE_CONTENT_BYTES else None
+
+
+def _evict(session: SessionState, section: SectionState, evicted: list[dict]) -> None:
+    for victim in evicted:
+        if section.remove(victim["id"]) is not None:
+            section.evictions += 1
+
+
+def _remove_by_section(session: SessionState, ids_by_section: dict[str, list[str]]) -> None:
+    for name, ids in ids_by_section.items():
+        section = session.sections.get(name)
+        if section is not None:
+            for id_ in ids:
+                section.remove(id_)
+
+
+@handles("session.created")
+def _created(state: MemoryState, _: SessionState | None, record: Record, payload: dict) -> None:
+    sections = {
+        name: SectionState(SectionConfig.from_json(name, cfg))
+        for name, cfg in payload["config"].items()
+    }
+    session = SessionState(
+        tenant=record.tenant,
+        id=record.session,
+        created_seq=record.seq,
+        metadata=payload.get("metadata", {}),
+        counter=payload["counter"],
+        sections=sections,
+        version=record.seq,
+        last_seq=record.seq,
+    )
+    k = 0
+    for name, items in payload.get("seed", {}).items():
+        for data in items:
+            item = _make_item(record, k, data)
+            item.committed = True
+            sections[name].add(item)
+            k += 1
+    state.sessions[(record.tenant, record.session)] = session
+
+
+@handles("session.deleted")
+@handles("session.erased")
+def _deleted(state: MemoryState, _: SessionState | None, record: Record, payload: dict) -> None:
+    del state.sessions[(record.tenant, record.session)]
+
+
+@handles("session.ended")
+def _ended(state: MemoryState, session: SessionState, record: Record, payload: dict) -> None:
+    session.ended_seq = record.seq
+    session.version = record.seq
+
+
+@handles("item.added")
+def _added(state: MemoryState, session: SessionState, record: Record, payload: dict) -> None:
+    section = session.sections[record.section]
+    _evict(session, section, payload.get("evicted", ()))
+    for k, data in enumerate(payload["items"]):
+        section.add(_make_item(record, k, data))
+    session.version = record.seq
+
+
+@handles("item.updated")
+def _updated(state: MemoryState, session: SessionState, record: Record, payload: dict) -> None:
+    section = session.sections[record.section]
+    _evict(session, section, payload.get("evicted", ()))
+    item = section.items[payload["id"]]
+    changes = payload["set"]
+    if "content" in changes:
+        section.tokens += payload["tokens"] - item.tokens
+        item.tokens = payload["tokens"]
+        item.content = _inline(changes["content"])
+        item.content_seq = record.seq
+        item.h = record.h
+    for field_name in ("tags", "priority", "metadata", "kind", "role"):
+        if field_name in changes:
+            value = changes[field_name]
+            setattr(item, field_name, tuple(value) if field_name == "tags" else value)
+    item.last_use = record.seq
+    session.version = record.seq
+
+
+@handles("item.removed")
+@handles("items.erased")
+def _removed(state: MemoryState, session: SessionState, record: Record, payload: dict) -> None:
+    _remove_by_section(session, payload["items"])
+    session.version = record.seq
+
+
+@handles("items.read")
+@handles("context.assembled")
+def _read(state: MemoryState, session: SessionState, record: Record, payload: dict) -> None:
+    if payload.get("reader") != "agent":
+        return  # operators' reads are traced but change no policy's order
+    if "manifest" in payload:
+        reads: dict[str, list[str]] = {}
+        for entry in payload["manifest"]:
+            reads.setdefault(entry["section"], []).append(entry["id"])
+    else:
+        reads = payload["items"]
+    for name, ids in reads.items():
+        section = session.sections.get(name)
+        if section is None:
+            continue
+        for id_ in ids:
+            item = section.items.get(id_)
+            if item is not None:
+                item.reads += 1
+                item.last_use = record.seq
+
+
+@handles("turn.ended")
+def _turn_ended(state: MemoryState, session: SessionState, record: Record, payload: dict) -> None:
+    _remove_by_section(session, payload["cleared"])
+    session.turn = payload["turn"] + 1
+    session.version = record.seq
+
+
+@handles("section.committed")
+def _committed(state: MemoryState, session: SessionState, record: Record, payload: dict) -> None:
+    for name, ids in payload["items"].items():
+        section = session.sections[name]
+        for id_ in ids:
+            item = section.items.get(id_)
+            if item is not None:
+                item.committed = True
+    session.version = record.seq
+
+
+@handles("section.configured")
+def _configured(state: MemoryState, session: SessionState, record: Record, payload: dict) -> None:
+    config = SectionConfig.from_json(record.section, payload["config"])
+    section = session.sections.get(record.section)
+    if section is None:
+        session.sections[record.section] = SectionState(config)
+    else:
+        section.config = config
+        _evict(session, section, payload.get("evicted", ()))
+    session.version = record.seq
+
+
+@handles("sections.cleared")
+def _cleared(state: MemoryState, session: SessionState, record: Record, payload: dict) -> None:
+    _remove_by_section(session, payload["items"])
+    session.version = record.seq

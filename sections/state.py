@@ -1,0 +1,195 @@
+"""The projection's state: sessions, their sections and items. Plain data, no I/O.
+
+Item ids derive from the record that added the item: the k-th item a record adds is `"<seq>"`
+for k = 0 and `"<seq>.<k>"` otherwise, so a single add's id is its record's seq and every item
+of a batch has a stable id. Items keep the (seq, k) pair for ordering; ties break by it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+import orjson
+
+from .config import SectionConfig
+
+# Contents larger than this stay in the log and are read back by their record's seq, so memory
+# grows with the number of live items rather than with their size.
+INLINE_CONTENT_BYTES = 4096
+
+
+def item_id(seq: int, k: int) -> str:
+    return str(seq) if k == 0 else f"{seq}.{k}"
+
+
+def parse_item_id(text: str) -> tuple[int, int]:
+    seq, _, k = text.partition(".")
+    if not seq.isdigit() or (k and not k.isdigit()):
+        raise ValueError(f"{text!r} is not an item id")
+    return int(seq), int(k or 0)
+
+
+@dataclass(slots=True)
+class Item:
+    id: str
+    seq: int  # the record that added it
+    k: int  # its index in that record
+    content: object  # None when `content_seq` must be read back from the log
+    content_seq: int  # the record that last set the content (added or updated it)
+    h: str  # that record's hash: context manifests cite it
+    tokens: int
+    kind: str | None = None
+    role: str | None = None
+    tags: tuple[str, ...] = ()
+    priority: float = 0
+    metadata: dict = field(default_factory=dict)
+    group: str | None = None
+    extra: dict = field(default_factory=dict)  # rendering fields: name, tool_calls, tool_call_id
+    last_use: int = 0  # seq of the last write or agent read: the lru clock
+    reads: int = 0  # agent reads: the lfu count
+    committed: bool = False
+
+    @property
+    def order(self) -> tuple[int, int]:
+        return (self.seq, self.k)
+
+    @property
+    def unit(self) -> str:
+        """What eviction and context assembly treat as one: the group, or the item alone."""
+        return self.group if self.group is not None else "#" + self.id
+
+    def to_json(self) -> dict:
+        data = {
+            "id": self.id,
+            "seq": self.seq,
+            "content_seq": self.content_seq,
+            "h": self.h,
+            "tokens": self.tokens,
+            "kind": self.kind,
+            "role": self.role,
+            "tags": list(self.tags),
+            "priority": self.priority,
+            "metadata": self.metadata,
+            "group": self.group,
+            "last_use": self.last_use,
+            "reads": self.reads,
+            "committed": self.committed,
+        }
+        if self.extra:
+            data["extra"] = self.extra
+        data["content"] = self.content
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict) -> Item:
+        seq, k = parse_item_id(data["id"])
+        return cls(
+            id=data["id"], seq=seq, k=k, content=data["content"], content_seq=data["content_seq"],
+            h=data["h"], tokens=data["tokens"], kind=data["kind"], role=data["role"],
+            tags=tuple(data["tags"]), priority=data["priority"], metadata=data["metadata"],
+            group=data["group"], extra=data.get("extra", {}), last_use=data["last_use"],
+            reads=data["reads"], committed=data["committed"],
+        )  # fmt: skip
+
+
+@dataclass(slots=True)
+class SectionState:
+    config: SectionConfig
+    items: dict[str, Item] = field(default_factory=dict)  # in (seq, k) order
+    tokens: int = 0
+    evictions: int = 0
+
+    def add(self, item: Item) -> None:
+        self.items[item.id] = item
+        self.tokens += item.tokens
+
+    def remove(self, item_id_: str) -> Item | None:
+        item = self.items.pop(item_id_, None)
+        if item is not None:
+            self.tokens -= item.tokens
+        return item
+
+    def to_json(self) -> dict:
+        return {
+            "config": self.config.to_json(),
+            "tokens": self.tokens,
+            "evictions": self.evictions,
+            "items": [item.to_json() for item in self.items.values()],
+        }
+
+
+@dataclass(slots=True)
+class SessionState:
+    tenant: str
+    id: str
+    created_seq: int
+    metadata: dict
+    counter: dict  # the token counter's name and version
+    sections: dict[str, SectionState]
+    version: int  # seq of the last record that changed this session's memory
+    last_seq: int  # seq of the last record of this session of any type (reads too)
+    turn: int = 0
+    ended_seq: int | None = None
+    idempotency: dict[str, tuple[int, int]] = field(default_factory=dict)  # key -> (seq, ts)
+
+    def to_json(self) -> dict:
+        return {
+            "tenant": self.tenant,
+            "session": self.id,
+            "created_seq": self.created_seq,
+            "metadata": self.metadata,
+            "counter": self.counter,
+            "version": self.version,
+            "last_seq": self.last_seq,
+            "turn": self.turn,
+            "ended_seq": self.ended_seq,
+            "idempotency": {k: list(v) for k, v in self.idempotency.items()},
+            "sections": {name: s.to_json() for name, s in self.sections.items()},
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> SessionState:
+        sections = {}
+        for name, s in data["sections"].items():
+            section = SectionState(
+                SectionConfig.from_json(name, s["config"]),
+                tokens=s["tokens"],
+                evictions=s["evictions"],
+            )
+            for item in s["items"]:
+                section.items[item["id"]] = Item.from_json(item)
+            sections[name] = section
+        return cls(
+            tenant=data["tenant"], id=data["session"], created_seq=data["created_seq"],
+            metadata=data["metadata"], counter=data["counter"], sections=sections,
+            version=data["version"], last_seq=data["last_seq"], turn=data["turn"],
+            ended_seq=data["ended_seq"],
+            idempotency={k: (v[0], v[1]) for k, v in data["idempotency"].items()},
+        )  # fmt: skip
+
+
+@dataclass(slots=True)
+class MemoryState:
+    """Every live session, keyed by (tenant, session id), and the position of the fold."""
+
+    sessions: dict[tuple[str, str], SessionState] = field(default_factory=dict)
+    seq: int = -1  # the last record applied
+    h: str = ""  # its hash
+
+    def to_json(self) -> dict:
+        ordered = sorted(self.sessions.items())
+        return {"seq": self.seq, "h": self.h, "sessions": [s.to_json() for _, s in ordered]}
+
+    @classmethod
+    def from_json(cls, data: dict) -> MemoryState:
+        state = cls(seq=data["seq"], h=data["h"])
+        for s in data["sessions"]:
+            session = SessionState.from_json(s)
+            state.sessions[(session.tenant, session.id)] = session
+        return state
+
+    def state_hash(self) -> str:
+        """A deterministic hash of the whole projection: equal states give equal hashes."""
+        body = orjson.dumps(self.to_json(), option=orjson.OPT_SORT_KEYS)
+        return hashlib.sha256(body).hexdigest()
