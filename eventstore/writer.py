@@ -137,11 +137,11 @@ class LogWriter:
         self._lock = WriterLock(self.log_dir / layout.LOCK)
         self._lock.acquire()
         try:
-            self._remove_temporaries()
             segments = layout.list_segments(self.log_dir)
             if not segments:
                 if not create:
                     raise CorruptLog(f"{self.log_dir} holds no log (no segment files)")
+                self._remove_temporaries()
                 self._create(seg_bits)
             else:
                 self._recover(segments, seg_bits)
@@ -155,6 +155,8 @@ class LogWriter:
 
     def _remove_temporaries(self) -> None:
         # A crash mid-redaction or mid-checkpoint leaves a *.tmp beside the intact original.
+        # Only called once the log is found sound: a refused open leaves every file as it was,
+        # and a checkpoint.tmp may be evidence of records that have since gone missing.
         for entry in os.scandir(self.log_dir):
             if entry.name.endswith(".tmp") and entry.is_file():
                 os.unlink(entry.path)
@@ -190,6 +192,18 @@ class LogWriter:
         self._unpublished.clear()  # durable before anyone could listen: readers find them in the files
 
     def _recreate(self, path: Path, seg_bits: int) -> None:
+        """Start again after a crash that left segment 0 without a complete header line.
+
+        The first checkpoint is written only after the header is durable, so a `checkpoint`
+        file means the header was complete once: then this is damage, not a crash leftover.
+        """
+        checkpoint = self.log_dir / layout.CHECKPOINT
+        if checkpoint.exists():
+            raise CorruptLog(
+                f"{path} has no complete header line, but {checkpoint} exists, so the header "
+                "was durable once: records behind a checkpoint are missing"
+            )
+        self._remove_temporaries()
         fragment = path.read_bytes()
         if fragment:
             self._quarantine(0, 0, fragment)
@@ -224,6 +238,7 @@ class LogWriter:
 
         # 3. Refuse when a checkpoint covers more than survives or disagrees with the records.
         newest = self._check_checkpoints(last_n, scan, survivors)
+        self._remove_temporaries()  # from here on the files change
 
         torn_bytes, fragment_sha = 0, None
         if scan.leftover_offset is not None:
