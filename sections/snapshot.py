@@ -1,0 +1,106 @@
+"""Snapshots of the projections, tagged with the (seq, h) of the last record they include.
+
+    DATA/snapshots/snap-<seq, 16 digits>.json
+
+A snapshot is a cache: start-up loads the newest one that is valid for this log (right format,
+same origin, and the log's record at its seq has its h) and replays the tail. A broken or foreign
+snapshot is ignored with a warning. `projections` holds one entry per projection, so the search
+index can be added beside the sections state without a new format.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+
+from eventstore import layout
+from eventstore.reader import LogReader
+
+FORMAT = "ledgermem.snapshot/1"
+KEEP = 2
+log = logging.getLogger("ledgermem.snapshot")
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    seq: int
+    h: str
+    projections: dict
+
+
+def snapshot_paths(directory: Path) -> list[Path]:
+    if not directory.is_dir():
+        return []
+    return sorted(directory.glob("snap-*.json"), reverse=True)
+
+
+def write_snapshot(directory: Path, origin: str, snapshot: Snapshot) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    body = orjson.dumps(
+        {
+            "format": FORMAT,
+            "origin": origin,
+            "seq": snapshot.seq,
+            "h": snapshot.h,
+            "projections": snapshot.projections,
+        }
+    )
+    digest = hashlib.sha256(body).hexdigest().encode()
+    path = directory / f"snap-{snapshot.seq:016d}.json"
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(digest + b"\n" + body)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    layout.fsync_dir(directory)
+    for old in snapshot_paths(directory)[KEEP:]:
+        old.unlink(missing_ok=True)
+    return path
+
+
+def read_snapshot(
+    path: Path, origin: str, reader: LogReader, at_most: int | None = None
+) -> Snapshot | None:
+    """The snapshot in `path` if it is valid for this log, else None (with a warning)."""
+    try:
+        digest, _, body = path.read_bytes().partition(b"\n")
+        if hashlib.sha256(body).hexdigest().encode() != digest:
+            raise ValueError("its checksum does not match: the file is damaged")
+        data = orjson.loads(body)
+        if data.get("format") != FORMAT:
+            raise ValueError(f"format {data.get('format')!r} is not {FORMAT}")
+        if data["origin"] != origin:
+            raise ValueError(f"it belongs to log {data['origin']!r}, not {origin!r}")
+        seq, h = data["seq"], data["h"]
+        if at_most is not None and seq > at_most:
+            return None
+        if reader.get(seq).h != h:
+            raise ValueError(f"the log's record {seq} has another hash")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        log.warning("ignoring snapshot %s: %s", path, exc)
+        return None
+    return Snapshot(seq, h, data["projections"])
+
+
+def newest_snapshot(
+    directory: Path, origin: str, reader: LogReader, at_most: int | None = None
+) -> Snapshot | None:
+    for path in snapshot_paths(directory):
+        snapshot = read_snapshot(path, origin, reader, at_most)
+        if snapshot is not None:
+            return snapshot
+    return None
+
+
+def purge_snapshots(directory: Path) -> None:
+    """Delete every snapshot (erasure: they may hold erased content)."""
+    for path in list(snapshot_paths(directory)) + list(
+        directory.glob("*.tmp") if directory.is_dir() else []
+    ):
+        path.unlink(missing_ok=True)
