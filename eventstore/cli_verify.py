@@ -1,0 +1,88 @@
+"""`ledgermem verify LOGDIR`: offline verification (log-format.md section 10, wire.md).
+
+A thin layer over `eventstore.verify`: it reads the arguments, prints the report and maps the
+verdict to the exit status (0 for every verdict but FAIL, 1 for FAIL, 2 for bad input).
+It imports nothing outside `eventstore`, so it starts fast and runs without the service.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import orjson
+
+from .errors import LedgerError
+from .verify import verify_log
+
+EXIT_BAD_INPUT = 2
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("logdir", metavar="LOGDIR", help="the directory holding seg-*.jsonl")
+    parser.add_argument(
+        "--vkey",
+        metavar="VKEY",
+        help="the log's verifier key, or @FILE to read it from a file; without it the key in "
+        "segment 0's header is used and the verdict is at most INTACT-UNANCHORED",
+    )
+    parser.add_argument("--origin", metavar="O", help="the log's expected origin")
+    parser.add_argument(
+        "--pin",
+        metavar="FILE",
+        action="append",
+        default=[],
+        help="a checkpoint pinned earlier (repeatable); anchors a VALID-EXTERNAL verdict",
+    )
+    parser.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    parser.add_argument(
+        "--jobs", type=_positive, default=1, metavar="N", help="verify segments in N processes"
+    )
+    parser.add_argument(
+        "--non-strict",
+        action="store_true",
+        help="report unknown top-level keys as warnings instead of failing",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        vkey = _read_vkey(args.vkey) if args.vkey is not None else None
+        report = verify_log(
+            args.logdir,
+            vkey=vkey,
+            origin=args.origin,
+            pins=args.pin,
+            strict=not args.non_strict,
+            jobs=args.jobs,
+        )
+    except (LedgerError, OSError) as exc:
+        print(f"ledgermem verify: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.json:
+        sys.stdout.write(orjson.dumps(report.to_json()).decode() + "\n")
+    else:
+        sys.stdout.write(report.render_text())
+    sys.stdout.flush()
+    return report.exit_code
+
+
+def _read_vkey(value: str) -> str:
+    if not value.startswith("@"):
+        return value
+    path = Path(value[1:])
+    try:
+        return path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise OSError(f"cannot read the vkey file {path}: {exc}") from None
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+    return value
