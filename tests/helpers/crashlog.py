@@ -76,10 +76,10 @@ def quarantine(log_dir: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in qdir.iterdir()}
 
 
-def verify(log_dir: Path):
+def verify(log_dir: Path, vkey=KEY.vkey):
     from eventstore.verify import verify_log  # imported late: the verifier lands separately
 
-    return verify_log(log_dir, vkey=KEY.vkey)
+    return verify_log(log_dir, vkey=vkey)
 
 
 def verdict_of(report) -> str:
@@ -87,8 +87,8 @@ def verdict_of(report) -> str:
     return getattr(verdict, "value", verdict)
 
 
-def assert_valid_local(log_dir: Path):
+def assert_valid_local(log_dir: Path, vkey=KEY.vkey):
     """Verify `log_dir` with the log's key and require VALID-LOCAL; return the report."""
-    report = verify(log_dir)
+    report = verify(log_dir, vkey)
     assert verdict_of(report) == "VALID-LOCAL", (log_dir, report.error)
     return report

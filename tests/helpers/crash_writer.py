@@ -1,0 +1,83 @@
+"""A writer subprocess for the kill -9 tests: appends durably from threads and an asyncio task.
+
+    crash_writer.py LOG_DIR SEED_HEX ORIGIN SEG_BITS THREADS TAG
+
+Opens the log (running recovery), prints `ready <size> <last_resume as JSON>`, then appends
+from THREADS threads, one thread of 3-record batches and one asyncio task until it is killed.
+After each append returns, that is once the record is durable, it prints one line
+`<seq> <payload as JSON>`. Every line goes out in a single os.write of under PIPE_BUF bytes,
+so lines from different threads never interleave and the test sees each one whole or not at
+all. The payload holds a unique id, so the test can find the record again after recovery.
+
+It exits by itself after a minute, so a test that dies before killing it leaves no orphan.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import threading
+
+import orjson
+
+from eventstore.checkpoint import SigningKey
+from eventstore.writer import LogWriter
+
+LIFETIME = 60.0
+TEXTS = ("short", "a longer note about the user's plans for the weekend " * 3, "Zoë 𝄞 ünïcødé")
+
+
+def payload(tag: str, appender: str, i: int) -> dict:
+    # Floats and a non-BMP character take the rfc8785 path; the length varies so lines differ.
+    return {
+        "id": f"{tag}/{appender}/{i}",
+        "i": i,
+        "ratio": i / 7,
+        "text": TEXTS[i % 3] + "x" * (i * 37 % 400),
+    }
+
+
+def report(seq: int, body: dict) -> None:
+    os.write(1, b"%d %s\n" % (seq, orjson.dumps(body)))
+
+
+def thread_appender(writer: LogWriter, tag: str, n: int) -> None:
+    for i in range(10**9):
+        body = payload(tag, f"thread-{n}", i)
+        record = writer.append("acme", f"thread-{n}", "messages", "item.added", body)
+        report(record.seq, body)
+
+
+def batch_appender(writer: LogWriter, tag: str) -> None:
+    for i in range(0, 10**9, 3):
+        bodies = [payload(tag, "batch", i + k) for k in range(3)]
+        records = writer.append_batch(
+            [("acme", "batch", "findings", "item.added", body) for body in bodies]
+        )
+        for record, body in zip(records, bodies, strict=True):
+            report(record.seq, body)
+
+
+async def task_appender(writer: LogWriter, tag: str) -> None:
+    for i in range(10**9):
+        body = payload(tag, "task", i)
+        record = await writer.append_async("acme", "task", "messages", "item.added", body)
+        report(record.seq, body)
+
+
+def main() -> None:
+    log_dir, seed_hex, origin = sys.argv[1], sys.argv[2], sys.argv[3]
+    seg_bits, threads, tag = int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
+    threading.Timer(LIFETIME, os._exit, (3,)).start()
+    key = SigningKey.from_seed(origin, bytes.fromhex(seed_hex))
+    writer = LogWriter.open(log_dir, key, seg_bits=seg_bits)
+    os.write(1, b"ready %d %s\n" % (writer.size, orjson.dumps(writer.last_resume)))
+    for n in range(threads):
+        threading.Thread(target=thread_appender, args=(writer, tag, n), daemon=True).start()
+    threading.Thread(target=batch_appender, args=(writer, tag), daemon=True).start()
+    asyncio.run(task_appender(writer, tag))
+
+
+if __name__ == "__main__":
+    main()
