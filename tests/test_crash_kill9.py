@@ -33,6 +33,8 @@ from helpers.crashlog import (
     records,
     records_by_seq,
     sha256_hex,
+    verdict_of,
+    verify,
 )
 
 from eventstore.writer import LogWriter
@@ -50,6 +52,7 @@ MAX_DELAY = 0.25  # seconds between "ready" and the kill
 class Round:
     acked: dict[int, dict] = field(default_factory=dict)  # seq -> payload the child was told
     ready: bool = False
+    refused: list[bytes] = field(default_factory=list)  # appends that raised in the child
     returncode: int | None = None
     stderr: bytes = b""
 
@@ -93,6 +96,9 @@ def _run_until_killed(log_dir: Path, seg_bits: int, tag: str, delay: float, wait
         head, _, rest = line.partition(b" ")
         if head == b"ready":
             round_.ready = True
+            continue
+        if head == b"refused":
+            round_.refused.append(line)
             continue
         seq = int(head)
         assert seq not in round_.acked, f"seq {seq} acknowledged twice"
@@ -166,6 +172,7 @@ def test_kill9_never_loses_an_acknowledged_record(tmp_path):
         context = f"round {n} (seg_bits {seg_bits}, delay {delay:.3f}, ready {round_.ready})"
         assert round_.returncode == -signal.SIGKILL, f"{context}: {round_.stderr.decode()}"
         assert b"Traceback" not in round_.stderr, f"{context}: {round_.stderr.decode()}"
+        assert not round_.refused, f"{context}: appends failed before the kill {round_.refused}"
         if not (log_dir / "seg-000000000000.jsonl").exists():
             assert not round_.ready and not round_.acked  # killed before it created the log
             stats["killed_before_ready"] += 1
@@ -174,7 +181,10 @@ def test_kill9_never_loses_an_acknowledged_record(tmp_path):
         clean = False if round_.ready else _last_event_is_close(log_dir)
         stats["in_rotation"] += _killed_inside_a_rotation(log_dir)
         acked.update(round_.acked)
+        crashed = verify(log_dir)  # the crash image itself, before recovery touches it
+        assert verdict_of(crashed) == "VALID-LOCAL", f"{context}: {crashed.error}"
         resume = _reopen(log_dir)
+        assert resume["torn_bytes"] == crashed.torn_bytes, f"{context}: {resume}"
         try:
             _check_after_recovery(log_dir, acked, resume, clean)
         except AssertionError as exc:

@@ -1,0 +1,67 @@
+"""A write that fails for real (log-format.md section 7): the segment is cut back to the last
+durable line, nothing after it is acknowledged, the writer refuses appends until it is reopened,
+and reopening recovers a log that verifies.
+
+The failure is the kernel's, not a mock: the writer subprocess runs under RLIMIT_FSIZE, so the
+write that crosses the limit comes back short and the next one fails with EFBIG.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import orjson
+from helpers.crashlog import (
+    CRASH_WRITER,
+    KEY,
+    ORIGIN,
+    SEED,
+    assert_valid_local,
+    quarantine,
+    records_by_seq,
+)
+
+from eventstore import layout
+from eventstore.writer import LogWriter
+
+LIMIT = 48 * 1024  # bytes any file of the writer process may reach
+
+
+def test_a_write_that_fails_midway_is_cut_back_and_nothing_after_it_is_acknowledged(tmp_path):
+    log = tmp_path / "log"
+    done = subprocess.run(
+        [sys.executable, str(CRASH_WRITER), str(log), SEED.hex(), ORIGIN, "16", "3", "efbig",
+         str(LIMIT)],
+        capture_output=True,
+        timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr.decode()
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith(b"ready ") and lines[-1] == b"closed"
+    refused = [line for line in lines if line.startswith(b"refused ")]
+    assert refused == [b"refused WriterClosed"] * 5, "every appender was refused, by type"
+    acked = {}
+    for line in lines[1:-1]:
+        head, _, rest = line.partition(b" ")
+        if head != b"refused":
+            acked[int(head)] = orjson.loads(rest)
+    assert len(acked) > 20
+
+    segment = (log / layout.segment_name(0)).read_bytes()
+    assert segment.endswith(b"\n"), "the failed line was cut back: no partial line remains"
+    assert len(segment) < LIMIT
+    by_seq = records_by_seq(log)
+    for seq, payload in acked.items():
+        assert by_seq[seq].payload == payload, f"acknowledged seq {seq} is missing"
+    assert by_seq[max(by_seq)].type != "log.close", "a failed writer appends nothing more"
+    assert max(acked) <= max(by_seq)
+
+    writer = LogWriter.open(log, KEY)
+    try:
+        resume = writer.last_resume
+    finally:
+        writer.close()
+    assert (resume["clean"], resume["torn_bytes"]) == (False, 0)
+    assert quarantine(log) == {}
+    assert_valid_local(log)
