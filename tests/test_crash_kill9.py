@@ -1,7 +1,8 @@
 """kill -9 of a real writer process loses no acknowledged record (log-format.md sections 7 and 8).
 
 A writer subprocess (tests/helpers/crash_writer.py) appends durably from three threads, a
-thread of batches and an asyncio task, and prints one line per acknowledged record. After a
+thread of batches and an asyncio task, and prints one line per acknowledged record; a fourth
+thread redacts some of those records, so kills also land inside a segment rewrite. After a
 random short delay the test sends SIGKILL, reopens the directory with LogWriter (recovery),
 and checks that every printed record is there with the same payload, that recovery appended
 log.resume with clean=false, and that the log verifies against the key. Rounds share a log in
@@ -29,6 +30,7 @@ from helpers.crashlog import (
     ORIGIN,
     SEED,
     assert_valid_local,
+    files_containing,
     quarantine,
     records,
     records_by_seq,
@@ -53,6 +55,7 @@ class Round:
     acked: dict[int, dict] = field(default_factory=dict)  # seq -> payload the child was told
     ready: bool = False
     refused: list[bytes] = field(default_factory=list)  # appends that raised in the child
+    redacted: dict[int, int] = field(default_factory=dict)  # target seq -> redaction seq
     returncode: int | None = None
     stderr: bytes = b""
 
@@ -100,6 +103,10 @@ def _run_until_killed(log_dir: Path, seg_bits: int, tag: str, delay: float, wait
         if head == b"refused":
             round_.refused.append(line)
             continue
+        if head == b"redacted":
+            target, redaction = map(int, rest.split())
+            round_.redacted[target] = redaction
+            continue
         seq = int(head)
         assert seq not in round_.acked, f"seq {seq} acknowledged twice"
         round_.acked[seq] = orjson.loads(rest)
@@ -129,7 +136,9 @@ def _reopen(log_dir: Path) -> dict:
     return resume
 
 
-def _check_after_recovery(log_dir: Path, acked: dict[int, dict], resume: dict, clean: bool):
+def _check_after_recovery(
+    log_dir: Path, acked: dict[int, dict], redacted: dict[int, int], resume: dict, clean: bool
+):
     assert resume["clean"] is clean
     if resume["torn_bytes"]:
         fragments = {sha256_hex(data): len(data) for data in quarantine(log_dir).values()}
@@ -138,14 +147,24 @@ def _check_after_recovery(log_dir: Path, acked: dict[int, dict], resume: dict, c
         assert resume["fragment_sha256"] is None
 
     by_seq = records_by_seq(log_dir)
+    report = assert_valid_local(log_dir)
+    # A redaction in flight at the kill may have erased a payload without telling anyone;
+    # then a durable redaction record names it, and the verifier checked that it does.
+    authorized = {t for r in report.redactions for t in r.payload_removed}
     for seq, payload in acked.items():
         record = by_seq.get(seq)
         assert record is not None, f"acknowledged seq {seq} is gone after kill -9"
-        assert record.payload == payload, f"seq {seq} holds another payload"
-    ids = [r.payload["id"] for r in by_seq.values() if r.tenant == "acme"]
+        if seq in redacted:
+            assert not record.has_payload, f"seq {seq} was erased, and is back"
+            assert record.redacted is not None
+            assert files_containing(log_dir, payload["id"].encode()) == [], payload["id"]
+        elif record.has_payload:
+            assert record.payload == payload, f"seq {seq} holds another payload"
+        else:
+            assert seq in authorized, f"seq {seq} lost its payload without a redaction"
+    ids = [r.payload["id"] for r in by_seq.values() if r.tenant == "acme" and r.has_payload]
     assert len(ids) == len(set(ids)), "an append landed twice"
 
-    report = assert_valid_local(log_dir)
     assert report.torn_bytes == 0, "recovery left a torn tail behind"
     last = report.restarts[-1]
     assert (last.clean, last.torn_bytes) == (clean, resume["torn_bytes"])
@@ -155,14 +174,15 @@ def _check_after_recovery(log_dir: Path, acked: dict[int, dict], resume: dict, c
 def test_kill9_never_loses_an_acknowledged_record(tmp_path):
     rng = random.Random(int.from_bytes(os.urandom(4), "big"))
     started = time.monotonic()
-    stats = {"acked": 0, "torn": 0, "in_rotation": 0, "killed_before_ready": 0}
+    stats = {"acked": 0, "redacted": 0, "torn": 0, "in_rotation": 0, "killed_before_ready": 0}
     acked: dict[int, dict] = {}
+    redacted: dict[int, int] = {}
     log_dir = tmp_path / "log-0"
     for n in range(ROUNDS):
         position = n % CHAIN
         if position == 0:
             log_dir = tmp_path / f"log-{n // CHAIN}"
-            acked = {}
+            acked, redacted = {}, {}
         seg_bits = SEG_BITS[(n // CHAIN) % len(SEG_BITS)]
         # Every third round after the first of a chain: kill at a random moment from the
         # start, which may fall inside the child's recovery of the previous round's crash.
@@ -181,15 +201,17 @@ def test_kill9_never_loses_an_acknowledged_record(tmp_path):
         clean = False if round_.ready else _last_event_is_close(log_dir)
         stats["in_rotation"] += _killed_inside_a_rotation(log_dir)
         acked.update(round_.acked)
+        redacted.update(round_.redacted)
         crashed = verify(log_dir)  # the crash image itself, before recovery touches it
         assert verdict_of(crashed) == "VALID-LOCAL", f"{context}: {crashed.error}"
         resume = _reopen(log_dir)
         assert resume["torn_bytes"] == crashed.torn_bytes, f"{context}: {resume}"
         try:
-            _check_after_recovery(log_dir, acked, resume, clean)
+            _check_after_recovery(log_dir, acked, redacted, resume, clean)
         except AssertionError as exc:
             raise AssertionError(f"{context}: {exc}") from exc
         stats["acked"] += len(round_.acked)
+        stats["redacted"] += len(round_.redacted)
         stats["torn"] += bool(resume["torn_bytes"])
         stats["killed_before_ready"] += not round_.ready
 

@@ -5,7 +5,8 @@
 Opens the log (running recovery), prints `ready <size> <last_resume as JSON>`, then appends
 from THREADS threads, one thread of 3-record batches and one asyncio task until it is killed.
 After each append returns, that is once the record is durable, it prints one line
-`<seq> <payload as JSON>`. Every line goes out in a single os.write of under PIPE_BUF bytes,
+`<seq> <payload as JSON>`. A redactor thread erases records of thread 0 now and then, and
+prints `redacted <target seq> <redaction seq>` once redact() has returned. Every line goes out in a single os.write of under PIPE_BUF bytes,
 so lines from different threads never interleave and the test sees each one whole or not at
 all. The payload holds a unique id, so the test can find the record again after recovery.
 An append that raises prints `refused <error type>` and ends its appender.
@@ -20,11 +21,13 @@ It exits by itself after a minute, so a test that dies before killing it leaves 
 from __future__ import annotations
 
 import asyncio
+import collections
 import os
 import resource
 import signal
 import sys
 import threading
+import time
 
 import orjson
 
@@ -54,6 +57,10 @@ def refused(exc: LedgerError) -> None:
     os.write(1, b"refused %s\n" % type(exc).__name__.encode())
 
 
+REDACTABLE: collections.deque[int] = collections.deque()
+REDACT_EVERY = 0.02  # seconds
+
+
 def thread_appender(writer: LogWriter, tag: str, n: int) -> None:
     for i in range(10**9):
         body = payload(tag, f"thread-{n}", i)
@@ -62,6 +69,21 @@ def thread_appender(writer: LogWriter, tag: str, n: int) -> None:
         except LedgerError as exc:
             return refused(exc)
         report(record.seq, body)
+        if n == 0 and i % 5 == 0:
+            REDACTABLE.append(record.seq)
+
+
+def redactor(writer: LogWriter) -> None:
+    while True:
+        time.sleep(REDACT_EVERY)
+        if not REDACTABLE:
+            continue
+        target = REDACTABLE.popleft()
+        try:
+            redaction = writer.redact([target], "erasure request", request=f"req-{target}")
+        except LedgerError as exc:
+            return refused(exc)
+        os.write(1, b"redacted %d %d\n" % (target, redaction.seq))
 
 
 def batch_appender(writer: LogWriter, tag: str) -> None:
@@ -105,6 +127,7 @@ def main() -> None:
     appenders.append(threading.Thread(target=batch_appender, args=(writer, tag), daemon=True))
     for appender in appenders:
         appender.start()
+    threading.Thread(target=redactor, args=(writer,), daemon=True).start()
     asyncio.run(task_appender(writer, tag))
     for appender in appenders:
         appender.join()
