@@ -366,11 +366,15 @@ class LogWriter:
 
     def _quarantine(self, segment: int, offset: int, fragment: bytes) -> None:
         qdir = self.log_dir / layout.QUARANTINE
-        qdir.mkdir(exist_ok=True)
+        if not qdir.is_dir():
+            qdir.mkdir()
+            layout.fsync_dir(self.log_dir)  # else a power loss can drop the new directory
         name = layout.quarantine_name(segment, offset, set(os.listdir(qdir)))
         fd = os.open(qdir / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
-            os.write(fd, fragment)
+            view = memoryview(fragment)
+            while view:  # the segment is cut right after: every byte must be in the copy
+                view = view[os.write(fd, view) :]
             os.fsync(fd)
         finally:
             os.close(fd)

@@ -369,3 +369,24 @@ def test_a_torn_header_under_a_checkpoint_is_refused_not_recreated(tmp_path):
         damaged[segment] = files[segment][:cut]
         image = CrashImage(damaged, 0, 0, 7, 0)
         _assert_refused_untouched(image, tmp_path / "work", damaged, segment)
+
+
+def test_a_torn_line_of_megabytes_is_quarantined_whole(tmp_path):
+    live = tmp_path / "live"
+    writer = LogWriter.open(live, KEY, seg_bits=SEG_BITS, checkpoint_interval=3600)
+    try:
+        writer.append(*_event(0))
+        big = writer.append("acme", "s", "documents", "item.added", {"doc": "Zoë 𝄞 " * 150_000})
+        files = file_bytes(live)
+    finally:
+        writer.close()
+    segment = layout.segment_name(0)
+    data = files[segment]
+    start = data.index(b'{"v":1,"seq":%d,' % big.seq)
+    cut = start + (len(data) - start) * 3 // 4
+    files[segment] = data[:cut]
+    newest = parse_checkpoint(files["checkpoint"].decode(), KEY.vkey).size
+    assert newest <= big.seq
+    image = CrashImage(files, 0, 0, newest, start)
+    _assert_recovered_exactly(image, tmp_path / "work", data[:cut], start)
+    assert len(quarantine(tmp_path / "work")[f"seg-000000000000.{start}.torn"]) > 1_000_000
