@@ -157,7 +157,8 @@ def _check_after_recovery(
         if seq in redacted:
             assert not record.has_payload, f"seq {seq} was erased, and is back"
             assert record.redacted is not None
-            assert files_containing(log_dir, payload["id"].encode()) == [], payload["id"]
+            quoted_id = orjson.dumps(payload["id"])  # quoted: ".../5" is inside ".../50"
+            assert files_containing(log_dir, quoted_id) == [], payload["id"]
         elif record.has_payload:
             assert record.payload == payload, f"seq {seq} holds another payload"
         else:
