@@ -1,9 +1,11 @@
 """The single writer of a log directory: recovery on open, group commit, rotation, checkpoints.
 
-All file work happens on one thread that the writer owns. Callers hand it requests and wait:
-threads on a lock, asyncio tasks on a future, so the event loop never blocks on disk. The
-thread drains every request that arrived while it was busy, writes their lines, and makes them
-durable with one fdatasync (group commit) before it acknowledges any of them.
+Appending has two halves. `submit()` runs on the caller's thread under a short lock that does no
+I/O: it assigns seqs, hashes, builds the lines (rotating segments on the way) and queues them, so
+the caller knows its records at once and commands can apply them in seq order. One thread owned
+by the writer then drains everything queued while it was busy, writes it, and makes it durable
+with one fdatasync (group commit) before acknowledging any of it: threads wait on a lock, asyncio
+tasks on a future, so the event loop never blocks on disk.
 """
 
 from __future__ import annotations
@@ -67,31 +69,88 @@ def _as_entry(item: Entry | Sequence) -> Entry:
     return item if isinstance(item, Entry) else Entry(*item)
 
 
-class _Request:
-    __slots__ = (
-        "kind",
-        "entries",
-        "expected_size",
-        "args",
-        "result",
-        "error",
-        "waiter",
-        "loop",
-        "future",
-    )
+class Pending:
+    """Records that have their seqs but may not be durable yet. `wait()` until they are."""
+
+    __slots__ = ("records", "_done", "_error", "_mutex", "_loop", "_future")
+
+    def __init__(self) -> None:
+        self.records: list[Record] = []
+        self._done = threading.Lock()
+        self._done.acquire()  # released by the writer thread once the records are durable
+        self._error: BaseException | None = None
+        self._mutex = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._future: asyncio.Future | None = None
+
+    def wait(self, timeout: float = -1) -> list[Record]:
+        """Block until the records are durable; raise if they never will be."""
+        if not self._done.acquire(timeout=timeout):
+            raise TimeoutError("the records are not durable yet")
+        self._done.release()  # leave it open for other waiters
+        if self._error is not None:
+            raise self._error
+        return self.records
+
+    async def wait_async(self) -> list[Record]:
+        with self._mutex:
+            if self._done.locked():
+                self._loop = asyncio.get_running_loop()
+                self._future = self._loop.create_future()
+            future = self._future if self._done.locked() else None
+        if future is not None:
+            await future
+        if self._error is not None:
+            raise self._error
+        return self.records
+
+    def _complete(self, error: BaseException | None) -> tuple | None:
+        """Called on the writer thread; returns (loop, future) to settle, if an async waiter is."""
+        with self._mutex:
+            self._error = error
+            self._done.release()
+            if self._future is not None:
+                return self._loop, self._future
+        return None
+
+
+class _Lines:
+    """Lines to append to the current segment."""
+
+    __slots__ = ("data", "records", "leaves", "pending")
+
+    def __init__(self) -> None:
+        self.data: list[bytes] = []
+        self.records: list[Record] = []
+        self.leaves: list[bytes] = []
+        self.pending: Pending | None = None
+
+
+class _Segment:
+    """Start segment `number` (the lines before are durable by then) with its segment.open line."""
+
+    __slots__ = ("number", "line", "record", "leaf", "checkpoint", "create")
 
     def __init__(
-        self, kind: str, entries: list[Entry], expected_size: int | None = None, args=None
+        self,
+        number: int,
+        line: bytes,
+        record: Record,
+        leaf: bytes,
+        checkpoint: str | None,
+        create: bool,
     ):
-        self.kind = kind
-        self.args = args
-        self.entries = entries
-        self.expected_size = expected_size
-        self.result: object = None
-        self.error: BaseException | None = None
-        self.waiter = None
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self.future: asyncio.Future | None = None
+        self.number, self.line, self.record, self.leaf = number, line, record, leaf
+        self.checkpoint, self.create = checkpoint, create
+
+
+class _Control:
+    """Work for the writer thread after everything before it is durable: checkpoint, redact, close."""
+
+    __slots__ = ("kind", "args", "pending")
+
+    def __init__(self, kind: str, args: object = None, pending: Pending | None = None) -> None:
+        self.kind, self.args, self.pending = kind, args, pending
 
 
 class LogWriter:
@@ -123,13 +182,22 @@ class LogWriter:
         self.checkpoint_interval = checkpoint_interval
         self._clock = clock
         self._listeners: list[Callable[[list[Record]], None]] = []
+        # _assign guards seq assignment (callers' threads, no I/O); _cond guards the queue.
+        self._assign = threading.Lock()
         self._cond = threading.Condition(threading.Lock())
-        self._pending: list[_Request] = []
+        self._queue: list[_Lines | _Segment | _Control] = []
+        self._redacting = threading.Lock()
         self._closing = False
         self._closed = False
+        self._finished = False
         self._failed: BaseException | None = None
         self._salts = b""
-        self._unpublished: list[Record] = []  # durable soon; handed to listeners after the fsync
+        self._fd = -1
+        self._durable_offset = 0
+        self._wtree = CompactRange()  # the written tree: what checkpoints sign
+        self._durable_size = 0
+        self._cp_size = 0
+        self._cp_time = 0.0
         self.last_resume: dict | None = None
         if not 2 <= seg_bits <= 40:
             raise InvalidInput(f"seg_bits {seg_bits} is outside 2..40")
@@ -173,8 +241,6 @@ class LogWriter:
         self._size = 0
         self._prev = genesis(self.origin)
         self._segment = 0
-        self._fd = -1
-        self._open_segment_file(0)
         header = {
             "first_seq": 0,
             "format": FORMAT_NAME,
@@ -183,13 +249,9 @@ class LogWriter:
             "segment": 0,
             "vkey": str(self.key.vkey),
         }
-        self._write_durable([self._encode(Entry.control("segment.open", header), self._now())[0]])
-        layout.fsync_dir(self.log_dir)
-        self._cp_size = 0
-        self._cp_time = 0.0
+        line, record, leaf = self._encode(Entry.control("segment.open", header), self._now())
+        self._execute([_Segment(0, line, record, leaf, None, create=True)])
         self._write_checkpoint_file()
-        self._durable_size = self._size
-        self._unpublished.clear()  # durable before anyone could listen: readers find them in the files
 
     def _recreate(self, path: Path, seg_bits: int) -> None:
         """Start again after a crash that left segment 0 without a complete header line.
@@ -249,7 +311,7 @@ class LogWriter:
                 f.truncate(scan.leftover_offset)
                 os.fsync(f.fileno())
 
-        # The state the next append continues from.
+        # The state the next append continues from, on both sides of the queue.
         self._seg_tree = CompactRange()
         for leaf in scan.leaves:
             self._tree.append(leaf)
@@ -257,29 +319,30 @@ class LogWriter:
         self._size = survivors
         self._prev = scan.leaves[-1] if scan.leaves else prev
         self._segment = last_n
-        self._fd = -1
+        self._wtree = self._tree.copy()
+        self._durable_size = survivors
         self._open_segment_file(last_n, existing=True)
         self._cp_size = newest
         self._cp_time = time.monotonic()
 
         clean = self._was_clean(scan, segments)
         ts = self._now()
+        ops: list = []
         if scan.count == 0:  # the crash came between the seal and the next segment.open
-            self._write_open_record(ts, segment_root_from_files(self.log_dir, last_n - 1, size_s))
+            sealed_root = segment_root_from_files(self.log_dir, last_n - 1, size_s)
+            ops.append(self._segment_open(ts, sealed_root, create=False))
         elif self._size & self._mask == 0:
-            self._rotate_after_seal(ts)  # the last segment is full and sealed
+            ops.append(self._next_segment(ts))  # the last segment is full and sealed
         resume = {
             "checkpoint_size": newest,
             "clean": clean,
             "fragment_sha256": fragment_sha,
             "torn_bytes": torn_bytes,
         }
-        lines = self._encode_entries([Entry.control("log.resume", resume)], ts, [])
-        self._write_durable(lines)
+        ops.extend(self._assign_entries([Entry.control("log.resume", resume)], ts, None))
+        self._execute(ops)
         self.last_resume = resume
         self._write_checkpoint_file()
-        self._durable_size = self._size
-        self._unpublished.clear()  # durable before anyone could listen: readers find them in the files
 
     def _read_header(self, path: Path) -> dict:
         line = segfile.first_line(path)
@@ -395,12 +458,38 @@ class LogWriter:
 
     @property
     def size(self) -> int:
-        """Records durable in the log: the next record's seq."""
+        """Records durable in the log."""
         return self._durable_size
+
+    @property
+    def next_seq(self) -> int:
+        """The seq the next submitted record gets (records in flight included)."""
+        return self._size
 
     @property
     def closed(self) -> bool:
         return self._closed
+
+    def submit(
+        self, entries: Iterable[Entry | Sequence], *, expected_size: int | None = None
+    ) -> Pending:
+        """Assign seqs to the entries and queue them; returns at once, without I/O.
+
+        `expected_size` is compared with the log's size including records in flight: a stale
+        one raises StalePosition and nothing is queued.
+        """
+        batch = [_as_entry(e) for e in entries]
+        pending = Pending()
+        if not batch:
+            pending._complete(None)
+            return pending
+        with self._assign:
+            self._check_open()
+            if expected_size is not None and expected_size != self._size:
+                raise StalePosition(expected_size, self._size)
+            ops = self._assign_entries(batch, self._now(), pending)
+            self._enqueue(ops)
+        return pending
 
     def append(
         self, tenant: str, session: str, section: str, type_: str, payload: object,
@@ -408,51 +497,74 @@ class LogWriter:
     ) -> Record:  # fmt: skip
         """Append one record; return it once it is durable."""
         entry = Entry(tenant, session, section, type_, payload)
-        return self._submit(_Request("append", [entry], expected_size))[0]  # type: ignore[index]
+        return self.submit([entry], expected_size=expected_size).wait()[0]
 
     def append_batch(
         self, entries: Iterable[Entry | Sequence], *, expected_size: int | None = None
     ) -> list[Record]:
-        """Append records in order, with consecutive seqs; return them once all are durable."""
-        batch = [_as_entry(e) for e in entries]
-        if not batch:
-            return []
-        return self._submit(_Request("append", batch, expected_size))  # type: ignore[return-value]
+        """Append records with consecutive seqs (rotation records aside); return them once durable."""
+        return self.submit(entries, expected_size=expected_size).wait()
 
     async def append_async(
         self, tenant: str, session: str, section: str, type_: str, payload: object,
         *, expected_size: int | None = None,
     ) -> Record:  # fmt: skip
         entry = Entry(tenant, session, section, type_, payload)
-        records = await self._submit_async(_Request("append", [entry], expected_size))
-        return records[0]
+        return (await self.submit([entry], expected_size=expected_size).wait_async())[0]
 
     async def append_batch_async(
         self, entries: Iterable[Entry | Sequence], *, expected_size: int | None = None
     ) -> list[Record]:
-        batch = [_as_entry(e) for e in entries]
-        if not batch:
-            return []
-        return await self._submit_async(_Request("append", batch, expected_size))
+        return await self.submit(entries, expected_size=expected_size).wait_async()
 
     def redact(self, seqs: Iterable[int], reason: str, request: str | None = None) -> Record:
-        """Erase the payloads of `seqs` (log-format.md section 9); return the redaction record."""
+        """Erase the payloads of `seqs` (log-format.md section 9); return the redaction record.
+
+        The redaction record is made durable and a checkpoint covering it is written before the
+        segments are rewritten; the writer thread does the rewrite, so no append can land in a
+        segment while it is being replaced.
+        """
+        seqs = sorted(set(seqs))
         payload: dict = {"reason": reason}
         if request is not None:
             payload["request"] = request
-        return self._submit(_Request("redact", [], None, (sorted(set(seqs)), payload)))  # type: ignore[return-value]
+        with self._redacting:  # one redaction at a time: targets cannot be redacted twice
+            self._check_open()
+            for seq in seqs:
+                if type(seq) is not int or not 0 <= seq < self._size:
+                    raise InvalidInput(
+                        f"cannot redact seq {seq!r}: the log holds seqs 0..{self._size - 1}"
+                    )
+            if not seqs:
+                raise InvalidInput("a redaction needs at least one target seq")
+            self.wait_for(seqs[-1])
+            payload["targets"] = [self._redaction_target(seq) for seq in seqs]
+            entry = Entry.control("redaction", payload)
+            pending = Pending()
+            with self._assign:
+                self._check_open()
+                ops = self._assign_entries([entry], self._now(), None)
+                redaction = ops[-1].records[-1]  # type: ignore[union-attr]
+                pending.records = [redaction]
+                by_segment: dict[int, dict[int, int]] = {}
+                for seq in seqs:
+                    by_segment.setdefault(seq >> self.seg_bits, {})[seq] = redaction.seq
+                ops.append(_Control("redact", by_segment, pending))
+                self._enqueue(ops)
+        return pending.wait()[0]
 
     async def redact_async(
         self, seqs: Iterable[int], reason: str, request: str | None = None
     ) -> Record:
-        payload: dict = {"reason": reason}
-        if request is not None:
-            payload["request"] = request
-        return await self._submit_async(_Request("redact", [], None, (sorted(set(seqs)), payload)))
+        return await asyncio.to_thread(self.redact, seqs, reason, request)
 
     def checkpoint(self) -> None:
         """Write a signed checkpoint of everything durable now."""
-        self._submit(_Request("checkpoint", []))
+        pending = Pending()
+        with self._assign:
+            self._check_open()
+            self._enqueue([_Control("checkpoint", None, pending)])
+        pending.wait()
 
     def add_listener(self, listener: Callable[[list[Record]], None]) -> None:
         """Call `listener(records)` on the writer thread after each durable batch. Keep it quick."""
@@ -461,25 +573,25 @@ class LogWriter:
     def remove_listener(self, listener: Callable[[list[Record]], None]) -> None:
         self._listeners.remove(listener)
 
-    def wait_for(self, size: int, timeout: float | None = None) -> bool:
-        """Block until the log holds more than `size` records; False on timeout."""
+    def wait_for(self, seq: int, timeout: float | None = None) -> bool:
+        """Block until record `seq` is durable (the log holds more than `seq` records)."""
         with self._cond:
-            return self._cond.wait_for(lambda: self._durable_size > size or self._closed, timeout)
+            return self._cond.wait_for(lambda: self._durable_size > seq or self._finished, timeout)
 
     def close(self) -> None:
         """Append `log.close`, write the final checkpoint, release the lock."""
-        with self._cond:
-            if self._closing:
-                already = True
-            else:
-                already, self._closing = False, True
-            self._cond.notify_all()
-        if already:
-            self._thread.join()
-            return
+        with self._assign:
+            already, self._closing = self._closing, True
+            if not already:
+                ops: list = []
+                if self._failed is None:
+                    ops = self._assign_entries([Entry.control("log.close", {})], self._now(), None)
+                ops.append(_Control("close"))
+                self._enqueue(ops)
         self._thread.join()
-        self._close_fd()
-        self._lock.release()
+        if not already:
+            self._close_fd()
+            self._lock.release()
 
     def __enter__(self) -> LogWriter:
         return self
@@ -487,139 +599,20 @@ class LogWriter:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _submit(self, req: _Request) -> object:
-        waiter = threading.Lock()
-        waiter.acquire()
-        req.waiter = waiter
-        self._enqueue(req)
-        waiter.acquire()
-        if req.error is not None:
-            raise req.error
-        return req.result
-
-    async def _submit_async(self, req: _Request):
-        loop = asyncio.get_running_loop()
-        req.loop, req.future = loop, loop.create_future()
-        self._enqueue(req)
-        return await req.future
-
-    def _enqueue(self, req: _Request) -> None:
-        with self._cond:
-            if self._closing or self._failed is not None:
-                raise self._refusal()
-            self._pending.append(req)
-            self._cond.notify()
-
-    def _refusal(self) -> WriterClosed:
+    def _check_open(self) -> None:
         if self._failed is not None:
-            return WriterClosed(
+            raise WriterClosed(
                 f"the writer stopped after a failed write ({self._failed}); reopen the log"
             )
-        return WriterClosed(f"the writer of {self.log_dir} is closed")
+        if self._closing:
+            raise WriterClosed(f"the writer of {self.log_dir} is closed")
 
-    # ---- the writer thread -----------------------------------------------------------------
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while not self._pending and not self._closing:
-                    if not self._cond.wait(self._checkpoint_wait()):
-                        break
-                batch, self._pending = self._pending, []
-                closing = self._closing
-            if batch:
-                self._process(batch)
-            if self._failed is None:
-                self._checkpoint_if_due()
-            if closing:
-                with self._cond:
-                    leftover, self._pending = self._pending, []
-                if leftover:
-                    self._process(leftover)
-                self._finish()
-                return
-
-    def _process(self, batch: list[_Request]) -> None:
-        if self._failed is not None:
-            for req in batch:
-                req.error = self._refusal()
-            self._settle(batch)
-            return
-        ts = self._now()
-        lines: list[bytes] = []
-        records: list[Record] = []
-        done: list[_Request] = []
-        try:
-            for req in batch:
-                if req.kind == "append":
-                    if req.expected_size is not None and req.expected_size != self._size:
-                        req.error = StalePosition(req.expected_size, self._size)
-                        continue
-                    first = len(records)
-                    lines = self._encode_entries(req.entries, ts, lines, records)
-                    req.result = records[first:]
-                elif req.kind == "redact":
-                    self._write_durable(lines)
-                    lines = []
-                    self._redact(req, ts, records)
-                elif req.kind == "checkpoint":
-                    self._write_durable(lines)
-                    lines = []
-                    self._write_checkpoint_file()
-                done.append(req)
-            self._write_durable(lines)
-        except Exception as exc:  # an I/O error, or a bug: never leave a caller waiting
-            self._fail(exc)
-            for req in batch:
-                req.error = self._refusal()
-            self._settle(batch)
-            return
-        self._publish()
-        self._settle(batch)
-
-    def _publish(self) -> None:
-        """Tell waiters and listeners about every record made durable since the last call."""
+    def _enqueue(self, ops: list) -> None:
         with self._cond:
-            self._durable_size = self._size
-            self._cond.notify_all()  # wake wait_for() callers
-        records, self._unpublished = self._unpublished, []
-        if records:
-            for listener in self._listeners:
-                listener(records)
+            self._queue.extend(ops)
+            self._cond.notify()
 
-    def _settle(self, batch: list[_Request]) -> None:
-        by_loop: dict[asyncio.AbstractEventLoop, list[_Request]] = {}
-        for req in batch:
-            if req.loop is None:
-                req.waiter.release()  # type: ignore[union-attr]
-            else:
-                by_loop.setdefault(req.loop, []).append(req)
-        for loop, reqs in by_loop.items():
-            with contextlib.suppress(RuntimeError):  # a closed loop has nobody waiting
-                loop.call_soon_threadsafe(_settle_futures, reqs)
-
-    def _fail(self, exc: BaseException) -> None:
-        """Stop taking appends after a failed write, cutting the file back to what is durable."""
-        self._failed = exc
-        with contextlib.suppress(OSError):
-            os.ftruncate(self._fd, self._durable_offset)
-
-    def _finish(self) -> None:
-        try:
-            if self._failed is None:
-                ts = self._now()
-                lines = self._encode_entries([Entry.control("log.close", {})], ts, [])
-                self._write_durable(lines)
-                self._write_checkpoint_file()
-                self._publish()
-        except OSError as exc:
-            self._fail(exc)
-        finally:
-            with self._cond:
-                self._closed = True
-                self._cond.notify_all()
-
-    # ---- encoding and files ----------------------------------------------------------------
+    # ---- assigning seqs (callers' threads, under _assign) ----------------------------------
 
     def _now(self) -> int:
         return self._clock() // 1000
@@ -630,8 +623,8 @@ class LogWriter:
         salt, self._salts = self._salts[:16], self._salts[16:]
         return salt
 
-    def _encode(self, entry: Entry, ts: int) -> tuple[bytes, Record]:
-        """The next record's line (with newline); advances seq, prev and the Merkle trees."""
+    def _encode(self, entry: Entry, ts: int) -> tuple[bytes, Record, bytes]:
+        """The next record's line (with newline), the record and its leaf hash; advances the chain."""
         seq = self._size
         salt = self._salt()
         pd = _sha256(PAY_TAG + salt + entry.jcs).digest()
@@ -654,58 +647,46 @@ class LogWriter:
         self._seg_tree.append(h)
         self._prev = h
         self._size = seq + 1
-        self._unpublished.append(record)
-        return line + b"\n", record
+        return line + b"\n", record, h
 
-    def _encode_entries(
-        self, entries: list[Entry], ts: int, lines: list[bytes], records: list[Record] | None = None
-    ) -> list[bytes]:
-        """Encode entries after `lines`, rotating segments on the way; returns the unwritten lines."""
+    def _assign_entries(self, entries: list[Entry], ts: int, pending: Pending | None) -> list:
+        """Encode entries into writer ops, sealing and opening segments on the way."""
+        ops: list = []
+        lines = _Lines()
         for entry in entries:
             if self._size & self._mask == self._mask:
-                self._write_durable(lines)
-                lines = []
-                self._rotate(ts)
-            line, record = self._encode(entry, ts)
-            lines.append(line)
-            if records is not None:
-                records.append(record)
-        return lines
+                seal = {
+                    "first_seq": self._segment * self._seg_size,
+                    "last_seq": self._size,
+                    "root": base64.b64encode(self._tree.root()).decode(),
+                    "segment": self._segment,
+                }
+                self._add_line(lines, Entry.control("segment.seal", seal), ts)
+                ops.append(lines)
+                ops.append(self._next_segment(ts))
+                lines = _Lines()
+            record = self._add_line(lines, entry, ts)
+            if pending is not None:
+                pending.records.append(record)
+        lines.pending = pending
+        ops.append(lines)
+        return ops
 
-    def _write_durable(self, lines: list[bytes]) -> None:
-        if not lines:
-            return
-        data = b"".join(lines)
-        view = memoryview(data)
-        while view:
-            written = os.write(self._fd, view)
-            view = view[written:]
-        if self.durability is Durability.FSYNC:
-            os.fdatasync(self._fd)
-        self._durable_offset += len(data)
+    def _add_line(self, lines: _Lines, entry: Entry, ts: int) -> Record:
+        line, record, leaf = self._encode(entry, ts)
+        lines.data.append(line)
+        lines.records.append(record)
+        lines.leaves.append(leaf)
+        return record
 
-    def _rotate(self, ts: int) -> None:
-        """Seal the full segment, then open the next one (log-format.md section 5)."""
-        n = self._segment
-        seal = {
-            "first_seq": n * self._seg_size,
-            "last_seq": self._size,
-            "root": base64.b64encode(self._tree.root()).decode(),
-            "segment": n,
-        }
-        line, _ = self._encode(Entry.control("segment.seal", seal), ts)
-        self._write_durable([line])
-        self._rotate_after_seal(ts)
-
-    def _rotate_after_seal(self, ts: int) -> None:
+    def _next_segment(self, ts: int) -> _Segment:
         sealed_root = self._seg_tree.root()
         self._segment += 1
         self._seg_tree = CompactRange()
-        self._open_segment_file(self._segment)
-        self._write_open_record(ts, sealed_root)
+        return self._segment_open(ts, sealed_root, create=True)
 
-    def _write_open_record(self, ts: int, prev_segment_root: bytes) -> None:
-        n = self._segment
+    def _segment_open(self, ts: int, prev_segment_root: bytes, create: bool) -> _Segment:
+        """The segment.open of `self._segment`, embedding the checkpoint of everything before it."""
         checkpoint = sign_checkpoint(self.key, self._size, self._tree.root())
         header = {
             "checkpoint": checkpoint,
@@ -713,12 +694,121 @@ class LogWriter:
             "format": FORMAT_NAME,
             "origin": self.origin,
             "prev_segment_root": base64.b64encode(prev_segment_root).decode(),
-            "segment": n,
+            "segment": self._segment,
         }
-        line, _ = self._encode(Entry.control("segment.open", header), ts)
-        self._write_durable([line])
+        line, record, leaf = self._encode(Entry.control("segment.open", header), ts)
+        return _Segment(self._segment, line, record, leaf, checkpoint, create)
+
+    # ---- the writer thread -----------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._finished:
+            with self._cond:
+                while not self._queue:
+                    if not self._cond.wait(self._checkpoint_wait()):
+                        break
+                ops, self._queue = self._queue, []
+            if ops:
+                self._process(ops)
+            if self._failed is None and not self._finished:
+                self._checkpoint_if_due()
+
+    def _process(self, ops: list) -> None:
+        published: list[Record] = []
+        error: BaseException | None = None
+        if self._failed is None:
+            try:
+                self._execute(ops, published)
+            except Exception as exc:  # an I/O error, or a bug: never leave a caller waiting
+                self._fail(exc)
+        if self._failed is not None:
+            error = WriterClosed(
+                f"the writer stopped after a failed write ({self._failed}); reopen the log"
+            )
+            published = []
+            if any(type(op) is _Control and op.kind == "close" for op in ops):
+                self._finished = True
+        with self._cond:
+            if self._finished:
+                self._closed = True
+            self._cond.notify_all()  # wake wait_for() callers
+        if published:
+            for listener in self._listeners:
+                listener(published)
+        self._settle(ops, error)
+
+    def _execute(self, ops: list, published: list[Record] | None = None) -> None:
+        """Write the ops in order; every line is durable when this returns."""
+        data: list[bytes] = []
+        leaves: list[bytes] = []
+        for op in ops:
+            kind = type(op)
+            if kind is _Lines:
+                data.extend(op.data)
+                leaves.extend(op.leaves)
+                if published is not None:
+                    published.extend(op.records)
+                continue
+            self._write_durable(data, leaves)
+            data, leaves = [], []
+            if kind is _Segment:
+                self._start_segment(op)
+                if published is not None:
+                    published.append(op.record)
+            elif op.kind == "checkpoint":
+                self._write_checkpoint_file()
+            elif op.kind == "redact":
+                self._write_checkpoint_file()  # it must cover the redaction record
+                for n, targets in sorted(op.args.items()):
+                    self._rewrite_segment(n, targets)
+            elif op.kind == "close":
+                self._write_checkpoint_file()
+                self._finished = True
+        self._write_durable(data, leaves)
+
+    def _settle(self, ops: list, error: BaseException | None) -> None:
+        by_loop: dict[asyncio.AbstractEventLoop, list] = {}
+        for op in ops:
+            pending = getattr(op, "pending", None)
+            if pending is None:
+                continue
+            waiter = pending._complete(error)
+            if waiter is not None:
+                by_loop.setdefault(waiter[0], []).append((waiter[1], pending))
+        for loop, futures in by_loop.items():
+            with contextlib.suppress(RuntimeError):  # a closed loop has nobody waiting
+                loop.call_soon_threadsafe(_settle_futures, futures)
+
+    def _fail(self, exc: BaseException) -> None:
+        """Stop taking appends after a failed write, cutting the file back to what is durable."""
+        self._failed = exc
+        with contextlib.suppress(OSError):
+            os.ftruncate(self._fd, self._durable_offset)
+
+    # ---- files (the writer thread, or open() before it starts) -----------------------------
+
+    def _write_durable(self, data: list[bytes], leaves: list[bytes]) -> None:
+        if not data:
+            return
+        blob = b"".join(data)
+        view = memoryview(blob)
+        while view:
+            written = os.write(self._fd, view)
+            view = view[written:]
+        if self.durability is Durability.FSYNC:
+            os.fdatasync(self._fd)
+        self._durable_offset += len(blob)
+        for leaf in leaves:
+            self._wtree.append(leaf)
+        self._durable_size = self._wtree.size
+
+    def _start_segment(self, op: _Segment) -> None:
+        """Open segment `op.number` with its segment.open line, durably (log-format.md §5)."""
+        self._open_segment_file(op.number, existing=not op.create)
+        self._write_durable([op.line], [op.leaf])
         layout.fsync_dir(self.log_dir)
-        self._install_checkpoint(checkpoint, self._size - 1)
+        if op.checkpoint is not None:
+            self._install_checkpoint(op.checkpoint, op.record.seq)
 
     def _open_segment_file(self, n: int, existing: bool = False) -> None:
         path = self.log_dir / layout.segment_name(n)
@@ -726,6 +816,7 @@ class LogWriter:
         fd = os.open(path, flags, 0o644)
         self._close_fd()
         self._fd = fd
+        self._file_segment = n
         self._durable_offset = os.fstat(fd).st_size
 
     def _close_fd(self) -> None:
@@ -737,13 +828,13 @@ class LogWriter:
     # ---- checkpoints -----------------------------------------------------------------------
 
     def _checkpoint_wait(self) -> float | None:
-        if self._size <= self._cp_size or self._failed is not None:
+        if self._durable_size <= self._cp_size or self._failed is not None:
             return None
         return max(0.0, self._cp_time + self.checkpoint_interval - time.monotonic())
 
     def _checkpoint_if_due(self) -> None:
         if (
-            self._size > self._cp_size
+            self._durable_size > self._cp_size
             and time.monotonic() - self._cp_time >= self.checkpoint_interval
         ):
             try:
@@ -753,9 +844,8 @@ class LogWriter:
 
     def _write_checkpoint_file(self) -> None:
         """Sign everything durable and replace `checkpoint` atomically."""
-        self._install_checkpoint(
-            sign_checkpoint(self.key, self._size, self._tree.root()), self._size
-        )
+        size = self._durable_size
+        self._install_checkpoint(sign_checkpoint(self.key, size, self._wtree.root()), size)
 
     def _install_checkpoint(self, text: str, size: int) -> None:
         tmp = self.log_dir / (layout.CHECKPOINT + ".tmp")
@@ -769,36 +859,12 @@ class LogWriter:
         os.replace(tmp, self.log_dir / layout.CHECKPOINT)
         if self.durability is Durability.FSYNC:
             layout.fsync_dir(self.log_dir)
-        self._cp_size = max(size, getattr(self, "_cp_size", 0))
+        self._cp_size = max(size, self._cp_size)
         self._cp_time = time.monotonic()
 
     # ---- redaction -------------------------------------------------------------------------
 
-    def _redact(self, req: _Request, ts: int, records: list[Record]) -> None:
-        seqs, payload = req.args
-        try:
-            targets = [self._redaction_target(seq) for seq in seqs]
-            if not targets:
-                raise InvalidInput("a redaction needs at least one target seq")
-            payload["targets"] = targets
-            entry = Entry.control("redaction", payload)
-        except InvalidInput as exc:
-            req.error = exc
-            return
-        lines = self._encode_entries([entry], ts, [], records)
-        self._write_durable(lines)
-        redaction = records[-1]
-        self._write_checkpoint_file()  # the checkpoint must cover the redaction record
-        by_segment: dict[int, dict[int, int]] = {}
-        for target in targets:
-            by_segment.setdefault(target["seq"] >> self.seg_bits, {})[target["seq"]] = redaction.seq
-        for n, segment_targets in sorted(by_segment.items()):
-            self._rewrite_segment(n, segment_targets)
-        req.result = redaction
-
     def _redaction_target(self, seq: int) -> dict:
-        if type(seq) is not int or not 0 <= seq < self._size:
-            raise InvalidInput(f"cannot redact seq {seq!r}: the log holds seqs 0..{self._size - 1}")
         record = read_record(self.log_dir, seq, self.seg_bits)
         if record.is_control:
             raise InvalidInput(
@@ -822,9 +888,8 @@ class LogWriter:
             os.fsync(dst.fileno())
         os.replace(tmp, path)
         layout.fsync_dir(self.log_dir)
-        index_path = self.log_dir / "index" / (layout.segment_name(n) + ".idx")
-        index_path.unlink(missing_ok=True)
-        if n == self._segment:
+        # Readers notice the new file by its inode and size and rebuild their seek index.
+        if n == self._file_segment:
             self._open_segment_file(n, existing=True)  # appends must go to the new file
 
 
@@ -833,15 +898,14 @@ def _seq_of(line: bytes) -> int:
     return int(line[start : line.index(b",", start)])
 
 
-def _settle_futures(reqs: list[_Request]) -> None:
-    for req in reqs:
-        future = req.future
-        if future is None or future.done():
+def _settle_futures(futures: list[tuple[asyncio.Future, Pending]]) -> None:
+    for future, pending in futures:
+        if future.done():
             continue
-        if req.error is not None:
-            future.set_exception(req.error)
+        if pending._error is not None:
+            future.set_exception(pending._error)
         else:
-            future.set_result(req.result)
+            future.set_result(None)
 
 
 def read_record(log_dir: Path, seq: int, seg_bits: int) -> Record:

@@ -145,7 +145,7 @@ def _created(state: MemoryState, _: SessionState | None, record: Record, payload
 @handles("session.deleted")
 @handles("session.erased")
 def _deleted(state: MemoryState, _: SessionState | None, record: Record, payload: dict) -> None:
-    del state.sessions[(record.tenant, record.session)]
+    state.sessions.pop((record.tenant, record.session), None)
 
 
 @handles("session.ended")

@@ -190,6 +190,7 @@ class MemoryState:
         return state
 
     def state_hash(self) -> str:
-        """A deterministic hash of the whole projection: equal states give equal hashes."""
-        body = orjson.dumps(self.to_json(), option=orjson.OPT_SORT_KEYS)
-        return hashlib.sha256(body).hexdigest()
+        """A deterministic hash of every session's state. The fold's position (seq, h) is left
+        out: control records such as log.close and log.resume move it without changing memory."""
+        sessions = [s.to_json() for _, s in sorted(self.sessions.items())]
+        return hashlib.sha256(orjson.dumps(sessions, option=orjson.OPT_SORT_KEYS)).hexdigest()

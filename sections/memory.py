@@ -1,0 +1,727 @@
+"""The memory API: `Memory.open(dir)`, `mem.session(id)`, `s.add(...)`, `s.get(...)`, `s.context(...)`.
+
+Every command runs the same way. Under one lock, and with no I/O: decide the record from the
+current state (sections/commands.py), hand it to the log writer, which assigns its seq at once,
+and apply it to the state with the projection. Then, outside the lock, wait until the record is
+durable before returning. The lock is held for microseconds, so many callers share each fsync,
+and state is changed in exactly the order of the log. A read appends its `items.read` record the
+same way and returns content only once that record is durable (fail closed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from eventstore.layout import DataDir
+from eventstore.reader import LogReader
+from eventstore.record import Record
+from eventstore.store import open_log
+from eventstore.writer import DEFAULT_SEG_BITS, Durability, Entry, Pending
+
+from . import commands, erasure, render
+from .commands import Command
+from .config import SESSION_SECTION, MemoryConfig, load_config
+from .errors import ItemNotFound, NotFound
+from .projection import apply
+from .snapshot import Snapshot, newest_snapshot, purge_snapshots, write_snapshot
+from .state import Item, MemoryState, SessionState, item_id, parse_item_id
+from .tokens import DEFAULT_COUNTER, TokenCounter
+
+SNAPSHOT_EVERY = 100_000  # records between automatic snapshots
+
+
+@dataclass(frozen=True)
+class ItemView:
+    """An item as returned to callers: a copy, safe to keep."""
+
+    id: str
+    section: str
+    content: object
+    tokens: int
+    kind: str | None
+    role: str | None
+    tags: tuple[str, ...]
+    priority: float
+    metadata: dict
+    group: str | None
+    seq: int
+    h: str
+    content_seq: int  # the record holding the current content
+
+    def to_json(self) -> dict:
+        return {
+            "id": self.id, "section": self.section, "content": self.content, "tokens": self.tokens,
+            "kind": self.kind, "role": self.role, "tags": list(self.tags), "priority": self.priority,
+            "metadata": self.metadata, "group": self.group, "seq": self.seq, "h": self.h,
+        }  # fmt: skip
+
+
+class Memory:
+    """Sessions of typed, budgeted sections, kept as a projection of the signed log."""
+
+    def __init__(self) -> None:
+        raise TypeError("use Memory.open()")
+
+    @classmethod
+    def open(
+        cls,
+        data_dir: str | os.PathLike[str],
+        *,
+        config: MemoryConfig | str | Path | None = None,
+        counter: TokenCounter = DEFAULT_COUNTER,
+        tenant: str = "default",
+        durability: Durability = Durability.FSYNC,
+        seg_bits: int = DEFAULT_SEG_BITS,
+        checkpoint_interval: float = 1.0,
+        snapshot_every: int = SNAPSHOT_EVERY,
+    ) -> Memory:
+        self = object.__new__(cls)
+        self.data = DataDir(data_dir)
+        self.config = (
+            config
+            if isinstance(config, MemoryConfig)
+            else load_config(config)
+            if config
+            else MemoryConfig()
+        )
+        self.counter = counter
+        self.tenant = tenant
+        self.snapshot_every = snapshot_every
+        self._lock = threading.Lock()
+        self.erase_hooks: list[Callable[[], None]] = []  # other projections purge their copies
+        self._writer, self.key = open_log(
+            self.data.root,
+            seg_bits=seg_bits,
+            durability=durability,
+            checkpoint_interval=checkpoint_interval,
+        )
+        try:
+            self._reader = LogReader(self.data.log, index_dir=self.data.root / "index")
+            self._state = self._load(self._writer.size - 1)
+            self._since_snapshot = 0
+            self._restart()
+        except BaseException:
+            self._writer.close()
+            raise
+        return self
+
+    @property
+    def writer(self):
+        return self._writer
+
+    @property
+    def reader(self) -> LogReader:
+        return self._reader
+
+    @property
+    def snapshot_dir(self) -> Path:
+        return self.data.root / "snapshots"
+
+    # ---- state from the log --------------------------------------------------------------------
+
+    def _load(self, upto: int, use_snapshots: bool = True) -> MemoryState:
+        """The state after record `upto`: the newest valid snapshot at or before it, plus the tail."""
+        snapshot = None
+        if use_snapshots:
+            snapshot = newest_snapshot(
+                self.snapshot_dir, self._writer.origin, self._reader, at_most=upto
+            )
+        state = (
+            MemoryState.from_json(snapshot.projections["sections"]) if snapshot else MemoryState()
+        )
+        for record in self._reader.records(after=state.seq, until=upto + 1):
+            apply(state, record, self._restate)
+        return state
+
+    def rebuild(self, upto: int | None = None, use_snapshots: bool = False) -> MemoryState:
+        """The projection rebuilt from the files alone (from zero unless `use_snapshots`)."""
+        with self._lock:
+            seq = self._state.seq if upto is None else upto
+        self._writer.wait_for(seq)
+        return self._load(seq, use_snapshots)
+
+    def _restate(self, record: Record) -> dict | None:
+        """The content-free restatement of an erased record, kept by the erase that removed it."""
+        if record.redacted is None:
+            return None
+        redaction = self._reader.get(record.redacted)
+        request = redaction.payload.get("request", "") if redaction.has_payload else ""
+        prefix = "items.erased@"
+        if not request.startswith(prefix):
+            return None
+        erase = self._reader.get(int(request[len(prefix) :]))
+        return erase.payload.get("restate", {}).get(str(record.seq)) if erase.has_payload else None
+
+    def _restart(self) -> None:
+        """Append what a restart clears (process lifetime) or reverts (commit lifetime)."""
+        for command in commands.restart(self._state):
+            self._commit(lambda _state, c=command: c)
+
+    def state_at(self, seq: int) -> MemoryState:
+        """Time travel: the projection as it was right after record `seq`."""
+        return self._load(seq)
+
+    def context_at(self, seq: int) -> list[dict]:
+        """The messages exactly as the `context.assembled` record at `seq` assembled them."""
+        record = self._reader.get(seq)
+        if record.type != "context.assembled" or not record.has_payload:
+            raise NotFound(f"record {seq} is not a context.assembled record")
+        state = self._load(seq)
+        session = state.sessions[(record.tenant, record.session)]
+        chosen: list[tuple[str, list[Item]]] = []
+        for entry in record.payload["manifest"]:
+            item = session.sections[entry["section"]].items[entry["id"]]
+            if item.h != entry["h"]:
+                raise NotFound(
+                    f"item {entry['id']} at seq {seq} does not have the hash the manifest cites"
+                )
+            if not chosen or chosen[-1][0] != entry["section"]:
+                chosen.append((entry["section"], []))
+            chosen[-1][1].append(item)
+        return render.render(chosen, self._content_of)
+
+    def state_hash(self) -> str:
+        with self._lock:
+            return self._state.state_hash()
+
+    def snapshot(self) -> Path:
+        """Write a snapshot of the state as of now (the log's durable head)."""
+        with self._lock:
+            state_json = self._state.to_json()
+            snapshot = Snapshot(self._state.seq, self._state.h, {"sections": state_json})
+            self._since_snapshot = 0
+        self._writer.wait_for(snapshot.seq)
+        return write_snapshot(self.snapshot_dir, self._writer.origin, snapshot)
+
+    # ---- running commands ----------------------------------------------------------------------
+
+    def _submit(
+        self, decide: Callable[[MemoryState], Command | None], idem: tuple | None
+    ) -> Pending | int | None:
+        """Decide, append and apply under the lock.
+
+        Returns the pending append; or, for a retried idempotency key, the seq of the record the
+        first call made; or None when the command needs no record.
+        """
+        with self._lock:
+            if idem is not None:
+                tenant, session_id, key = idem
+                session = self._state.sessions.get((tenant, session_id))
+                if session is not None and key in session.idempotency:
+                    return session.idempotency[key][0]
+            command = decide(self._state)
+            if command is None:
+                return None
+            entry = Entry(
+                command.tenant, command.session, command.section, command.type, command.payload
+            )
+            pending = self._writer.submit([entry])
+            apply(self._state, pending.records[0], self._restate)
+            self._since_snapshot += 1
+            return pending
+
+    def _commit(
+        self, decide: Callable[[MemoryState], Command | None], idem: tuple | None = None
+    ) -> Record | None:
+        outcome = self._submit(decide, idem)
+        if outcome is None:
+            return None
+        if isinstance(outcome, int):
+            return self._replayed(outcome)
+        outcome.wait()
+        self._maybe_snapshot()
+        return outcome.records[0]
+
+    async def _commit_async(
+        self, decide: Callable[[MemoryState], Command | None], idem: tuple | None = None
+    ) -> Record | None:
+        outcome = self._submit(decide, idem)
+        if outcome is None:
+            return None
+        if isinstance(outcome, int):
+            return await asyncio.to_thread(self._replayed, outcome)
+        await outcome.wait_async()
+        if self._since_snapshot >= self.snapshot_every:
+            await asyncio.to_thread(self._maybe_snapshot)
+        return outcome.records[0]
+
+    def _replayed(self, seq: int) -> Record:
+        """An idempotent retry: the original record, once it is durable."""
+        self._writer.wait_for(seq)
+        return self._reader.get(seq)
+
+    def _payload_of(self, record: Record) -> dict | None:
+        return record.payload if record.has_payload else self._restate(record)  # type: ignore[return-value]
+
+    def _reader_get(self, seq: int) -> Record:
+        self._writer.wait_for(seq)  # a record applied under the lock may still be on its way
+        return self._reader.get(seq)
+
+    def _redact(self, seqs: list[int], reason: str, request: str) -> None:
+        """Steps 2 and 3 of an erase: redact the payloads, then purge what still holds them."""
+        if seqs:
+            self._writer.redact(seqs, reason, request)
+        purge_snapshots(self.snapshot_dir)
+        for hook in self.erase_hooks:
+            hook()
+
+    def _maybe_snapshot(self) -> None:
+        if self._since_snapshot >= self.snapshot_every:
+            self.snapshot()
+
+    def _content_of(self, item: Item) -> object:
+        if item.content is not None:
+            return item.content
+        return self._logged_content(item.id, item.content_seq)
+
+    def _logged_content(self, id_: str, content_seq: int) -> object:
+        """Read back a large content from the record that set it."""
+        record = self._reader.get(content_seq)
+        if not record.has_payload:
+            return None  # erased
+        if record.type == "item.updated":
+            return record.payload["set"]["content"]
+        payload = record.payload
+        if "items" in payload:
+            items = payload["items"]
+        else:
+            items = [i for v in payload["seed"].values() for i in v]
+        return items[parse_item_id(id_)[1]]["content"]
+
+    def _view(self, section: str, item: Item) -> ItemView:
+        return ItemView(
+            item.id, section, item.content, item.tokens, item.kind, item.role, item.tags,
+            item.priority, dict(item.metadata), item.group, item.seq, item.h, item.content_seq,
+        )  # fmt: skip
+
+    def _filled(self, views: list[ItemView]) -> list[ItemView]:
+        return [
+            view
+            if view.content is not None
+            else replace(view, content=self._logged_content(view.id, view.content_seq))
+            for view in views
+        ]
+
+    # ---- sessions ------------------------------------------------------------------------------
+
+    def session(
+        self,
+        session_id: str,
+        *,
+        tenant: str | None = None,
+        metadata: dict | None = None,
+        sections: dict[str, dict] | None = None,
+        create: bool = True,
+    ) -> Session:
+        """Get a session, creating it (with `metadata` and per-section overrides) if it is new."""
+        tenant = tenant or self.tenant
+        if create:
+            self.get_or_create(session_id, tenant=tenant, metadata=metadata, sections=sections)
+        else:
+            with self._lock:
+                commands.get_session(self._state, tenant, session_id)
+        return Session(self, tenant, session_id)
+
+    def get_or_create(
+        self,
+        session_id: str,
+        *,
+        tenant: str | None = None,
+        metadata: dict | None = None,
+        sections: dict | None = None,
+    ) -> tuple[Record | None, bool]:
+        """Create the session unless it exists; returns (its creation record or None, created)."""
+        tenant = tenant or self.tenant
+        config = self.config.with_overrides(sections)
+
+        def decide(state: MemoryState) -> Command | None:
+            if (tenant, session_id) in state.sessions:
+                return None
+            return commands.create_session(
+                state, tenant, session_id, config, self.counter, metadata
+            )
+
+        record = self._commit(decide)
+        return record, record is not None
+
+    def create_session(
+        self,
+        session_id: str,
+        *,
+        tenant: str | None = None,
+        metadata: dict | None = None,
+        sections: dict | None = None,
+    ) -> Record:
+        """Create a session; SessionExists if it is there already."""
+        tenant = tenant or self.tenant
+        config = self.config.with_overrides(sections)
+        return self._commit(  # type: ignore[return-value]
+            lambda state: commands.create_session(
+                state, tenant, session_id, config, self.counter, metadata
+            )
+        )
+
+    def list_sessions(self, tenant: str | None = None, **metadata: object) -> list[dict]:
+        """Sessions of a tenant, filtered by equality on creation metadata (e.g. app=, user=)."""
+        tenant = tenant or self.tenant
+        with self._lock:
+            found = [
+                _session_summary(s)
+                for (t, _), s in sorted(self._state.sessions.items())
+                if t == tenant and all(s.metadata.get(k) == v for k, v in metadata.items())
+            ]
+        return found
+
+    def stats(self, tenant: str | None = None, session: str | None = None) -> dict:
+        tenant = tenant or self.tenant
+        with self._lock:
+            sessions = [
+                s
+                for (t, sid), s in self._state.sessions.items()
+                if t == tenant and session in (None, sid)
+            ]
+            if session is not None and not sessions:
+                raise NotFound(f"session {session!r} not found")
+            tokens: dict[str, int] = {}
+            evictions: dict[str, int] = {}
+            items = 0
+            for s in sessions:
+                for name, section in s.sections.items():
+                    tokens[name] = tokens.get(name, 0) + section.tokens
+                    evictions[name] = evictions.get(name, 0) + section.evictions
+                    items += len(section.items)
+        return {"sessions": len(sessions), "items": items, "tokens": tokens, "evictions": evictions}
+
+    def close(self) -> None:
+        """Snapshot, then close the log (log.close and the final checkpoint)."""
+        if self._writer.closed:
+            return
+        try:
+            if self._since_snapshot:
+                self.snapshot()
+        finally:
+            self._writer.close()
+
+    def __enter__(self) -> Memory:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _session_summary(session: SessionState) -> dict:
+    return {
+        "tenant": session.tenant,
+        "session": session.id,
+        "metadata": session.metadata,
+        "created_seq": session.created_seq,
+        "version": session.version,
+        "turn": session.turn,
+        "ended": session.ended_seq is not None,
+        "items": sum(len(s.items) for s in session.sections.values()),
+    }
+
+
+class Session:
+    """One session's commands. Every write returns once its record is durable."""
+
+    def __init__(self, memory: Memory, tenant: str, session_id: str) -> None:
+        self.memory = memory
+        self.tenant = tenant
+        self.id = session_id
+
+    def _state(self) -> SessionState:
+        return commands.get_session(self.memory._state, self.tenant, self.id)
+
+    def _idem(self, key: str | None) -> tuple | None:
+        return None if key is None else (self.tenant, self.id, key)
+
+    @property
+    def version(self) -> int:
+        with self.memory._lock:
+            return self._state().version
+
+    def info(self) -> dict:
+        with self.memory._lock:
+            return _session_summary(self._state())
+
+    # -- writes
+
+    def _add_command(
+        self, section: str, items: list[dict], idem: str | None, expected_version: int | None
+    ):
+        def decide(state: MemoryState) -> Command:
+            session = commands.get_session(state, self.tenant, self.id)
+            return commands.add_items(
+                session, section, items, self.memory.counter, idem, expected_version
+            )
+
+        return decide
+
+    def _added(self, record: Record) -> list[ItemView]:
+        payload = record.payload
+        return [
+            ItemView(
+                item_id(record.seq, k),
+                record.section,
+                data.get("content"),
+                data["tokens"],
+                data.get("kind"),
+                data.get("role"),
+                tuple(data.get("tags", ())),
+                data.get("priority", 0),
+                data.get("metadata", {}),
+                data.get("group"),
+                record.seq,
+                record.h,
+                record.seq,
+            )
+            for k, data in enumerate(payload["items"])
+        ]
+
+    def add(
+        self, section: str, content: object, *, idempotency_key: str | None = None,
+        expected_version: int | None = None, **fields: object,
+    ) -> ItemView:  # fmt: skip
+        """Add one item (fields: kind, role, tags, priority, metadata, group, name, tool_calls, tool_call_id)."""
+        return self.add_many(section, [{"content": content, **fields}], idempotency_key=idempotency_key,
+                             expected_version=expected_version)[0]  # fmt: skip
+
+    def add_many(
+        self,
+        section: str,
+        items: list[dict],
+        *,
+        idempotency_key: str | None = None,
+        expected_version: int | None = None,
+    ) -> list[ItemView]:
+        """Add items atomically: one record."""
+        decide = self._add_command(section, items, idempotency_key, expected_version)
+        return self._added(self.memory._commit(decide, self._idem(idempotency_key)))  # type: ignore[arg-type]
+
+    async def add_async(
+        self, section: str, content: object, *, idempotency_key: str | None = None,
+        expected_version: int | None = None, **fields: object,
+    ) -> ItemView:  # fmt: skip
+        items = [{"content": content, **fields}]
+        return (await self.add_many_async(section, items, idempotency_key=idempotency_key,
+                                          expected_version=expected_version))[0]  # fmt: skip
+
+    async def add_many_async(
+        self,
+        section: str,
+        items: list[dict],
+        *,
+        idempotency_key: str | None = None,
+        expected_version: int | None = None,
+    ) -> list[ItemView]:
+        decide = self._add_command(section, items, idempotency_key, expected_version)
+        record = await self.memory._commit_async(decide, self._idem(idempotency_key))
+        return self._added(record)  # type: ignore[arg-type]
+
+    def _simple(
+        self, fn: Callable[..., Command], *args: object, idem: str | None = None, **kwargs: object
+    ):
+        def decide(state: MemoryState) -> Command:
+            return fn(commands.get_session(state, self.tenant, self.id), *args, **kwargs)
+
+        return decide
+
+    def update(
+        self, section: str, item: str, *, idempotency_key: str | None = None,
+        expected_version: int | None = None, **changes: object,
+    ) -> Record:  # fmt: skip
+        decide = self._simple(commands.update_item, section, item, changes, self.memory.counter,
+                              idempotency_key, expected_version)  # fmt: skip
+        return self.memory._commit(decide, self._idem(idempotency_key))  # type: ignore[return-value]
+
+    def remove(
+        self, section: str, items: list[str] | str, *, idempotency_key: str | None = None,
+        expected_version: int | None = None,
+    ) -> Record:  # fmt: skip
+        ids = [items] if isinstance(items, str) else list(items)
+        decide = self._simple(
+            commands.remove_items, section, ids, idempotency_key, expected_version
+        )
+        return self.memory._commit(decide, self._idem(idempotency_key))  # type: ignore[return-value]
+
+    def end_turn(
+        self, *, idempotency_key: str | None = None, expected_version: int | None = None
+    ) -> Record:
+        decide = self._simple(commands.end_turn, idempotency_key, expected_version)
+        return self.memory._commit(decide, self._idem(idempotency_key))  # type: ignore[return-value]
+
+    async def end_turn_async(
+        self, *, idempotency_key: str | None = None, expected_version: int | None = None
+    ):
+        decide = self._simple(commands.end_turn, idempotency_key, expected_version)
+        return await self.memory._commit_async(decide, self._idem(idempotency_key))
+
+    def commit(self, section: str | None = None, *, idempotency_key: str | None = None,
+               expected_version: int | None = None) -> Record:  # fmt: skip
+        decide = self._simple(commands.commit, section, idempotency_key, expected_version)
+        return self.memory._commit(decide, self._idem(idempotency_key))  # type: ignore[return-value]
+
+    def end(
+        self, *, idempotency_key: str | None = None, expected_version: int | None = None
+    ) -> Record:
+        decide = self._simple(commands.end_session, idempotency_key, expected_version)
+        return self.memory._commit(decide, self._idem(idempotency_key))  # type: ignore[return-value]
+
+    def delete(
+        self, *, idempotency_key: str | None = None, expected_version: int | None = None
+    ) -> Record:
+        decide = self._simple(commands.delete_session, idempotency_key, expected_version)
+        return self.memory._commit(decide, self._idem(idempotency_key))  # type: ignore[return-value]
+
+    # -- reads
+
+    def _read(self, section: str | None, ids: list[str] | None, reader: str):
+        views: list[ItemView] = []
+
+        def decide(state: MemoryState) -> Command | None:
+            session = commands.get_session(state, self.tenant, self.id)
+            names = [section] if section is not None else list(session.sections)
+            reads: dict[str, list[str]] = {}
+            for name in names:
+                sec = commands.get_section(session, name)
+                chosen = (
+                    list(sec.items.values())
+                    if ids is None
+                    else [commands._get_item(sec, i) for i in ids]
+                )
+                views.extend(self.memory._view(name, item) for item in chosen)
+                reads[name] = [item.id for item in chosen]
+            return commands.read_items(session, reads, reader, "get")
+
+        return decide, views
+
+    def get(
+        self, section: str | None = None, ids: list[str] | None = None, *, reader: str = "agent"
+    ) -> list[ItemView]:
+        """Items of a section (or of every section), oldest first. Leaves an `items.read` record."""
+        decide, views = self._read(section, ids, reader)
+        if self.memory._commit(decide) is None:
+            self.memory._writer.wait_for(self.version)  # show only durable state
+        return self.memory._filled(views)
+
+    async def get_async(
+        self, section: str | None = None, ids: list[str] | None = None, *, reader: str = "agent"
+    ) -> list[ItemView]:
+        decide, views = self._read(section, ids, reader)
+        if await self.memory._commit_async(decide) is None:
+            await asyncio.to_thread(self.memory._writer.wait_for, self.version)
+        return await asyncio.to_thread(self.memory._filled, views)
+
+    def context(
+        self, budget: int = 8000, sections: list[str] | None = None, *, reader: str = "agent"
+    ) -> list[dict]:
+        """OpenAI-style messages within `budget` tokens; records a `context.assembled` manifest."""
+        messages: list[dict] = []
+
+        def decide(state: MemoryState) -> Command:
+            session = commands.get_session(state, self.tenant, self.id)
+            command, rendered = commands.assemble_context(
+                session, sections, budget, self.memory._content_of, reader
+            )
+            messages.extend(rendered)
+            return command
+
+        self.memory._commit(decide)
+        return messages
+
+    async def context_async(
+        self, budget: int = 8000, sections: list[str] | None = None, *, reader: str = "agent"
+    ) -> list[dict]:
+        messages: list[dict] = []
+
+        def decide(state: MemoryState) -> Command:
+            session = commands.get_session(state, self.tenant, self.id)
+            command, rendered = commands.assemble_context(
+                session, sections, budget, self.memory._content_of, reader
+            )
+            messages.extend(rendered)
+            return command
+
+        await self.memory._commit_async(decide)
+        return messages
+
+    def stats(self) -> dict:
+        return self.memory.stats(self.tenant, self.id)
+
+    # -- erasure
+
+    def erase(self, ids: list[str] | str, *, reason: str) -> list[str]:
+        """Erase items for good: remove them, redact every payload holding their content, purge
+        snapshots. Items added in the same batch record go too; returns every erased id."""
+        ids = [ids] if isinstance(ids, str) else list(ids)
+        erased: list[str] = []
+
+        def decide(state: MemoryState) -> Command:
+            session = commands.get_session(state, self.tenant, self.id)
+            where = {}
+            for id_ in ids:
+                for name, section in session.sections.items():
+                    if id_ in section.items:
+                        where[id_] = name
+                if id_ not in where:
+                    raise ItemNotFound(f"session {self.id!r} has no item {id_!r}")
+            oldest = min(parse_item_id(i)[0] for i in ids)
+            memory = self.memory
+            chain = erasure.session_chain(
+                session, memory._reader_get, memory._payload_of, oldest - 1
+            )
+            seqs, all_ids = erasure.records_holding(session, set(ids), chain)
+            by_seq = {r.seq: r for r, _ in chain}
+            items: dict[str, list[str]] = {}
+            for name, section in session.sections.items():
+                chosen = [i for i in section.items if i in all_ids]
+                if chosen:
+                    items[name] = chosen
+            erased.extend(i for v in items.values() for i in v)
+            payload = commands._base(session, None)
+            payload.update(
+                {
+                    "reason": reason,
+                    "items": items,
+                    # Every seq is on the chain: items and their updates come after `oldest`.
+                    "restate": {
+                        str(s): erasure.restate(by_seq[s].payload)
+                        for s in sorted(seqs)
+                        if by_seq[s].has_payload
+                    },
+                }
+            )
+            return Command(self.tenant, self.id, SESSION_SECTION, "items.erased", payload)
+
+        record = self.memory._commit(decide)
+        seqs = [int(s) for s in record.payload["restate"]]  # type: ignore[union-attr]
+        self.memory._redact(seqs, reason, f"items.erased@{record.seq}")  # type: ignore[union-attr]
+        return erased
+
+    def erase_all(self, *, reason: str) -> Record:
+        """Erase the whole session: remove it, then redact every payload it ever wrote."""
+        chain: list[Record] = []
+
+        def decide(state: MemoryState) -> Command:
+            session = commands.get_session(state, self.tenant, self.id)
+            memory = self.memory
+            chain.extend(
+                r for r, _ in erasure.session_chain(session, memory._reader_get, memory._payload_of)
+            )
+            payload = commands._base(session, None)
+            payload["reason"] = reason
+            return Command(self.tenant, self.id, SESSION_SECTION, "session.erased", payload)
+
+        record = self.memory._commit(decide)
+        seqs = [r.seq for r in chain if r.has_payload]
+        self.memory._redact(seqs, reason, f"session.erased@{record.seq}")  # type: ignore[union-attr]
+        return record  # type: ignore[return-value]
+
+
+__all__ = ["ItemView", "Memory", "Session"]
