@@ -1,8 +1,9 @@
 """Offline verification of a log directory (log-format.md section 10).
 
 The verifier reads files only: it never takes `LOCK` and never writes. It streams every segment
-line by line, so its memory does not grow with the log; what it keeps is proportional to the
-number of segments' boundary facts in flight, redactions and payload removals.
+line by line, so its memory does not grow with the log: it keeps a Merkle compact range, a few
+facts per segment boundary, and one entry per redaction, removed payload, restart and `ts`
+decrease.
 
 Shape:
 - `_SegmentWalk` checks one segment file on its own: every line's bytes, keys, hashes, chain
@@ -36,6 +37,7 @@ import orjson
 from . import jcs
 from .checkpoint import CheckpointError, VerifierKey, parse_checkpoint
 from .errors import BadKey, InvalidInput, InvalidPayload
+from .identifiers import CONTROL_TENANT, is_identifier
 from .layout import CHECKPOINT, segment_name, segment_number
 from .merkle import CompactRange
 from .record import (
@@ -54,7 +56,7 @@ VALID_EXTERNAL = "VALID-EXTERNAL"
 VALID_LOCAL = "VALID-LOCAL"
 INTACT_UNANCHORED = "INTACT-UNANCHORED"
 
-CONTROL = "_log"
+CONTROL = CONTROL_TENANT
 OPEN, SEAL, RESUME, CLOSE, REDACTION = (
     "segment.open",
     "segment.seal",
@@ -70,19 +72,18 @@ _WITH_PAYLOAD = _REQUIRED | {"salt", "payload"}
 _LIMIT_53 = 2**53
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _HEX32 = re.compile(r"[0-9a-f]{32}")
-_IDENTIFIER = re.compile(r"[A-Za-z0-9._:@/+-]{1,128}")
 # orjson and JCS write the same bytes for a payload except for floats in exponent form or with an
 # integral value (orjson writes `1e+16`, `1.0`, `-0.0`) and for key order when an object key lies
 # outside the BMP. A float with a fraction in plain notation is the same in both (shortest
 # round-trip digits). These scans look for those forms anywhere in orjson's output; a false hit
 # inside a string only costs a call to real JCS.
-_EXPONENT_GATE = re.compile(rb"e[-+]")  # a literal first byte: a fast scan
-_EXPONENT = re.compile(rb"[0-9]e[-+][0-9]")
 _INTEGRAL = re.compile(rb"\.0(?![0-9])")
-# Deleting every other byte leaves the UTF-8 lead bytes of U+10000 and above, if any.
-_ALL_BUT_NON_BMP_LEADS = bytes(b for b in range(256) if not 0xF0 <= b <= 0xF4)
+_EXPONENT = re.compile(rb"[0-9]e[-+][0-9]")  # orjson always signs an exponent
+# Deleting every other byte leaves the signs and the UTF-8 lead bytes of U+10000 and above.
+_ALL_BUT_RARE = bytes(b for b in range(256) if not (0xF0 <= b <= 0xF4 or b in b"+-"))
 _CHECKPOINT_MAX_BYTES = 1 << 20
 _IDENTIFIER_CACHE_MAX = 4096
+_CHUNK_LEAVES = 256  # leaves hashed level by level before they enter the compact range
 _KEEP_TS_DECREASES = 10_000
 
 _loads = orjson.loads
@@ -93,6 +94,15 @@ _u64_i64 = struct.Struct(">Qq").pack
 _u16 = struct.Struct(">H").pack
 _LEAF_REC = b"\x00" + REC_TAG  # RFC 6962 leaf prefix, then the record preimage
 _ABSENT = object()
+# What the hot path's parse and rebuild may raise: each sends the line the full way.
+_NOT_FAST = (
+    orjson.JSONDecodeError,
+    orjson.JSONEncodeError,
+    KeyError,
+    TypeError,
+    ValueError,
+    RecursionError,
+)
 
 
 class VerifyInputError(InvalidInput):
@@ -227,6 +237,8 @@ class Report:
             out.append(f"  restart at seq {r.seq}: {state}")
         for red in self.redactions:
             text = f"  redaction at seq {red.seq}: targets {red.targets}"
+            if red.payload_removed:
+                text += f", payload removed {red.payload_removed}"
             if red.pending:
                 text += f", pending (payload still present) {red.pending}"
             if not red.covered:
@@ -529,7 +541,11 @@ class _SegmentWalk:
         self.is_last = number == plan.last
         self.vkey = VerifierKey.parse(plan.vkey)
         self.result = _SegmentResult(number)
+        # The segment's tree: whole chunks of leaves go into the compact range as perfect
+        # subtrees; the leaves of the chunk being filled wait in `leaves`.
         self.range = CompactRange()
+        self.chunk = min(_CHUNK_LEAVES, self.size)
+        self.leaves: list[bytes] = []
         self.idents: dict[tuple[str, str, str, str], bytes] = {}  # valid event identifiers
         # Local tree sizes whose roots the stitcher needs: pins, the checkpoint file, the seal.
         self.queries = {
@@ -557,7 +573,7 @@ class _SegmentWalk:
             self._walk(f, file_size)
         if result.error is None:
             self._check_segment_end()
-        result.root = self.range.root()
+        result.root = self._local_root()
         if result.records:
             result.last_h, result.last_ts = self.expected_prev, self.last_ts
         return result
@@ -575,9 +591,8 @@ class _SegmentWalk:
         limit = MAX_LINE_BYTES + 1
         size, base, result = self.size, self.base, self.result
         idents, queries = self.idents, self.queries
-        range_append, range_root = self.range.append, self.range.root
+        leaves, chunk = self.leaves, self.chunk
         loads, dumps, sha256, pack = _loads, _dumps, _sha256, _u64_i64
-        decode_error, encode_error = orjson.JSONDecodeError, orjson.JSONEncodeError
         sorted_strict, leaf_rec = _SORTED_STRICT, _LEAF_REC
         expected_prev, prev_bytes, last_ts = self.expected_prev, self.prev_bytes, self.last_ts
         offset = 0
@@ -588,18 +603,11 @@ class _SegmentWalk:
             if not raw:
                 break
             line_no += 1
-            if raw[-1] != 10 or pending is not None or self.sealed or not 1 < line_no < size:
-                self.expected_prev, self.prev_bytes, self.last_ts = (
-                    expected_prev,
-                    prev_bytes,
-                    last_ts,
-                )
+            # Line 1 and line S (and any after it) are never events; `sealed` implies line > S.
+            if raw[-1] != 10 or pending is not None or not 1 < line_no < size:
+                self._save(expected_prev, prev_bytes, last_ts)
                 stop, pending = self._unusual_line(f, raw, line_no, offset, pending)
-                expected_prev, prev_bytes, last_ts = (
-                    self.expected_prev,
-                    self.prev_bytes,
-                    self.last_ts,
-                )
+                expected_prev, prev_bytes, last_ts = self._state()
                 if stop:
                     break
             else:
@@ -625,14 +633,7 @@ class _SegmentWalk:
                         and len(salt_bytes) == 16
                         and not _needs_jcs(pb, payload)
                     )
-                except (
-                    decode_error,
-                    encode_error,
-                    KeyError,
-                    TypeError,
-                    ValueError,
-                    RecursionError,
-                ):
+                except _NOT_FAST:
                     fast = False
                 if fast:
                     pd_bytes = sha256(PAY_TAG + salt_bytes + pb).digest()
@@ -645,30 +646,32 @@ class _SegmentWalk:
                     if ts < last_ts:  # type: ignore[operator]  # line 1 came before: not None
                         self._ts_decrease(seq, last_ts, ts)  # type: ignore[arg-type]
                     last_ts, expected_prev, prev_bytes = ts, h, digest
-                    range_append(digest)
+                    leaves.append(digest)
+                    if len(leaves) == chunk:
+                        self._flush_leaves()
                     result.records += 1
                     if line_no in queries:
-                        result.local_roots[line_no] = range_root()
+                        result.local_roots[line_no] = self._local_root()
                 else:
-                    self.expected_prev, self.prev_bytes, self.last_ts = (
-                        expected_prev,
-                        prev_bytes,
-                        last_ts,
-                    )
+                    self._save(expected_prev, prev_bytes, last_ts)
                     accepted = self._check_line(body, line_no)
                     if accepted is False:
                         return
                     if accepted is None:
                         pending = (offset, line_no)
-                    expected_prev, prev_bytes, last_ts = (
-                        self.expected_prev,
-                        self.prev_bytes,
-                        self.last_ts,
-                    )
+                    expected_prev, prev_bytes, last_ts = self._state()
             offset += len(raw)
-        self.expected_prev, self.prev_bytes, self.last_ts = expected_prev, prev_bytes, last_ts
+        self._save(expected_prev, prev_bytes, last_ts)
         if pending is not None:
             self._leftover(pending, file_size)
+
+    def _save(
+        self, expected_prev: str | None, prev_bytes: bytes | None, last_ts: int | None
+    ) -> None:
+        self.expected_prev, self.prev_bytes, self.last_ts = expected_prev, prev_bytes, last_ts
+
+    def _state(self) -> tuple[str | None, bytes | None, int | None]:
+        return self.expected_prev, self.prev_bytes, self.last_ts
 
     def _unusual_line(
         self, f, raw: bytes, line_no: int, offset: int, pending: tuple[int, int] | None
@@ -715,7 +718,7 @@ class _SegmentWalk:
             self._fail(
                 line_no,
                 "record.depth",
-                "nested too deeply to check (the writer refuses such payloads)",
+                "nested too deeply for this verifier to check",
             )
             return False
         return True
@@ -787,7 +790,7 @@ class _SegmentWalk:
             ("section", section),
             ("type", type_),
         ):
-            if type(value) is not str or _IDENTIFIER.fullmatch(value) is None:
+            if not is_identifier(value):
                 raise _LineFail("record.identifier", f"{name} {value!r} is not an identifier")
         prev = obj["prev"]
         if self.expected_prev is not None:
@@ -846,7 +849,7 @@ class _SegmentWalk:
         """The preimage bytes of four valid event identifiers, cached; None if not all valid."""
         parts = []
         for value in names:
-            if type(value) is not str or _IDENTIFIER.fullmatch(value) is None:
+            if not is_identifier(value):
                 return None
             raw = value.encode()
             parts.append(_u16(len(raw)) + raw)
@@ -865,14 +868,29 @@ class _SegmentWalk:
         elif ts < last_ts:
             self._ts_decrease(seq, last_ts, ts)
         self.last_ts = ts
-        self.range.append(digest)
+        self.leaves.append(digest)
+        if len(self.leaves) == self.chunk:
+            self._flush_leaves()
         result.records += 1
         if result.records in self.queries:
-            result.local_roots[result.records] = self.range.root()
+            result.local_roots[result.records] = self._local_root()
         self.expected_prev = h
         self.prev_bytes = digest
         if result.records == self.size:
             self.sealed = True
+
+    def _flush_leaves(self) -> None:
+        self.range.append_subtree(self.chunk, _perfect_subtree_root(self.leaves))
+        self.leaves.clear()
+
+    def _local_root(self) -> bytes:
+        """Merkle root of the segment's records so far."""
+        if not self.leaves:
+            return self.range.root()
+        tree = self.range.copy()
+        for leaf in self.leaves:
+            tree.append(leaf)
+        return tree.root()
 
     def _ts_decrease(self, seq: int, previous: int, ts: int) -> None:
         result = self.result
@@ -1018,6 +1036,19 @@ class _SegmentWalk:
         self.result.redactions.append((seq, line_no, found))
 
 
+def _perfect_subtree_root(leaves: list[bytes]) -> bytes:
+    """RFC 6962 root of a power-of-two number of leaves, one level at a time.
+
+    The same value as appending them to a CompactRange, at a third of the cost: one list
+    comprehension per level instead of a method call per leaf.
+    """
+    level = leaves
+    while len(level) > 1:
+        pairs = zip(level[0::2], level[1::2], strict=True)
+        level = [_sha256(b"\x01" + left + right).digest() for left, right in pairs]
+    return level[0]
+
+
 def _expect(payload: dict, type_: str, key: str, value: int) -> None:
     got = payload.get(key)
     if type(got) is not int or got != value:
@@ -1094,11 +1125,13 @@ def _needs_jcs(pb: bytes, payload: object) -> bool:
     """Whether orjson's sorted bytes `pb` may differ from the payload's JCS bytes."""
     if _INTEGRAL.search(pb) is not None:
         return True
-    if _EXPONENT_GATE.search(pb) is not None and _EXPONENT.search(pb) is not None:
-        return True
-    if pb.isascii() or not pb.translate(None, _ALL_BUT_NON_BMP_LEADS):
+    # One pass keeps only signs and non-BMP lead bytes; usually nothing is left.
+    rare = pb.translate(None, _ALL_BUT_RARE)
+    if not rare:
         return False
-    return _has_non_bmp_key(payload)
+    if (b"+" in rare or b"-" in rare) and _EXPONENT.search(pb) is not None:
+        return True
+    return rare.strip(b"+-") != b"" and _has_non_bmp_key(payload)
 
 
 def _has_non_bmp_key(value: object) -> bool:

@@ -21,6 +21,7 @@ from eventstore import jcs, merkle, record
 from eventstore.checkpoint import SigningKey, sign_checkpoint
 from eventstore.layout import segment_name
 from eventstore.verify import FAIL, INTACT_UNANCHORED, VALID_LOCAL, VerifyInputError, verify_log
+from eventstore.writer import Durability, LogWriter
 
 VECTORS_DIR = Path(__file__).parent / "vectors"
 SAMPLE = VECTORS_DIR / "sample-log"
@@ -121,6 +122,16 @@ def verify(forge: Forge, **kwargs):
     return verify_log(forge.dir, **kwargs)
 
 
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "ledgermem_cli", "verify", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+    )
+
+
 def place(report) -> tuple:
     error = report.error
     return (report.verdict, error.file, error.line, error.seq, error.check)
@@ -167,6 +178,14 @@ def test_an_unknown_top_level_key_is_a_warning_in_non_strict_mode(forge):
     report = verify(forge, strict=False)
     assert report.verdict == VALID_LOCAL
     assert any("unknown top-level keys ['note']" in w for w in report.warnings)
+
+
+def test_cli_non_strict_exits_0_for_an_unknown_top_level_key(forge):
+    forge.replace_line(10, forge.line(10).replace(b'{"v":1,', b'{"v":1,"note":"x",'))
+    strict = run_cli(str(forge.dir), "--vkey", VKEY)
+    lenient = run_cli(str(forge.dir), "--vkey", VKEY, "--non-strict", "--json")
+    assert (strict.returncode, lenient.returncode) == (1, 0)
+    assert json.loads(lenient.stdout)["verdict"] == VALID_LOCAL
 
 
 def _add_whitespace(line: bytes) -> bytes:
@@ -421,11 +440,7 @@ def test_a_pin_signed_by_another_key_is_an_input_error(forge, tmp_path):
 
 
 def test_cli_exits_2_for_a_pin_signed_by_another_key(forge, tmp_path):
-    done = subprocess.run(
-        [sys.executable, "-m", "ledgermem_cli", "verify", str(forge.dir), "--vkey", VKEY,
-         "--pin", str(other_key_pin(tmp_path))],
-        capture_output=True, text=True, cwd=REPO, timeout=60,
-    )  # fmt: skip
+    done = run_cli(str(forge.dir), "--vkey", VKEY, "--pin", str(other_key_pin(tmp_path)))
     assert done.returncode == 2
     assert "not a checkpoint signed by the log key" in done.stderr
 
@@ -446,6 +461,48 @@ def test_without_a_vkey_a_rewritten_log_is_at_most_intact_unanchored(forge):
     forge.write()
     assert verify_log(forge.dir).verdict == INTACT_UNANCHORED
     assert verify(forge).verdict == FAIL
+
+
+# -- a log written by LogWriter
+
+
+def write_log(log_dir: Path) -> SigningKey:
+    """Three-record segments, floats, a non-BMP character, a redaction and a restart."""
+    key = SigningKey.from_seed("test.ledgermem.local/verify", bytes(32))
+    options = {"seg_bits": 3, "durability": Durability.UNSAFE_NO_FSYNC}
+    writer = LogWriter.open(log_dir, key, **options)
+    records = [
+        writer.append("acme", "s-1", "messages", "item.added", {"text": f"note {i} 😀", "x": i / 3})
+        for i in range(20)
+    ]
+    writer.redact([records[3].seq, records[12].seq], "test")
+    writer.close()
+    writer = LogWriter.open(log_dir, key, **options)
+    writer.append("acme", "s-2", "findings", "item.added", {"big": 1e300, "n": 2**53 - 1})
+    writer.close()
+    return key
+
+
+def test_a_log_written_by_the_writer_verifies_the_same_with_one_and_two_jobs(tmp_path):
+    key = write_log(tmp_path / "log")
+    one = verify_log(tmp_path / "log", str(key.vkey))
+    assert (one.verdict, one.warnings) == (VALID_LOCAL, [])
+    assert [(r.targets, r.payload_removed) for r in one.redactions] == [([4, 17], [4, 17])]
+    assert [r.clean for r in one.restarts] == [True]
+    assert verify_log(tmp_path / "log", str(key.vkey), jobs=2).to_json() == one.to_json()
+
+
+def test_a_writer_log_cut_behind_its_checkpoint_fails(tmp_path):
+    key = write_log(tmp_path / "log")
+    last = max((tmp_path / "log").glob("seg-*.jsonl"))
+    lines = last.read_bytes().splitlines(keepends=True)
+    last.write_bytes(b"".join(lines[:-1]))
+    report = verify_log(tmp_path / "log", str(key.vkey))
+    assert (report.verdict, report.error.file, report.error.check) == (
+        FAIL,
+        "checkpoint",
+        "checkpoint.size",
+    )
 
 
 # -- jobs
