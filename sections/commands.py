@@ -118,6 +118,41 @@ def create_session(
     )
 
 
+def configure_section(
+    session: SessionState,
+    name: str,
+    settings: dict,
+    idem: str | None = None,
+    expected_version: int | None = None,
+) -> Command:
+    """Change (or add) one section's config for this session; a smaller budget evicts by policy."""
+    _check_version(session, expected_version)
+    section = session.sections.get(name)
+    base = section.config.to_json() if section is not None else {}
+    unknown = set(settings) - {
+        "budget_tokens",
+        "policy",
+        "lifetime",
+        "mutable",
+        "searchable",
+        "audit_reads",
+    }
+    if unknown:
+        raise InvalidInput(f"unknown section settings {sorted(unknown)}")
+    config = SectionConfig.from_json(name, {**base, **settings})
+    payload = _base(session, idem)
+    payload["config"] = config.to_json()
+    if (
+        section is not None
+        and config.budget_tokens is not None
+        and section.tokens > config.budget_tokens
+    ):
+        trial = SectionState(config, dict(section.items), section.tokens)
+        victims = choose_victims(trial, 0)
+        payload["evicted"] = [{"id": v.id, "reason": config.policy} for v in victims]
+    return Command(session.tenant, session.id, name, "section.configured", payload)
+
+
 def end_session(
     session: SessionState, idem: str | None = None, expected_version: int | None = None
 ) -> Command:

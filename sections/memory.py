@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -311,15 +312,20 @@ class Memory:
 
     def session(
         self,
-        session_id: str,
+        session_id: str | None = None,
         *,
         tenant: str | None = None,
         metadata: dict | None = None,
         sections: dict[str, dict] | None = None,
         create: bool = True,
     ) -> Session:
-        """Get a session, creating it (with `metadata` and per-section overrides) if it is new."""
+        """Get a session, creating it (with `metadata` and per-section overrides) if it is new.
+        Without an id, a new session gets a generated one (`s.id`)."""
         tenant = tenant or self.tenant
+        if session_id is None:
+            session_id = uuid.uuid4().hex
+            self.create_session(session_id, tenant=tenant, metadata=metadata, sections=sections)
+            return Session(self, tenant, session_id)
         if create:
             self.get_or_create(session_id, tenant=tenant, metadata=metadata, sections=sections)
         else:
@@ -566,6 +572,53 @@ class Session:
                expected_version: int | None = None) -> Record:  # fmt: skip
         decide = self._simple(commands.commit, section, idempotency_key, expected_version)
         return self.memory._commit(decide, self._idem(idempotency_key))  # type: ignore[return-value]
+
+    def configure(
+        self, section: str, *, idempotency_key: str | None = None, expected_version: int | None = None,
+        **settings: object,
+    ) -> Record:  # fmt: skip
+        """Change a section's budget, policy, lifetime or flags for this session (or add one)."""
+        decide = self._simple(
+            commands.configure_section, section, settings, idempotency_key, expected_version
+        )
+        return self.memory._commit(decide, self._idem(idempotency_key))  # type: ignore[return-value]
+
+    async def update_async(self, section: str, item: str, *, idempotency_key: str | None = None,
+                           expected_version: int | None = None, **changes: object) -> Record:  # fmt: skip
+        decide = self._simple(commands.update_item, section, item, changes, self.memory.counter,
+                              idempotency_key, expected_version)  # fmt: skip
+        return await self.memory._commit_async(decide, self._idem(idempotency_key))  # type: ignore[return-value]
+
+    async def remove_async(self, section: str, items: list[str] | str, *, idempotency_key: str | None = None,
+                           expected_version: int | None = None) -> Record:  # fmt: skip
+        ids = [items] if isinstance(items, str) else list(items)
+        decide = self._simple(
+            commands.remove_items, section, ids, idempotency_key, expected_version
+        )
+        return await self.memory._commit_async(decide, self._idem(idempotency_key))  # type: ignore[return-value]
+
+    async def commit_async(self, section: str | None = None, *, idempotency_key: str | None = None,
+                           expected_version: int | None = None) -> Record:  # fmt: skip
+        decide = self._simple(commands.commit, section, idempotency_key, expected_version)
+        return await self.memory._commit_async(decide, self._idem(idempotency_key))  # type: ignore[return-value]
+
+    async def end_async(
+        self, *, idempotency_key: str | None = None, expected_version: int | None = None
+    ) -> Record:
+        decide = self._simple(commands.end_session, idempotency_key, expected_version)
+        return await self.memory._commit_async(decide, self._idem(idempotency_key))  # type: ignore[return-value]
+
+    async def delete_async(
+        self, *, idempotency_key: str | None = None, expected_version: int | None = None
+    ) -> Record:
+        decide = self._simple(commands.delete_session, idempotency_key, expected_version)
+        return await self.memory._commit_async(decide, self._idem(idempotency_key))  # type: ignore[return-value]
+
+    async def erase_async(self, ids: list[str] | str, *, reason: str) -> list[str]:
+        return await asyncio.to_thread(self.erase, ids, reason=reason)
+
+    async def erase_all_async(self, *, reason: str) -> Record:
+        return await asyncio.to_thread(self.erase_all, reason=reason)
 
     def end(
         self, *, idempotency_key: str | None = None, expected_version: int | None = None

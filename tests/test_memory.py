@@ -302,3 +302,19 @@ def test_erasing_a_whole_session(tmp_path):
     with Memory.open(tmp_path / "d") as mem:
         assert mem.state_hash() == live
     assert os.path.exists(tmp_path / "d" / "log" / "checkpoint")
+
+
+def test_a_session_without_an_id_gets_a_generated_one(mem):
+    s = mem.session(metadata={"app": "a"})
+    assert len(s.id) == 32
+    assert mem.list_sessions(app="a")[0]["session"] == s.id
+
+
+def test_shrinking_a_budget_evicts_by_policy_in_the_configured_record(mem):
+    s = mem.session("s", sections={"notes": {"budget_tokens": 100, "policy": "fifo"}})
+    first = s.add("notes", "a" * 80)  # 20 tokens
+    s.add("notes", "b" * 80)
+    record = s.configure("notes", budget_tokens=25)
+    assert record.payload["evicted"] == [{"id": first.id, "reason": "fifo"}]
+    assert mem.stats(session="s")["tokens"]["notes"] == 20
+    assert mem.rebuild().state_hash() == mem.state_hash()

@@ -121,6 +121,15 @@ class MemoryMachine(RuleBasedStateMachine):
             assert all(len(v) == 1 for v in groups.values()), "context assembly split a group"
         assert self.mem.context_at(record.seq) == messages
 
+    @rule(
+        session=st.sampled_from(SESSIONS), section=st.sampled_from(NAMES), budget=st.integers(5, 80)
+    )
+    def configure(self, session, section, budget):
+        if section == "unbounded":
+            return
+        s = self._session(session)
+        self._refused_appends_nothing(lambda: s.configure(section, budget_tokens=budget))
+
     @rule(session=st.sampled_from(SESSIONS))
     def end_turn(self, session):
         self._session(session).end_turn()
