@@ -219,6 +219,31 @@ def test_a_second_crash_at_the_same_offset_keeps_both_fragments(image_mid_segmen
     assert_valid_local(work)
 
 
+def test_a_crash_inside_recovery_is_recovered_again(image_mid_segment, tmp_path):
+    image = image_mid_segment
+    starts = image.line_starts()
+    cut = starts[-2] + 11
+    fragment = image.tail[starts[-2] : cut]
+    name = f"seg-{image.number:012d}.{starts[-2]}.torn"
+    # Recovery copied the fragment to quarantine/, then died before cutting the segment.
+    copied = image.with_tail(image.tail[:cut])
+    copied[f"quarantine/{name}"] = fragment
+    # ...or cut the segment too, then died before log.resume.
+    truncated = image.with_tail(image.tail[: starts[-2]])
+    truncated[f"quarantine/{name}"] = fragment
+    for state, files, torn in (("copied", copied, fragment), ("truncated", truncated, b"")):
+        work = tmp_path / state
+        resume = _recover(work, files)
+        assert resume["clean"] is False, state
+        assert resume["torn_bytes"] == len(torn), state
+        expected = {name: fragment}
+        if torn:
+            expected[name + ".1"] = torn  # the second copy never overwrites the first
+        assert quarantine(work) == expected, state
+        assert (work / image.segment).read_bytes().startswith(image.tail[: starts[-2]])
+        assert_valid_local(work)
+
+
 # ---- NUL bytes from a power loss -------------------------------------------------------------
 
 
