@@ -528,7 +528,9 @@ class LogWriter:
         payload: dict = {"reason": reason}
         if request is not None:
             payload["request"] = request
-        with self._redacting:  # one redaction at a time: targets cannot be redacted twice
+        # One redaction at a time, held until its rewrite is done: a second redaction of the
+        # same target must find the payload gone, not queue a second redaction record.
+        with self._redacting:
             self._check_open()
             for seq in seqs:
                 if type(seq) is not int or not 0 <= seq < self._size:
@@ -551,7 +553,7 @@ class LogWriter:
                     by_segment.setdefault(seq >> self.seg_bits, {})[seq] = redaction.seq
                 ops.append(_Control("redact", by_segment, pending))
                 self._enqueue(ops)
-        return pending.wait()[0]
+            return pending.wait()[0]
 
     async def redact_async(
         self, seqs: Iterable[int], reason: str, request: str | None = None

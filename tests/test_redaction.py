@@ -294,3 +294,34 @@ def test_refused_redactions_raise_a_typed_error_and_append_nothing(tmp_path):
     finally:
         writer.close()
     assert_valid_local(log)
+
+
+def test_concurrent_redactions_of_one_record_erase_it_once(tmp_path):
+    log = tmp_path / "log"
+    writer = LogWriter.open(log, KEY, seg_bits=SEG_BITS, checkpoint_interval=3600)
+    outcomes: list[object] = []
+    try:
+        for round_ in range(5):
+            target = writer.append("acme", "s", "x", "item.added", _personal(_secret("twice")))
+            start = threading.Barrier(4)
+
+            def redact(target_seq: int = target.seq, start=start) -> None:
+                start.wait()
+                try:
+                    outcomes.append(writer.redact([target_seq], "erasure").seq)
+                except InvalidInput as exc:
+                    outcomes.append(exc)
+
+            threads = [threading.Thread(target=redact) for _ in range(4)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            done = [o for o in outcomes[-4:] if isinstance(o, int)]
+            assert len(done) == 1, f"round {round_}: {outcomes[-4:]}"
+            assert all("already redacted" in str(o) for o in outcomes[-4:] if o not in done)
+    finally:
+        writer.close()
+    redactions = [r for r in records_by_seq(log).values() if r.type == "redaction"]
+    assert len(redactions) == 5, "one redaction record per erased record"
+    assert_valid_local(log)
