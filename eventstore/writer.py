@@ -576,9 +576,19 @@ class LogWriter:
         self._listeners.remove(listener)
 
     def wait_for(self, seq: int, timeout: float | None = None) -> bool:
-        """Block until record `seq` is durable (the log holds more than `seq` records)."""
+        """Block until record `seq` is durable (the log holds more than `seq` records); False on
+        timeout. Raises WriterClosed when a failed write means it never will be."""
         with self._cond:
-            return self._cond.wait_for(lambda: self._durable_size > seq or self._finished, timeout)
+            done = self._cond.wait_for(
+                lambda: self._durable_size > seq or self._finished or self._failed is not None,
+                timeout,
+            )
+            if self._durable_size <= seq and self._failed is not None:
+                raise WriterClosed(
+                    f"record {seq} will never be durable: the writer stopped after a failed "
+                    f"write ({self._failed}); reopen the log"
+                )
+            return done
 
     def close(self) -> None:
         """Append `log.close`, write the final checkpoint, release the lock."""

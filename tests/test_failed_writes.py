@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import textwrap
 
 import orjson
 from helpers.crashlog import (
@@ -67,3 +68,47 @@ def test_a_write_that_fails_midway_is_cut_back_and_nothing_after_it_is_acknowled
     assert (resume["clean"], resume["torn_bytes"]) == (False, 0)
     assert quarantine(log) == {}
     assert_valid_local(log)
+
+
+_WAIT_ON_A_FAILING_WRITE = textwrap.dedent(
+    """
+    import os, resource, signal, sys, threading
+    from eventstore.checkpoint import SigningKey
+    from eventstore.writer import LogWriter
+
+    key = SigningKey.from_seed(sys.argv[2], bytes.fromhex(sys.argv[3]))
+    writer = LogWriter.open(sys.argv[1], key)
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[4]), resource.RLIM_INFINITY))
+    threading.Timer(10, lambda: (print("hung", flush=True), os._exit(2))).start()
+    # Records in flight that the write crossing the limit will never make durable.
+    pending = writer.submit([("acme", "s", "m", "t", {"text": "x" * 1000})] * 100)
+    last = pending.records[-1].seq
+    for name, call in (
+        ("wait_for", lambda: writer.wait_for(last)),
+        ("redact", lambda: writer.redact([last], "erasure")),
+        ("wait", pending.wait),
+    ):
+        try:
+            call()
+            print(name, "returned", flush=True)
+        except Exception as exc:
+            print(name, type(exc).__name__, flush=True)
+    os._exit(0)
+    """
+)
+
+
+def test_waiting_for_records_a_failed_write_dropped_raises_instead_of_hanging(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-c", _WAIT_ON_A_FAILING_WRITE, str(tmp_path / "log"), ORIGIN,
+         SEED.hex(), str(LIMIT)],
+        capture_output=True,
+        timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, (done.stdout, done.stderr.decode())
+    assert done.stdout.decode().splitlines() == [
+        "wait_for WriterClosed",
+        "redact WriterClosed",
+        "wait WriterClosed",
+    ]
