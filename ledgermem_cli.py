@@ -13,6 +13,7 @@ import sys
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
+    "serve": ("streams.cli_serve", "run the HTTP service (REST, SSE, WebSocket, JSONL, long-poll)"),
     "verify": ("eventstore.cli_verify", "verify a log directory offline (log-format.md §10)"),
     "vkey": ("eventstore.cli_keys", "print the log's verifier key"),
     "demo": ("eventstore.cli_demo", "write, read back and verify a small log in a data directory"),

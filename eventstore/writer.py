@@ -199,6 +199,8 @@ class LogWriter:
         self._cp_size = 0
         self._cp_time = 0.0
         self.last_resume: dict | None = None
+        # Called on the writer thread with (seconds, lines) after each fdatasync: for metrics.
+        self.fsync_observer: Callable[[float, int], None] | None = None
         if not 2 <= seg_bits <= 40:
             raise InvalidInput(f"seg_bits {seg_bits} is outside 2..40")
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -808,7 +810,10 @@ class LogWriter:
             written = os.write(self._fd, view)
             view = view[written:]
         if self.durability is Durability.FSYNC:
+            started = time.perf_counter()
             os.fdatasync(self._fd)
+            if self.fsync_observer is not None:
+                self.fsync_observer(time.perf_counter() - started, len(data))
         self._durable_offset += len(blob)
         for leaf in leaves:
             self._wtree.append(leaf)

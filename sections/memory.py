@@ -15,7 +15,7 @@ import os
 import threading
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from eventstore.layout import DataDir
@@ -53,6 +53,7 @@ class ItemView:
     seq: int
     h: str
     content_seq: int  # the record holding the current content
+    record: Record | None = field(default=None, compare=False, repr=False)  # set on writes
 
     def to_json(self) -> dict:
         return {
@@ -486,6 +487,7 @@ class Session:
                 record.seq,
                 record.h,
                 record.seq,
+                record,
             )
             for k, data in enumerate(payload["items"])
         ]
@@ -671,38 +673,42 @@ class Session:
             await asyncio.to_thread(self.memory._writer.wait_for, self.version)
         return await asyncio.to_thread(self.memory._filled, views)
 
+    def _assemble(self, budget: int, sections: list[str] | None, reader: str, messages: list[dict]):
+        def decide(state: MemoryState) -> Command:
+            session = commands.get_session(state, self.tenant, self.id)
+            command, rendered = commands.assemble_context(
+                session, sections, budget, self.memory._content_of, reader
+            )
+            messages.extend(rendered)
+            return command
+
+        return decide
+
+    def assemble(
+        self, budget: int = 8000, sections: list[str] | None = None, *, reader: str = "agent"
+    ) -> tuple[Record, list[dict]]:
+        """The context messages and the `context.assembled` record that traces them."""
+        messages: list[dict] = []
+        record = self.memory._commit(self._assemble(budget, sections, reader, messages))
+        return record, messages  # type: ignore[return-value]
+
+    async def assemble_async(
+        self, budget: int = 8000, sections: list[str] | None = None, *, reader: str = "agent"
+    ) -> tuple[Record, list[dict]]:
+        messages: list[dict] = []
+        record = await self.memory._commit_async(self._assemble(budget, sections, reader, messages))
+        return record, messages  # type: ignore[return-value]
+
     def context(
         self, budget: int = 8000, sections: list[str] | None = None, *, reader: str = "agent"
     ) -> list[dict]:
         """OpenAI-style messages within `budget` tokens; records a `context.assembled` manifest."""
-        messages: list[dict] = []
-
-        def decide(state: MemoryState) -> Command:
-            session = commands.get_session(state, self.tenant, self.id)
-            command, rendered = commands.assemble_context(
-                session, sections, budget, self.memory._content_of, reader
-            )
-            messages.extend(rendered)
-            return command
-
-        self.memory._commit(decide)
-        return messages
+        return self.assemble(budget, sections, reader=reader)[1]
 
     async def context_async(
         self, budget: int = 8000, sections: list[str] | None = None, *, reader: str = "agent"
     ) -> list[dict]:
-        messages: list[dict] = []
-
-        def decide(state: MemoryState) -> Command:
-            session = commands.get_session(state, self.tenant, self.id)
-            command, rendered = commands.assemble_context(
-                session, sections, budget, self.memory._content_of, reader
-            )
-            messages.extend(rendered)
-            return command
-
-        await self.memory._commit_async(decide)
-        return messages
+        return (await self.assemble_async(budget, sections, reader=reader))[1]
 
     def stats(self) -> dict:
         return self.memory.stats(self.tenant, self.id)

@@ -1,0 +1,368 @@
+"""The REST API under /v1: sessions, sections, items, turns, context, state, erasure.
+
+Every write returns only once its record is durable, with the record as the exact bytes of its
+line under `record`. `Idempotency-Key` makes a retry return the first call's record; `If-Match`
+carries the expected session version (a stale one is 409, nothing appended).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import request_response
+
+from eventstore.errors import InvalidInput
+from eventstore.jcs import loads_strict
+from sections.memory import Memory, Session
+
+from .auth import Principal
+from .errors import ApiError
+from .responses import json_response, record_json
+from .routing import RawRoute
+from .service import Service
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+async def read_json(request: Request, limit: int, required: bool = True) -> dict:
+    """The request body as a JSON object: size-limited, strictly parsed (no duplicate keys)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise ApiError(413, "body_too_large", f"the body is {declared} bytes; the limit is {limit}")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise ApiError(413, "body_too_large", f"the body exceeds the limit of {limit} bytes")
+        chunks.append(chunk)
+    body = b"".join(chunks)
+    if not body.strip():
+        if required:
+            raise ApiError(400, "invalid_input", "a JSON object body is required")
+        return {}
+    value = loads_strict(body)
+    if type(value) is not dict:
+        raise ApiError(400, "invalid_input", "the body must be a JSON object")
+    return value
+
+
+def _if_match(request: Request) -> int | None:
+    value = request.headers.get("if-match")
+    if value is None:
+        return None
+    value = value.strip().removeprefix("W/").strip('"')
+    if not value.lstrip("-").isdigit():
+        raise ApiError(
+            400, "invalid_input", f"If-Match must be a session version (a seq), not {value!r}"
+        )
+    return int(value)
+
+
+def _int_param(request: Request, name: str, default: int | None = None) -> int | None:
+    value = request.query_params.get(name)
+    if value is None:
+        return default
+    if not value.lstrip("-").isdigit():
+        raise ApiError(
+            400, "invalid_input", f"query parameter {name} must be an integer, not {value!r}"
+        )
+    return int(value)
+
+
+def _reader(request: Request) -> str:
+    reader = request.query_params.get("reader", "agent")
+    if reader not in ("agent", "operator"):
+        raise ApiError(400, "invalid_input", "reader must be 'agent' or 'operator'")
+    return reader
+
+
+def _string(body: dict, key: str, required: bool = False) -> str | None:
+    value = body.get(key)
+    if value is None and not required:
+        return None
+    if type(value) is not str or not value:
+        raise ApiError(400, "invalid_input", f"{key!r} must be a non-empty string")
+    return value
+
+
+class Api:
+    def __init__(self, service: Service) -> None:
+        self.service = service
+
+    @property
+    def memory(self) -> Memory:
+        return self.service.memory
+
+    def _session(self, principal: Principal, request: Request) -> Session:
+        return self.memory.session(
+            request.path_params["session"], tenant=principal.tenant, create=False
+        )
+
+    def _etag(self, session: Session) -> dict:
+        return {"ETag": f'"{session.version}"'}
+
+    async def _body(self, request: Request, required: bool = True) -> dict:
+        return await read_json(request, self.service.settings.max_body_bytes, required)
+
+    # -- sessions
+
+    async def list_sessions(self, request: Request) -> Response:
+        p = self.service.principal(request, "read")
+        filters = {
+            k.removeprefix("metadata."): v for k, v in request.query_params.items() if k != "token"
+        }
+        return json_response({"sessions": self.memory.list_sessions(p.tenant, **filters)})
+
+    async def put_session(self, request: Request) -> Response:
+        p = self.service.principal(request, "write")
+        body = await self._body(request, required=False)
+        unknown = set(body) - {"metadata", "sections"}
+        if unknown:
+            raise ApiError(
+                400, "invalid_input", f"unknown fields {sorted(unknown)}; use metadata and sections"
+            )
+        metadata, sections = body.get("metadata"), body.get("sections")
+        if metadata is not None and type(metadata) is not dict:
+            raise ApiError(400, "invalid_input", "metadata must be an object")
+        if sections is not None and type(sections) is not dict:
+            raise ApiError(
+                400, "invalid_input", "sections must be an object of per-section settings"
+            )
+        with self.service.write():
+            record, created = await asyncio.to_thread(
+                self.memory.get_or_create,
+                request.path_params["session"],
+                tenant=p.tenant,
+                metadata=metadata,
+                sections=sections,
+            )
+        session = self._session(p, request)
+        content = {"record": record_json(record) if record else None, "session": session.info()}
+        return json_response(content, 201 if created else 200, self._etag(session))
+
+    async def get_session(self, request: Request) -> Response:
+        session = self._session(self.service.principal(request, "read"), request)
+        info = session.info()
+        info["sections"] = self._sections_of(session)
+        return json_response(info, headers=self._etag(session))
+
+    def _sections_of(self, session: Session) -> dict:
+        with self.memory._lock:
+            state = self.memory._state.sessions[(session.tenant, session.id)]
+            return {
+                name: {
+                    **s.config.to_json(),
+                    "tokens": s.tokens,
+                    "items": len(s.items),
+                    "evictions": s.evictions,
+                }
+                for name, s in state.sections.items()
+            }
+
+    async def delete_session(self, request: Request) -> Response:
+        session = self._session(self.service.principal(request, "write"), request)
+        with self.service.write():
+            record = await session.delete_async(
+                idempotency_key=request.headers.get("idempotency-key"),
+                expected_version=_if_match(request),
+            )
+        return json_response({"record": record_json(record)})
+
+    async def stats(self, request: Request) -> Response:
+        session = self._session(self.service.principal(request, "read"), request)
+        return json_response(session.stats())
+
+    async def tenant_stats(self, request: Request) -> Response:
+        p = self.service.principal(request, "read")
+        return json_response(self.memory.stats(p.tenant))
+
+    async def _session_command(self, request: Request, command: str, **kwargs) -> Response:
+        session = self._session(self.service.principal(request, "write"), request)
+        with self.service.write():
+            record = await getattr(session, command)(
+                idempotency_key=request.headers.get("idempotency-key"),
+                expected_version=_if_match(request),
+                **kwargs,
+            )
+        return json_response({"record": record_json(record)}, headers=self._etag(session))
+
+    async def end_session(self, request: Request) -> Response:
+        return await self._session_command(request, "end_async")
+
+    async def end_turn(self, request: Request) -> Response:
+        return await self._session_command(request, "end_turn_async")
+
+    async def commit(self, request: Request) -> Response:
+        body = await self._body(request, required=False)
+        return await self._session_command(
+            request, "commit_async", section=_string(body, "section")
+        )
+
+    async def configure_section(self, request: Request) -> Response:
+        session = self._session(self.service.principal(request, "write"), request)
+        body = await self._body(request)
+        with self.service.write():
+            record = await asyncio.to_thread(
+                session.configure,
+                request.path_params["section"],
+                idempotency_key=request.headers.get("idempotency-key"),
+                expected_version=_if_match(request),
+                **body,
+            )
+        return json_response({"record": record_json(record)}, headers=self._etag(session))
+
+    # -- items
+
+    async def add_items(self, request: Request) -> Response:
+        session = self._session(self.service.principal(request, "write"), request)
+        body = await self._body(request)
+        batch = "items" in body
+        if batch:
+            if set(body) != {"items"} or type(body["items"]) is not list:
+                raise ApiError(400, "invalid_input", 'a batch is {"items": [item, ...]}')
+            items = body["items"]
+            if len(items) > self.service.settings.max_batch_items:
+                raise ApiError(
+                    413,
+                    "batch_too_large",
+                    f"{len(items)} items; the limit is {self.service.settings.max_batch_items}",
+                )
+        else:
+            items = [body]
+        with self.service.write():
+            added = await session.add_many_async(
+                request.path_params["section"],
+                items,
+                idempotency_key=request.headers.get("idempotency-key"),
+                expected_version=_if_match(request),
+            )
+        content: dict = {"record": record_json(added[0].record)}
+        if batch:
+            content["items"] = [a.to_json() for a in added]
+        else:
+            content["item"] = added[0].to_json()
+        return json_response(content, 201, self._etag(session))
+
+    async def get_items(self, request: Request) -> Response:
+        session = self._session(self.service.principal(request, "read"), request)
+        ids = request.query_params.getlist("id") or None
+        section = request.path_params.get("section")
+        views = await session.get_async(section, ids, reader=_reader(request))
+        return json_response({"items": [v.to_json() for v in views]}, headers=self._etag(session))
+
+    async def get_item(self, request: Request) -> Response:
+        session = self._session(self.service.principal(request, "read"), request)
+        views = await session.get_async(
+            request.path_params["section"], [request.path_params["item"]], reader=_reader(request)
+        )
+        return json_response(views[0].to_json(), headers=self._etag(session))
+
+    async def update_item(self, request: Request) -> Response:
+        session = self._session(self.service.principal(request, "write"), request)
+        body = await self._body(request)
+        with self.service.write():
+            record = await session.update_async(
+                request.path_params["section"],
+                request.path_params["item"],
+                idempotency_key=request.headers.get("idempotency-key"),
+                expected_version=_if_match(request),
+                **body,
+            )
+        return json_response({"record": record_json(record)}, headers=self._etag(session))
+
+    async def remove_item(self, request: Request) -> Response:
+        session = self._session(self.service.principal(request, "write"), request)
+        with self.service.write():
+            record = await session.remove_async(
+                request.path_params["section"],
+                request.path_params["item"],
+                idempotency_key=request.headers.get("idempotency-key"),
+                expected_version=_if_match(request),
+            )
+        return json_response({"record": record_json(record)}, headers=self._etag(session))
+
+    # -- context, state, erasure
+
+    async def context(self, request: Request) -> Response:
+        session = self._session(self.service.principal(request, "read"), request)
+        body = await self._body(request, required=False)
+        budget = body.get("budget", 8000)
+        sections = body.get("sections")
+        if sections is not None and (
+            type(sections) is not list or not all(type(x) is str for x in sections)
+        ):
+            raise ApiError(400, "invalid_input", "sections must be a list of section names")
+        reader = body.get("reader", "agent")
+        with self.service.write():
+            record, messages = await session.assemble_async(budget, sections, reader=reader)
+        return json_response({"record": record_json(record), "messages": messages})
+
+    async def state_at(self, request: Request) -> Response:
+        p = self.service.principal(request, "read")
+        at = _int_param(request, "at")
+        head = self.memory.writer.size - 1
+        if at is None or not 0 <= at <= head:
+            raise ApiError(400, "invalid_input", f"give ?at=SEQ with 0 <= SEQ <= {head}")
+        state = await asyncio.to_thread(self.memory.state_at, at)
+        wanted = request.path_params.get("session")
+        sessions = [
+            s.to_json()
+            for (tenant, sid), s in sorted(state.sessions.items())
+            if tenant == p.tenant and wanted in (None, sid)
+        ]
+        if wanted is not None and not sessions:
+            raise ApiError(404, "not_found", f"session {wanted!r} did not exist at seq {at}")
+        return json_response({"at": at, "sessions": sessions})
+
+    async def erase(self, request: Request) -> Response:
+        session = self._session(self.service.principal(request, "admin"), request)
+        body = await self._body(request)
+        reason = _string(body, "reason", required=True)
+        with self.service.write():
+            if body.get("all") is True:
+                record = await session.erase_all_async(reason=reason)
+                return json_response({"record": record_json(record), "erased": "session"})
+            ids = body.get("ids")
+            if type(ids) is not list or not ids or not all(type(i) is str for i in ids):
+                raise ApiError(400, "invalid_input", 'give "ids": [item ids] or "all": true')
+            erased = await session.erase_async(ids, reason=reason)
+        return json_response({"erased": erased})
+
+
+def _wrap(handler: Handler) -> Callable:
+    return request_response(handler)
+
+
+def routes(service: Service) -> list[RawRoute]:
+    api = Api(service)
+    s = "/v1/sessions/{session}"
+    table: list[tuple[str, dict[str, Handler]]] = [
+        ("/v1/sessions", {"GET": api.list_sessions}),
+        ("/v1/stats", {"GET": api.tenant_stats}),
+        ("/v1/state", {"GET": api.state_at}),
+        (s, {"PUT": api.put_session, "GET": api.get_session, "DELETE": api.delete_session}),
+        (s + "/stats", {"GET": api.stats}),
+        (s + "/end", {"POST": api.end_session}),
+        (s + "/turns/end", {"POST": api.end_turn}),
+        (s + "/commit", {"POST": api.commit}),
+        (s + "/context", {"POST": api.context}),
+        (s + "/state", {"GET": api.state_at}),
+        (s + "/erase", {"POST": api.erase}),
+        (s + "/items", {"GET": api.get_items}),
+        (s + "/sections/{section}", {"PUT": api.configure_section}),
+        (s + "/sections/{section}/items", {"POST": api.add_items, "GET": api.get_items}),
+        (
+            s + "/sections/{section}/items/{item}",
+            {"GET": api.get_item, "PATCH": api.update_item, "DELETE": api.remove_item},
+        ),
+    ]
+    return [
+        RawRoute(pattern, {m: _wrap(h) for m, h in endpoints.items()})
+        for pattern, endpoints in table
+    ]
+
+
+__all__ = ["InvalidInput", "routes"]

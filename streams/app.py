@@ -1,0 +1,33 @@
+"""The Starlette application: routes, error handlers and the service's lifespan."""
+
+from __future__ import annotations
+
+import contextlib
+
+from starlette.applications import Starlette
+
+from . import api, openapi, status
+from .errors import EXCEPTION_HANDLERS
+from .service import Service
+from .settings import Settings
+
+
+def create_app(settings: Settings, service: Service | None = None) -> Starlette:
+    from . import channels
+
+    service = service or Service(settings)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette):
+        await service.startup()
+        try:
+            yield
+        finally:
+            await service.shutdown()
+
+    routes = (
+        status.routes(service) + api.routes(service) + channels.routes(service) + openapi.routes()
+    )
+    app = Starlette(routes=routes, exception_handlers=EXCEPTION_HANDLERS, lifespan=lifespan)
+    app.state.service = service
+    return app

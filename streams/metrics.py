@@ -1,0 +1,93 @@
+"""Prometheus metrics of the service, in their own registry (one per service instance)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from eventstore.record import Record
+
+CHANNELS = ("sse", "ws", "jsonl", "longpoll")
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.appends = Counter("ledgermem_appends", "Records made durable", registry=r)
+        self.fsync = Histogram(
+            "ledgermem_fsync_seconds",
+            "Latency of each fdatasync of the log (one per group commit)",
+            buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5),
+            registry=r,
+        )
+        self.records_per_fsync = Histogram(
+            "ledgermem_records_per_fsync",
+            "Lines made durable by one fdatasync",
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 1024, 4096),
+            registry=r,
+        )
+        self.subscribers = Gauge(
+            "ledgermem_subscribers", "Open subscribers", ["channel"], registry=r
+        )
+        self.served_records = Counter(
+            "ledgermem_records_served",
+            "Records sent to subscribers",
+            ["channel", "source"],
+            registry=r,
+        )
+        self.subscriber_lag = Histogram(
+            "ledgermem_subscriber_lag_records",
+            "Records a subscriber was behind the head when it was served",
+            ["channel"],
+            buckets=(0, 1, 10, 100, 1000, 10_000, 100_000),
+            registry=r,
+        )
+        self.head = Gauge("ledgermem_log_head_seq", "Seq of the newest durable record", registry=r)
+        self.verifier_ok = Gauge(
+            "ledgermem_verifier_ok",
+            "1 while the background verifier finds the log intact",
+            registry=r,
+        )
+        self.verified = Gauge(
+            "ledgermem_verified_through_seq", "Last seq the background verifier checked", registry=r
+        )
+        for channel in CHANNELS:
+            self.subscribers.labels(channel)
+
+    # Called by the writer thread.
+    def on_records(self, records: list[Record]) -> None:
+        self.appends.inc(len(records))
+        self.head.set(records[-1].seq)
+
+    def on_fsync(self, seconds: float, lines: int) -> None:
+        self.fsync.observe(seconds)
+        self.records_per_fsync.observe(lines)
+
+    # Called by the hub and the channels.
+    def subscriber_added(self, channel: str) -> None:
+        self.subscribers.labels(channel).inc()
+
+    def subscriber_removed(self, channel: str) -> None:
+        self.subscribers.labels(channel).dec()
+
+    def served(self, channel: str, source: str, n: int) -> None:
+        self.served_records.labels(channel, source).inc(n)
+
+    def lag(self, channel: str, records: int) -> None:
+        self.subscriber_lag.labels(channel).observe(records)
+
+    def subscriber_counts(self) -> dict[str, int]:
+        return {c: int(self.subscribers.labels(c)._value.get()) for c in CHANNELS}
+
+    def fsync_summary(self) -> dict:
+        count = sum_ = 0.0
+        for metric in self.fsync.collect():
+            for sample in metric.samples:
+                if sample.name.endswith("_count"):
+                    count = sample.value
+                elif sample.name.endswith("_sum"):
+                    sum_ = sample.value
+        return {"count": int(count), "mean_ms": round(1000 * sum_ / count, 3) if count else None}
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,160 @@
+"""`/openapi.json` and a human-readable API page at `/docs` (no external requests)."""
+
+from __future__ import annotations
+
+import html
+
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+from starlette.routing import request_response
+
+from .responses import json_response
+from .routing import RawRoute
+
+_ERROR = {"description": "refused: {error: {code, message}}; nothing was appended"}
+_WRITE = {"description": "durable: the record's exact line under `record`"}
+_SESSION = {"name": "session", "in": "path", "required": True, "schema": {"type": "string"},
+            "description": "percent-encoded; may hold / : @ +"}  # fmt: skip
+_SECTION = {"name": "section", "in": "path", "required": True, "schema": {"type": "string"}}
+_ITEM = {"name": "item", "in": "path", "required": True, "schema": {"type": "string"}}
+_IDEM = {"name": "Idempotency-Key", "in": "header", "schema": {"type": "string"},
+         "description": "a retry with the same key returns the first record"}  # fmt: skip
+_IF_MATCH = {"name": "If-Match", "in": "header", "schema": {"type": "string"},
+             "description": "expected session version; stale gives 409"}  # fmt: skip
+_AFTER = {
+    "name": "after",
+    "in": "query",
+    "schema": {"type": "integer", "default": -1},
+    "description": "cursor",
+}
+_FILTERS = [
+    {
+        "name": name,
+        "in": "query",
+        "schema": {"type": "array", "items": {"type": "string"}},
+        "style": "form",
+        "explode": True,
+        "description": f"filter on {name}; may repeat",
+    }  # fmt: skip
+    for name in ("tenant", "session", "section", "type")
+]
+_ITEM_BODY = {
+    "type": "object",
+    "properties": {
+        "content": {"description": "string or any JSON"},
+        "kind": {"type": "string"}, "role": {"type": "string"}, "tags": {"type": "array", "items": {"type": "string"}},
+        "priority": {"type": "number"}, "metadata": {"type": "object"}, "group": {"type": "string"},
+        "name": {"type": "string"}, "tool_calls": {"type": "array"}, "tool_call_id": {"type": "string"},
+        "items": {"type": "array", "description": "a batch instead: one record, atomic"},
+    },
+}  # fmt: skip
+
+
+def _op(
+    summary: str,
+    params: list | None = None,
+    body: dict | None = None,
+    ok: str = "200",
+    write: bool = False,
+):
+    op: dict = {
+        "summary": summary,
+        "parameters": params or [],
+        "responses": {ok: _WRITE if write else {"description": "ok"}, "4XX": _ERROR},
+    }
+    if body is not None:
+        op["requestBody"] = {"content": {"application/json": {"schema": body}}}
+    return op
+
+
+def document() -> dict:
+    s, sec, item = [_SESSION], [_SESSION, _SECTION], [_SESSION, _SECTION, _ITEM]
+    w = [_IDEM, _IF_MATCH]
+    paths = {
+        "/v1/sessions": {"get": _op("list the tenant's sessions; filter with ?app=&user= (creation metadata)")},
+        "/v1/sessions/{session}": {
+            "put": _op("get or create a session: 201 created, 200 existed", s,
+                       {"type": "object", "properties": {"metadata": {"type": "object"}, "sections": {"type": "object"}}},
+                       "201", write=True),
+            "get": _op("a session, its sections and version (ETag)", s),
+            "delete": _op("delete a session", s + w, write=True),
+        },
+        "/v1/sessions/{session}/stats": {"get": _op("items, tokens and evictions per section", s)},
+        "/v1/sessions/{session}/end": {"post": _op("end the session (session.ended)", s + w, write=True)},
+        "/v1/sessions/{session}/turns/end": {"post": _op("end the turn: clears turn-lifetime sections", s + w, write=True)},
+        "/v1/sessions/{session}/commit": {"post": _op("commit commit-lifetime sections (or {section})", s + w, {"type": "object"}, write=True)},
+        "/v1/sessions/{session}/context": {"post": _op("assemble context within {budget} tokens; records the manifest", s,
+                                                       {"type": "object", "properties": {"budget": {"type": "integer"}, "sections": {"type": "array"}, "reader": {"type": "string"}}}, write=True)},
+        "/v1/sessions/{session}/state": {"get": _op("the session as it was at ?at=SEQ", s)},
+        "/v1/sessions/{session}/erase": {"post": _op("erase items ({ids, reason}) or the session ({all: true, reason}); admin", s,
+                                                     {"type": "object"}, write=True)},
+        "/v1/sessions/{session}/items": {"get": _op("items of every section; leaves an items.read record", s)},
+        "/v1/sessions/{session}/sections/{section}": {"put": _op("change a section's settings for this session", sec + w, {"type": "object"}, write=True)},
+        "/v1/sessions/{session}/sections/{section}/items": {
+            "post": _op("add an item (or a batch with {items: [...]})", sec + w, _ITEM_BODY, "201", write=True),
+            "get": _op("items of a section (?id= repeats, ?reader=agent|operator); leaves an items.read record", sec),
+        },
+        "/v1/sessions/{session}/sections/{section}/items/{item}": {
+            "get": _op("one item", item),
+            "patch": _op("update content, tags, priority, metadata, kind or role", item + w, {"type": "object"}, write=True),
+            "delete": _op("remove an item", item + w, write=True),
+        },
+        "/v1/stats": {"get": _op("the tenant's totals")},
+        "/v1/state": {"get": _op("every session of the tenant at ?at=SEQ")},
+        "/v1/log/status": {"get": _op("head seq, newest checkpoint size and age, subscribers, background verifier")},
+        "/v1/stream/sse": {"get": _op("Server-Sent Events: id = seq, data = the record; Last-Event-ID resumes; typed=1 adds event:", [_AFTER, *_FILTERS])},
+        "/v1/stream/ws": {"get": _op("WebSocket: send {after, filter} first; each text frame is one record")},
+        "/v1/stream/jsonl": {"get": _op("application/x-ndjson: one record a line; follow=1 stays open", [_AFTER, *_FILTERS])},
+        "/v1/events": {"get": _op("long-poll: {records, next, head}; waits up to wait=S (max 60) for a match", [_AFTER, *_FILTERS])},
+        "/healthz": {"get": _op("alive")},
+        "/readyz": {"get": _op("ready to serve (503 while starting or stopping)")},
+        "/metrics": {"get": _op("Prometheus text format")},
+    }  # fmt: skip
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "ledgermem",
+            "version": "1",
+            "description": "Memory for AI agents on a signed, hash-chained log. Credentials: Authorization: Bearer, "
+            "a token query parameter, or the ledgermem_token cookie. The wire contract is normative: "
+            "shared/spec/wire.md.",
+        },
+        "paths": paths,
+    }
+
+
+_PAGE = """<!doctype html><html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1"><title>ledgermem API</title>
+<style>body{{font:15px/1.5 system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;color:#1d1d1f}}
+code{{font:13px ui-monospace,monospace;background:#f3f3f5;padding:.1rem .3rem;border-radius:4px}}
+h2{{border-bottom:1px solid #ddd;padding-bottom:.2rem;margin-top:2rem}} .m{{display:inline-block;width:4.5rem;font-weight:600}}
+li{{margin:.3rem 0}}</style></head><body><h1>ledgermem API</h1><p>{intro}</p>
+<p>Machine-readable: <a href="/openapi.json"><code>/openapi.json</code></a></p>{body}</body></html>"""
+
+
+def page() -> str:
+    doc = document()
+    rows = []
+    for path, methods in doc["paths"].items():
+        for method, op in methods.items():
+            rows.append(
+                f'<li><span class="m">{method.upper()}</span><code>{html.escape(path)}</code> '
+                f"— {html.escape(op['summary'])}</li>"
+            )
+    return _PAGE.format(
+        intro=html.escape(doc["info"]["description"]),
+        body="<h2>Endpoints</h2><ul>" + "".join(rows) + "</ul>",
+    )
+
+
+def routes() -> list[RawRoute]:
+    async def openapi_json(request: Request) -> Response:
+        return json_response(document())
+
+    async def docs(request: Request) -> Response:
+        return HTMLResponse(page())
+
+    return [
+        RawRoute("/openapi.json", {"GET": request_response(openapi_json)}),
+        RawRoute("/docs", {"GET": request_response(docs)}),
+    ]

@@ -1,0 +1,128 @@
+"""The running service: the memory, the hub, the verifier, and the order of start and stop.
+
+Shutdown (SIGTERM or SIGINT) goes in this order: stop taking writes (503) and end every stream
+cleanly (`closing` is set from the signal handler, before uvicorn waits for connections), let
+in-flight writes finish, then close the memory: `log.close` and the final signed checkpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Iterator
+
+from starlette.requests import HTTPConnection
+
+from eventstore.writer import Durability
+from sections.memory import Memory
+
+from .auth import Principal, authenticate
+from .errors import ApiError
+from .metrics import Metrics
+from .settings import Settings
+from .verifier import BackgroundVerifier
+
+log = logging.getLogger("ledgermem.service")
+
+
+class Service:
+    def __init__(
+        self, settings: Settings, announce: Callable[[Service], None] | None = None
+    ) -> None:
+        self.settings = settings
+        self.metrics = Metrics()
+        self.announce = announce
+        self.memory: Memory = None  # type: ignore[assignment]
+        self.hub = None
+        self.verifier: BackgroundVerifier | None = None
+        self.closing: asyncio.Event = None  # type: ignore[assignment]
+        self.accepting = False
+        self.ready = False
+        self._inflight = 0
+        self._idle: asyncio.Event = None  # type: ignore[assignment]
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def writer(self):
+        return self.memory.writer
+
+    @property
+    def reader(self):
+        return self.memory.reader
+
+    async def startup(self) -> None:
+        from .hub import Hub
+
+        self._loop = asyncio.get_running_loop()
+        self.closing = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        s = self.settings
+        durability = Durability.UNSAFE_NO_FSYNC if s.unsafe_no_fsync else Durability.FSYNC
+        self.memory = await asyncio.to_thread(
+            Memory.open,
+            s.data,
+            config=s.memory_config,
+            seg_bits=s.seg_bits,
+            durability=durability,
+            checkpoint_interval=s.checkpoint_interval,
+        )
+        self.writer.add_listener(self.metrics.on_records)
+        self.writer.fsync_observer = self.metrics.on_fsync
+        self.metrics.head.set(self.writer.size - 1)
+        self.hub = Hub(self.writer, self.reader, s, self.metrics)
+        await self.hub.start()
+        self.verifier = BackgroundVerifier(
+            self.memory.data.log, self.memory.key.key.vkey, lambda: self.writer.size - 1
+        )
+        self.verifier.start()
+        self.accepting = True
+        self.ready = True
+        if self.announce is not None:
+            self.announce(self)
+
+    def begin_shutdown_threadsafe(self) -> None:
+        """From a signal handler: refuse new writes and end the streams, right away."""
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._begin_shutdown)
+
+    def _begin_shutdown(self) -> None:
+        self.accepting = False
+        self.ready = False
+        if self.closing is not None:
+            self.closing.set()
+
+    async def shutdown(self) -> None:
+        self._begin_shutdown()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._idle.wait(), timeout=30)
+        if self.hub is not None:
+            await self.hub.close()
+        if self.verifier is not None:
+            await asyncio.to_thread(self.verifier.stop)
+        if self.memory is not None:
+            await asyncio.to_thread(self.memory.close)
+
+    def principal(self, conn: HTTPConnection, scope: str) -> Principal:
+        principal = authenticate(conn, self.settings)
+        principal.require(scope)
+        return principal
+
+    @contextlib.contextmanager
+    def write(self) -> Iterator[None]:
+        """Count an in-flight write; refuse new ones once shutdown began."""
+        if not self.accepting:
+            raise ApiError(
+                503,
+                "shutting_down",
+                "the service is shutting down; retry against the restarted service",
+            )
+        self._inflight += 1
+        self._idle.clear()
+        try:
+            yield
+        finally:
+            self._inflight -= 1
+            if self._inflight == 0:
+                self._idle.set()
