@@ -84,9 +84,13 @@ def run(args: argparse.Namespace) -> int:
     app = create_app(settings, service)
 
     class Server(uvicorn.Server):
-        def handle_exit(self, sig, frame) -> None:  # end streams before uvicorn waits on them
+        def handle_exit(self, sig, frame) -> None:
+            # End the streams before uvicorn waits for connections to close. The signal is not
+            # handed back after shutdown (uvicorn's default), so a clean stop exits with 0.
             service.begin_shutdown_threadsafe()
-            super().handle_exit(sig, frame)
+            if self.should_exit:
+                self.force_exit = True
+            self.should_exit = True
 
     config = uvicorn.Config(
         app,
