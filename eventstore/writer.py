@@ -327,7 +327,18 @@ class LogWriter:
         self._cp_size = newest
         self._cp_time = time.monotonic()
 
-        clean = self._was_clean(scan, segments)
+        last_event = self._last_event(scan, segments)
+        clean = (
+            bool(last_event)
+            and last_event["tenant"] == CONTROL_TENANT
+            and last_event["type"] == "log.close"
+        )
+        if (
+            last_event is not None
+            and last_event["type"] == "redaction"
+            and last_event["tenant"] == CONTROL_TENANT
+        ):
+            self._finish_redaction(last_event)
         ts = self._now()
         ops: list = []
         if scan.count == 0:  # the crash came between the seal and the next segment.open
@@ -445,16 +456,27 @@ class LogWriter:
             os.close(fd)
         layout.fsync_dir(qdir)
 
-    def _was_clean(self, scan, segments: list[tuple[int, Path]]) -> bool:
+    def _last_event(self, scan, segments: list[tuple[int, Path]]) -> dict | None:
+        """The last record that is not segment.seal/open, parsed."""
         last_event = scan.last_event
         if last_event is None and len(segments) > 1:
             lines = segfile.last_lines(segments[-2][1], 2)
             last_event = orjson.loads(lines[0]) if len(lines) == 2 else None
-        return (
-            bool(last_event)
-            and last_event["tenant"] == CONTROL_TENANT
-            and last_event["type"] == "log.close"
-        )
+        return last_event
+
+    def _finish_redaction(self, redaction: dict) -> None:
+        """Complete a redaction that a crash interrupted between its record and its rewrite.
+
+        Nothing is appended after a redaction record until its rewrite is done, so an unfinished
+        one is always the last record. Its targets' payloads are removed now, as it asked.
+        """
+        by_segment: dict[int, dict[int, int]] = {}
+        for target in redaction["payload"]["targets"]:
+            seq = target["seq"]
+            if read_record(self.log_dir, seq, self.seg_bits).has_payload:
+                by_segment.setdefault(seq >> self.seg_bits, {})[seq] = redaction["seq"]
+        for n, targets in sorted(by_segment.items()):
+            self._rewrite_segment(n, targets)
 
     # ---- appending -------------------------------------------------------------------------
 

@@ -28,7 +28,7 @@ from . import commands, erasure, render
 from .commands import Command
 from .config import SESSION_SECTION, MemoryConfig, load_config
 from .errors import ItemNotFound, NotFound
-from .projection import apply
+from .projection import _redaction_done, apply
 from .snapshot import Snapshot, newest_snapshot, purge_snapshots, write_snapshot
 from .state import Item, MemoryState, SessionState, item_id, parse_item_id
 from .tokens import DEFAULT_COUNTER, TokenCounter
@@ -106,6 +106,7 @@ class Memory:
             self._reader = LogReader(self.data.log, index_dir=self.data.root / "index")
             self._state = self._load(self._writer.size - 1)
             self._since_snapshot = 0
+            self._finish_erasures()
             self._restart()
         except BaseException:
             self._writer.close()
@@ -143,7 +144,8 @@ class Memory:
     def rebuild(self, upto: int | None = None, use_snapshots: bool = False) -> MemoryState:
         """The projection rebuilt from the files alone (from zero unless `use_snapshots`)."""
         with self._lock:
-            seq = self._state.seq if upto is None else upto
+            # Records the writer appends by itself (redactions) are not applied live: go to the head.
+            seq = max(self._state.seq, self._writer.size - 1) if upto is None else upto
         self._writer.wait_for(seq)
         return self._load(seq, use_snapshots)
 
@@ -158,6 +160,18 @@ class Memory:
             return None
         erase = self._reader.get(int(request[len(prefix) :]))
         return erase.payload.get("restate", {}).get(str(record.seq)) if erase.has_payload else None
+
+    def _finish_erasures(self) -> None:
+        """Redact what an erase that a crash interrupted still left in the log."""
+        for erase_seq, seqs in sorted(self._state.pending_erasures.items()):
+            erase = self._reader.get(erase_seq)
+            reason = erase.payload.get("reason", "erasure") if erase.has_payload else "erasure"
+            left = [seq for seq in seqs if self._reader.get(seq).has_payload]
+            if left:
+                self._redact(left, reason, f"{erase.type}@{erase_seq}")
+            else:
+                purge_snapshots(self.snapshot_dir)
+                self._state.pending_erasures.pop(erase_seq, None)
 
     def _restart(self) -> None:
         """Append what a restart clears (process lifetime) or reverts (commit lifetime)."""
@@ -267,7 +281,9 @@ class Memory:
     def _redact(self, seqs: list[int], reason: str, request: str) -> None:
         """Steps 2 and 3 of an erase: redact the payloads, then purge what still holds them."""
         if seqs:
-            self._writer.redact(seqs, reason, request)
+            redaction = self._writer.redact(seqs, reason, request)
+            with self._lock:  # the writer appended it, not a command: mark the erase done
+                _redaction_done(self._state, redaction.payload)
         purge_snapshots(self.snapshot_dir)
         for hook in self.erase_hooks:
             hook()
@@ -775,10 +791,11 @@ class Session:
             )
             payload = commands._base(session, None)
             payload["reason"] = reason
+            payload["records"] = [r.seq for r in chain if r.has_payload]
             return Command(self.tenant, self.id, SESSION_SECTION, "session.erased", payload)
 
         record = self.memory._commit(decide)
-        seqs = [r.seq for r in chain if r.has_payload]
+        seqs = record.payload["records"]  # type: ignore[union-attr]
         self.memory._redact(seqs, reason, f"session.erased@{record.seq}")  # type: ignore[union-attr]
         return record  # type: ignore[return-value]
 

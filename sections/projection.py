@@ -39,10 +39,14 @@ Restater = Callable[[Record], dict | None]
 def apply(state: MemoryState, record: Record, restate: Restater | None = None) -> None:
     """Apply one record. Control records and unknown types only advance the position."""
     state.seq, state.h = record.seq, record.h
-    handler = HANDLERS.get(record.type)
-    if handler is None or record.is_control:
+    if record.is_control:
+        if record.type == "redaction" and record.has_payload:
+            _redaction_done(state, record.payload)
         return
-    if record.has_payload:
+    handler = HANDLERS.get(record.type)
+    if handler is None:
+        return
+    if record.salt is not None:  # record.has_payload, without the property call
         payload = record.payload
     else:
         payload = restate(record) if restate is not None else None
@@ -73,23 +77,32 @@ def _remember_key(session: SessionState, key: str, record: Record) -> None:
 
 
 def _make_item(record: Record, k: int, data: dict, content_seq: int | None = None) -> Item:
-    content = data.get("content")
+    # Replay runs this once per item of every add: positional arguments (in Item's field order)
+    # and the inline rule for plain strings done here save about a third of its time.
+    seq = record.seq
+    get = data.get
+    content = get("content")
+    if type(content) is str:
+        if len(content) > INLINE_CONTENT_BYTES:
+            content = None
+    else:
+        content = _inline(content)
     return Item(
-        id=item_id(record.seq, k),
-        seq=record.seq,
-        k=k,
-        content=_inline(content),
-        content_seq=record.seq if content_seq is None else content_seq,
-        h=record.h,
-        tokens=data["tokens"],
-        kind=data.get("kind"),
-        role=data.get("role"),
-        tags=tuple(data.get("tags", ())),
-        priority=data.get("priority", 0),
-        metadata=data.get("metadata", {}),
-        group=data.get("group"),
-        extra=data.get("extra", {}),
-        last_use=record.seq,
+        item_id(seq, k),
+        seq,
+        k,
+        content,
+        seq if content_seq is None else content_seq,
+        record.h,
+        data["tokens"],
+        get("kind"),
+        get("role"),
+        tuple(get("tags", ())),
+        get("priority", 0),
+        get("metadata", {}),
+        get("group"),
+        get("extra", {}),
+        seq,  # last_use
     )
 
 
@@ -142,8 +155,25 @@ def _created(state: MemoryState, _: SessionState | None, record: Record, payload
     state.sessions[(record.tenant, record.session)] = session
 
 
-@handles("session.deleted")
+ERASE_REQUEST = "{type}@{seq}"  # the `request` of the redaction that completes an erase
+
+
+def _redaction_done(state: MemoryState, payload: dict) -> None:
+    kind, _, seq = str(payload.get("request", "")).partition("@")
+    if kind in ("items.erased", "session.erased") and seq.isdigit():
+        state.pending_erasures.pop(int(seq), None)
+
+
 @handles("session.erased")
+def _session_erased(
+    state: MemoryState, _: SessionState | None, record: Record, payload: dict
+) -> None:
+    state.sessions.pop((record.tenant, record.session), None)
+    if payload.get("records"):
+        state.pending_erasures[record.seq] = payload["records"]
+
+
+@handles("session.deleted")
 def _deleted(state: MemoryState, _: SessionState | None, record: Record, payload: dict) -> None:
     state.sessions.pop((record.tenant, record.session), None)
 
@@ -157,7 +187,9 @@ def _ended(state: MemoryState, session: SessionState, record: Record, payload: d
 @handles("item.added")
 def _added(state: MemoryState, session: SessionState, record: Record, payload: dict) -> None:
     section = session.sections[record.section]
-    _evict(session, section, payload.get("evicted", ()))
+    evicted = payload.get("evicted")
+    if evicted:
+        _evict(session, section, evicted)
     for k, data in enumerate(payload["items"]):
         section.add(_make_item(record, k, data))
     session.version = record.seq
@@ -184,10 +216,17 @@ def _updated(state: MemoryState, session: SessionState, record: Record, payload:
 
 
 @handles("item.removed")
-@handles("items.erased")
 def _removed(state: MemoryState, session: SessionState, record: Record, payload: dict) -> None:
     _remove_by_section(session, payload["items"])
     session.version = record.seq
+
+
+@handles("items.erased")
+def _erased(state: MemoryState, session: SessionState, record: Record, payload: dict) -> None:
+    _remove_by_section(session, payload["items"])
+    session.version = record.seq
+    if payload.get("restate"):
+        state.pending_erasures[record.seq] = sorted(int(seq) for seq in payload["restate"])
 
 
 @handles("items.read")

@@ -176,14 +176,23 @@ class MemoryState:
     sessions: dict[tuple[str, str], SessionState] = field(default_factory=dict)
     seq: int = -1  # the last record applied
     h: str = ""  # its hash
+    # Erase records whose `redaction` has not been appended yet: erase seq -> seqs to redact.
+    # A fact about the log rather than about memory, so it is left out of the state hash.
+    pending_erasures: dict[int, list[int]] = field(default_factory=dict)
 
     def to_json(self) -> dict:
         ordered = sorted(self.sessions.items())
-        return {"seq": self.seq, "h": self.h, "sessions": [s.to_json() for _, s in ordered]}
+        return {
+            "seq": self.seq,
+            "h": self.h,
+            "sessions": [s.to_json() for _, s in ordered],
+            "pending_erasures": {str(k): v for k, v in self.pending_erasures.items()},
+        }
 
     @classmethod
     def from_json(cls, data: dict) -> MemoryState:
         state = cls(seq=data["seq"], h=data["h"])
+        state.pending_erasures = {int(k): v for k, v in data.get("pending_erasures", {}).items()}
         for s in data["sessions"]:
             session = SessionState.from_json(s)
             state.sessions[(session.tenant, session.id)] = session

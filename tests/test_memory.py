@@ -318,3 +318,39 @@ def test_shrinking_a_budget_evicts_by_policy_in_the_configured_record(mem):
     assert record.payload["evicted"] == [{"id": first.id, "reason": "fifo"}]
     assert mem.stats(session="s")["tokens"]["notes"] == 20
     assert mem.rebuild().state_hash() == mem.state_hash()
+
+
+def test_an_erase_interrupted_before_its_redaction_is_finished_on_open(tmp_path):
+    secret = "SSN 078-05-1120"
+    with Memory.open(tmp_path / "d", seg_bits=3) as mem:
+        s = mem.session("s")
+        item = s.add("findings", secret)
+        s.add("findings", "other")
+
+        # The crash: the items.erased record is durable, the redaction never happens.
+        def decide(state):
+            session = state.sessions[("default", "s")]
+            payload = {
+                "prev_seq": session.last_seq,
+                "reason": "gdpr",
+                "items": {"findings": [item.id]},
+                "restate": {
+                    str(item.seq): {
+                        "prev_seq": 0,
+                        "items": [{"tokens": item.tokens, "content": None}],
+                    }
+                },
+            }
+            from sections.commands import Command
+
+            return Command("default", "s", "_session", "items.erased", payload)
+
+        mem._commit(decide)
+        assert mem._state.pending_erasures
+    with Memory.open(tmp_path / "d") as mem:
+        assert not mem._state.pending_erasures
+        assert mem.rebuild().pending_erasures == {}
+        assert [v.content for v in mem.session("s").get("findings")] == ["other"]
+    for path in Path(tmp_path / "d").rglob("*"):
+        if path.is_file():
+            assert secret.encode() not in path.read_bytes(), path

@@ -3,13 +3,13 @@ verifies, and a crash at any step of the rewrite leaves a log that opens and ver
 
 What the writer does after a crash at each step (checked below):
 - (a) the redaction record is durable but no segment was rewritten, with or without the
-  checkpoint refresh: the log opens, the payload is still there, and the verifier reports the
-  redaction as pending. The writer does not finish the erase by itself; calling redact() again
-  appends a second redaction record for the same target and erases it.
+  checkpoint refresh: the crash image verifies, with the redaction reported as pending. Opening
+  the log finishes the erase: nothing is appended after a redaction record until its rewrite is
+  done, so an unfinished one is always the last record, and recovery rewrites its targets.
 - (b) `seg-N.jsonl.tmp` is half-written beside the old segment: the same as (a); the open
-  removes the half-written file.
-- (c) the rename is done: the erase is complete; a second redact() of the target is refused as
-  already redacted.
+  removes the half-written file, then finishes the erase.
+- (c) the rename is done: the erase is complete.
+In every case a second redact() of the target is then refused as already redacted.
 """
 
 from __future__ import annotations
@@ -230,29 +230,22 @@ def test_a_crash_at_any_step_of_the_rewrite_leaves_a_log_that_opens_verifies_and
         try:
             assert writer.last_resume["clean"] is False
             assert not list(work.glob("*.tmp")), f"{step}: the half-written file is removed"
-            if complete:
-                assert files_containing(work, secret.encode()) == [], step
-                with pytest.raises(InvalidInput, match="already redacted"):
-                    writer.redact([target.seq], "retry")
-                retry = None
-            else:
-                assert records_by_seq(work)[target.seq].payload == _personal(secret), step
-                report = assert_valid_local(work)
-                assert [r.pending for r in report.redactions] == [[target.seq]], step
-                retry = writer.redact([target.seq], "retry after a crash")
+            assert files_containing(work, secret.encode()) == [], (
+                f"{step}: the open finishes the erase"
+            )
+            with pytest.raises(InvalidInput, match="already redacted"):
+                writer.redact([target.seq], "retry")
         finally:
             writer.close()
 
         report = assert_valid_local(work)
-        # Both redaction records name the target rightly, so each authorizes its removal.
-        expected = {redaction.seq: [target.seq]}
-        if retry is not None:
-            expected[retry.seq] = [target.seq]
-        assert {r.seq: r.payload_removed for r in report.redactions} == expected, step
+        assert {r.seq: r.payload_removed for r in report.redactions} == {
+            redaction.seq: [target.seq]
+        }, step
         assert all(not r.pending for r in report.redactions), step
         erased = records_by_seq(work)[target.seq]
         assert not erased.has_payload
-        assert erased.redacted == (retry.seq if retry else redaction.seq)
+        assert erased.redacted == redaction.seq
         for needle in (secret, target.salt):
             assert files_containing(work, needle.encode()) == [], (step, needle)
 
