@@ -63,7 +63,7 @@ def _check_version(session: SessionState, expected: int | None) -> None:
         raise VersionConflict(session.id, expected, session.version)
 
 
-def _base(session: SessionState, idem: str | None) -> dict:
+def base_payload(session: SessionState, idem: str | None) -> dict:
     payload: dict = {"prev_seq": session.last_seq}
     if idem is not None:
         payload["idem"] = idem
@@ -140,7 +140,7 @@ def configure_section(
     if unknown:
         raise InvalidInput(f"unknown section settings {sorted(unknown)}")
     config = SectionConfig.from_json(name, {**base, **settings})
-    payload = _base(session, idem)
+    payload = base_payload(session, idem)
     payload["config"] = config.to_json()
     if (
         section is not None
@@ -158,7 +158,7 @@ def end_session(
 ) -> Command:
     _check_version(session, expected_version)
     return Command(
-        session.tenant, session.id, SESSION_SECTION, "session.ended", _base(session, idem)
+        session.tenant, session.id, SESSION_SECTION, "session.ended", base_payload(session, idem)
     )
 
 
@@ -167,7 +167,7 @@ def delete_session(
 ) -> Command:
     _check_version(session, expected_version)
     return Command(
-        session.tenant, session.id, SESSION_SECTION, "session.deleted", _base(session, idem)
+        session.tenant, session.id, SESSION_SECTION, "session.deleted", base_payload(session, idem)
     )
 
 
@@ -279,7 +279,7 @@ def add_items(
     incoming = sum(i["tokens"] for i in new)
     units = frozenset(i["group"] for i in new if "group" in i)
     victims = choose_victims(section, incoming, units)
-    payload = _base(session, idem)
+    payload = base_payload(session, idem)
     payload["items"] = new
     if victims:
         payload["evicted"] = [{"id": v.id, "reason": section.config.policy} for v in victims]
@@ -298,13 +298,13 @@ def update_item(
     _check_version(session, expected_version)
     section = get_section(session, section_name)
     _check_writable(section, session)
-    item = _get_item(section, item_id_)
+    item = get_item(section, item_id_)
     allowed = {"content", "tags", "priority", "metadata", "kind", "role"}
     if type(changes) is not dict or not changes or set(changes) - allowed:
         raise InvalidInput(f"an update sets one or more of {sorted(allowed)}")
     # The same field checks as an add; an update without content keeps the item's content.
     checked = _new_item(section.config, {"content": "", **changes}, counter, None)
-    payload = _base(session, idem)
+    payload = base_payload(session, idem)
     payload["id"] = item.id
     payload["set"] = dict(changes)
     if "content" in changes:
@@ -330,13 +330,13 @@ def remove_items(
     if not ids:
         raise InvalidInput("nothing to remove: give at least one item id")
     for id_ in ids:
-        _get_item(section, id_)
-    payload = _base(session, idem)
+        get_item(section, id_)
+    payload = base_payload(session, idem)
     payload["items"] = {section_name: list(dict.fromkeys(ids))}
     return Command(session.tenant, session.id, section_name, "item.removed", payload)
 
 
-def _get_item(section: SectionState, id_: str) -> Item:
+def get_item(section: SectionState, id_: str) -> Item:
     item = section.items.get(id_) if type(id_) is str else None
     if item is None:
         raise ItemNotFound(f"section {section.config.name!r} has no item {id_!r}")
@@ -355,7 +355,7 @@ def read_items(
     audited = {n: ids for n, ids in reads.items() if ids and session.sections[n].config.audit_reads}
     if not audited:
         return None
-    payload = _base(session, None)
+    payload = base_payload(session, None)
     payload.update({"reader": reader, "purpose": purpose, "items": audited})
     section = next(iter(audited)) if len(audited) == 1 else SESSION_SECTION
     return Command(session.tenant, session.id, section, "items.read", payload)
@@ -377,7 +377,7 @@ def assemble_context(
     chosen = render.choose(session, names, budget)
     messages = render.render(chosen, content_of)
     entries = render.manifest(chosen)
-    payload = _base(session, None)
+    payload = base_payload(session, None)
     payload.update(
         {
             "reader": reader,
@@ -405,7 +405,7 @@ def end_turn(
         for name, section in session.sections.items()
         if section.config.lifetime == "turn" and section.items
     }
-    payload = _base(session, idem)
+    payload = base_payload(session, idem)
     payload.update({"turn": session.turn, "cleared": cleared})
     return Command(session.tenant, session.id, SESSION_SECTION, "turn.ended", payload)
 
@@ -424,7 +424,7 @@ def commit(
     else:
         names = [n for n, s in session.sections.items() if s.config.lifetime == "commit"]
     ids = {n: [i.id for i in session.sections[n].items.values() if not i.committed] for n in names}
-    payload = _base(session, idem)
+    payload = base_payload(session, idem)
     payload["items"] = {n: v for n, v in ids.items() if v}
     section = section_name if section_name is not None else SESSION_SECTION
     return Command(session.tenant, session.id, section, "section.committed", payload)
@@ -447,7 +447,7 @@ def restart(state: MemoryState) -> list[Command]:
             if gone:
                 items[name] = gone
         if items:
-            payload = _base(session, None)
+            payload = base_payload(session, None)
             payload.update({"reason": "restart", "items": items})
             commands.append(
                 Command(session.tenant, session.id, SESSION_SECTION, "sections.cleared", payload)

@@ -28,7 +28,7 @@ from . import commands, erasure, render
 from .commands import Command
 from .config import SESSION_SECTION, MemoryConfig, load_config
 from .errors import ItemNotFound, NotFound
-from .projection import _redaction_done, apply
+from .projection import apply, redaction_done
 from .snapshot import Snapshot, newest_snapshot, purge_snapshots, write_snapshot
 from .state import Item, MemoryState, SessionState, item_id, parse_item_id
 from .tokens import DEFAULT_COUNTER, TokenCounter
@@ -283,7 +283,7 @@ class Memory:
         if seqs:
             redaction = self._writer.redact(seqs, reason, request)
             with self._lock:  # the writer appended it, not a command: mark the erase done
-                _redaction_done(self._state, redaction.payload)
+                redaction_done(self._state, redaction.payload)
         purge_snapshots(self.snapshot_dir)
         for hook in self.erase_hooks:
             hook()
@@ -664,7 +664,7 @@ class Session:
                 chosen = (
                     list(sec.items.values())
                     if ids is None
-                    else [commands._get_item(sec, i) for i in ids]
+                    else [commands.get_item(sec, i) for i in ids]
                 )
                 views.extend(self.memory._view(name, item) for item in chosen)
                 reads[name] = [item.id for item in chosen]
@@ -759,7 +759,7 @@ class Session:
                 if chosen:
                     items[name] = chosen
             erased.extend(i for v in items.values() for i in v)
-            payload = commands._base(session, None)
+            payload = commands.base_payload(session, None)
             payload.update(
                 {
                     "reason": reason,
@@ -789,7 +789,7 @@ class Session:
             chain.extend(
                 r for r, _ in erasure.session_chain(session, memory._reader_get, memory._payload_of)
             )
-            payload = commands._base(session, None)
+            payload = commands.base_payload(session, None)
             payload["reason"] = reason
             payload["records"] = [r.seq for r in chain if r.has_payload]
             return Command(self.tenant, self.id, SESSION_SECTION, "session.erased", payload)

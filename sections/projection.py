@@ -41,7 +41,7 @@ def apply(state: MemoryState, record: Record, restate: Restater | None = None) -
     state.seq, state.h = record.seq, record.h
     if record.is_control:
         if record.type == "redaction" and record.has_payload:
-            _redaction_done(state, record.payload)
+            redaction_done(state, record.payload)
         return
     handler = HANDLERS.get(record.type)
     if handler is None:
@@ -155,10 +155,8 @@ def _created(state: MemoryState, _: SessionState | None, record: Record, payload
     state.sessions[(record.tenant, record.session)] = session
 
 
-ERASE_REQUEST = "{type}@{seq}"  # the `request` of the redaction that completes an erase
-
-
-def _redaction_done(state: MemoryState, payload: dict) -> None:
+def redaction_done(state: MemoryState, payload: dict) -> None:
+    """A `redaction` whose request is `<erase type>@<seq>` completes that erase."""
     kind, _, seq = str(payload.get("request", "")).partition("@")
     if kind in ("items.erased", "session.erased") and seq.isdigit():
         state.pending_erasures.pop(int(seq), None)
