@@ -1,0 +1,421 @@
+"""The four fan-out channels of wire.md: thin adapters between the hub and a connection.
+
+Each adapter parses and checks the request, takes a `Subscription` from the hub, and moves its
+batches of pre-encoded records to the client: SSE through sse-starlette, WebSocket frames, JSONL
+lines, or one long-poll JSON body. What to send next, and from where, is the hub's and the
+cursor's business (streams/hub.py, streams/cursor.py); nothing here re-encodes a record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+from collections.abc import AsyncIterator, Awaitable
+from urllib.parse import parse_qsl
+
+import orjson
+from sse_starlette import EventSourceResponse
+from starlette.requests import HTTPConnection
+from starlette.types import Receive, Scope, Send
+
+from eventstore.filters import RecordFilter
+from eventstore.identifiers import is_identifier
+
+from .auth import Principal
+from .errors import ApiError, error_response
+from .hub import EncodedRecord, Hub, Slot
+from .responses import dumps
+from .routing import RawRoute
+
+FILTER_KEYS = ("tenant", "session", "section", "type")
+DEFAULT_LIMIT = 100
+DEFAULT_WAIT = 30.0
+FIRST_FRAME_SECONDS = 30.0
+WS_POLICY_VIOLATION = 1008
+WS_GOING_AWAY = 1001
+WS_TRY_AGAIN_LATER = 1013
+STREAM_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+
+
+def _bad(message: str) -> ApiError:
+    return ApiError(400, "invalid_input", message)
+
+
+# ---- request parsing (shared by every channel) ---------------------------------------------
+
+
+def query_params(
+    scope: Scope, allowed: tuple[str, ...], filters: bool = True
+) -> dict[str, list[str]]:
+    """The query string as name -> values; a name outside `allowed`, the filters (when taken)
+    and `token` is a 400."""
+    params: dict[str, list[str]] = {}
+    raw = scope.get("query_string", b"").decode("latin-1")
+    try:
+        pairs = parse_qsl(raw, keep_blank_values=True, errors="strict")
+    except UnicodeDecodeError:
+        raise _bad("the query string is not UTF-8") from None
+    for name, value in pairs:
+        if name not in allowed and (not filters or name not in FILTER_KEYS) and name != "token":
+            known = ", ".join((*allowed, *(FILTER_KEYS if filters else ()), "token"))
+            raise _bad(f"unknown query parameter {name!r}: this stream takes {known}")
+        params.setdefault(name, []).append(value)
+    return params
+
+
+def _single(params: dict[str, list[str]], name: str) -> str | None:
+    values = params.get(name)
+    if not values:
+        return None
+    if len(values) > 1:
+        raise _bad(f"query parameter {name} is given {len(values)} times; give it once")
+    return values[0]
+
+
+def parse_cursor(value: object, name: str = "after") -> int:
+    """A cursor: the seq of the last record seen, or -1 for the start of the log."""
+    if type(value) is int:
+        cursor = value
+    elif isinstance(value, str) and value.strip().lstrip("-").isdigit() and value.isascii():
+        cursor = int(value)
+    else:
+        raise _bad(f"{name} must be a seq (an integer >= -1), not {value!r}")
+    if cursor < -1:
+        raise _bad(f"{name} must be a seq (an integer >= -1), not {cursor}; -1 is the start")
+    return cursor
+
+
+def _flag(params: dict[str, list[str]], name: str, default: bool) -> bool:
+    value = _single(params, name)
+    if value is None:
+        return default
+    if value in ("1", "true"):
+        return True
+    if value in ("0", "false"):
+        return False
+    raise _bad(f"{name} must be 0 or 1, not {value!r}")
+
+
+def _number(params: dict, name: str, default: float, low: float, high: float) -> float:
+    value = _single(params, name)
+    if value is None:
+        return default
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
+    if not low <= number:  # also refuses NaN
+        raise _bad(f"{name} must be a number >= {low:g}, not {value!r}")
+    return min(number, high)
+
+
+def _filter_values(name: str, values: object) -> list[str]:
+    if isinstance(values, str):
+        values = [values]
+    if not isinstance(values, list) or not values:
+        raise _bad(f"filter {name} must be a string or a non-empty list of strings")
+    for value in values:
+        if not is_identifier(value):
+            raise _bad(
+                f"filter {name} value {value!r} is not an identifier: use 1 to 128 characters "
+                "of A-Z a-z 0-9 . _ : @ / + -"
+            )
+    return values
+
+
+def scoped_filter(
+    fields: dict[str, list[str]], principal: Principal, tenants: bool
+) -> RecordFilter:
+    """The subscriber's filter, with its tenant forced when credentials are configured.
+
+    With tokens a principal sees its own tenant only, and so never the control records (`_log`);
+    without tokens (one tenant) every record is visible, as wire.md says.
+    """
+    if tenants:
+        asked = fields.get("tenant")
+        if asked is not None and principal.tenant not in asked:
+            raise ApiError(403, "forbidden", f"this token reads tenant {principal.tenant!r} only")
+        fields = {**fields, "tenant": [principal.tenant]}
+    return RecordFilter.of(**fields)
+
+
+def _query_filter(params: dict[str, list[str]]) -> dict[str, list[str]]:
+    return {name: _filter_values(name, params[name]) for name in FILTER_KEYS if name in params}
+
+
+def client_address(scope: Scope) -> str:
+    client = scope.get("client")
+    return client[0] if client else "unknown"
+
+
+def parse_subscribe_frame(text: str | None) -> tuple[int, dict[str, list[str]]]:
+    """The WebSocket's first frame: `{"after": N, "filter": {...}}`, both optional."""
+    if text is None:
+        raise _bad('the first frame must be a text frame {"after": N, "filter": {...}}')
+    try:
+        frame = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        raise _bad("the first frame is not JSON") from None
+    if type(frame) is not dict:
+        raise _bad('the first frame must be a JSON object {"after": N, "filter": {...}}')
+    unknown = set(frame) - {"after", "filter"}
+    if unknown:
+        raise _bad(f"unknown key {sorted(unknown)[0]!r} in the first frame: use after, filter")
+    after = frame.get("after", -1)
+    if type(after) is not int:
+        raise _bad(f"after must be a seq (an integer >= -1), not {after!r}")
+    after = parse_cursor(after)
+    given = frame.get("filter", {})
+    if type(given) is not dict:
+        raise _bad("filter must be an object of tenant, session, section, type")
+    unknown = set(given) - set(FILTER_KEYS)
+    if unknown:
+        name = sorted(unknown)[0]
+        raise _bad(f"unknown filter {name!r}: filter on tenant, session, section, type")
+    return after, {name: _filter_values(name, values) for name, values in given.items()}
+
+
+# ---- the adapters ----------------------------------------------------------------------------
+
+
+async def _until_disconnect(receive: Receive, work: Awaitable[None]) -> None:
+    """Run `work` until it ends or the client goes away, whichever comes first."""
+
+    async def disconnected() -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+
+    tasks = [asyncio.ensure_future(work), asyncio.ensure_future(disconnected())]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+    for result in results:
+        if isinstance(result, Exception) and not isinstance(result, OSError):
+            raise result  # OSError: the client went away mid-send
+
+
+class Channels:
+    def __init__(self, service) -> None:
+        self.service = service
+        self._closing_watch: asyncio.Task | None = None
+
+    @property
+    def hub(self) -> Hub:
+        return self.service.hub
+
+    def _begin(self, scope: Scope, allowed: tuple[str, ...]):
+        """Authenticate, parse the query, and build the filter: (params, filter)."""
+        self._watch_closing()
+        principal = self.service.principal(HTTPConnection(scope), "read")
+        params = query_params(scope, allowed)
+        where = scoped_filter(_query_filter(params), principal, bool(self.service.settings.tokens))
+        return params, where
+
+    def _watch_closing(self) -> None:
+        """End every stream as soon as shutdown begins (uvicorn then waits for connections)."""
+        if self._closing_watch is None and self.service.closing is not None:
+            self._closing_watch = asyncio.ensure_future(self._close_on_shutdown())
+
+    async def _close_on_shutdown(self) -> None:
+        await self.service.closing.wait()
+        await self.hub.close()
+
+    # -- SSE
+
+    async def sse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            params, where = self._begin(scope, ("after", "typed"))
+            last_event_id = HTTPConnection(scope).headers.get("last-event-id")
+            if last_event_id:
+                after = parse_cursor(last_event_id, "Last-Event-ID")
+            else:
+                after = parse_cursor(_single(params, "after") or "-1")
+            typed = _flag(params, "typed", False)
+            subscription = self.hub.subscribe(after, where, "sse", client=client_address(scope))
+        except ApiError as exc:
+            await error_response(exc.status, exc.code, exc.message)(scope, receive, send)
+            return
+        frame = EncodedRecord.sse_typed if typed else EncodedRecord.sse
+
+        async def events() -> AsyncIterator[bytes]:
+            async for delivery in subscription:
+                if delivery.items:
+                    yield b"".join([frame(item) for item in delivery.items])
+
+        response = EventSourceResponse(
+            events(),
+            headers=STREAM_HEADERS,
+            ping=self.service.settings.heartbeat_seconds,
+            sep="\n",
+        )
+        try:
+            await response(scope, receive, send)
+        finally:
+            subscription.close()
+
+    # -- JSONL
+
+    async def jsonl(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            params, where = self._begin(scope, ("after", "follow"))
+            after = parse_cursor(_single(params, "after") or "-1")
+            follow = _flag(params, "follow", True)
+            subscription = self.hub.subscribe(
+                after,
+                where,
+                "jsonl",
+                client=client_address(scope),
+                stop_after=None if follow else self.hub.head,
+            )
+        except ApiError as exc:
+            await error_response(exc.status, exc.code, exc.message)(scope, receive, send)
+            return
+
+        async def stream() -> None:
+            headers = [(b"content-type", b"application/x-ndjson")] + [
+                (k.lower().encode(), v.encode()) for k, v in STREAM_HEADERS.items()
+            ]
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            async for delivery in subscription:
+                if delivery.items:
+                    body = b"\n".join([item.line for item in delivery.items]) + b"\n"
+                    await send({"type": "http.response.body", "body": body, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+        with subscription:
+            await _until_disconnect(receive, stream())
+
+    # -- long-poll
+
+    async def events(self, scope: Scope, receive: Receive, send: Send) -> None:
+        settings = self.service.settings
+        try:
+            params, where = self._begin(scope, ("after", "limit", "wait"))
+            after = parse_cursor(_single(params, "after") or "-1")
+            limit = _number(params, "limit", DEFAULT_LIMIT, 1, settings.max_batch_items)
+            if limit != int(limit):
+                raise _bad(f"limit must be an integer, not {limit:g}")
+            wait = _number(params, "wait", DEFAULT_WAIT, 0, settings.long_poll_max_wait)
+            subscription = self.hub.subscribe(
+                after, where, "longpoll", client=client_address(scope), batch=int(limit)
+            )
+        except ApiError as exc:
+            await error_response(exc.status, exc.code, exc.message)(scope, receive, send)
+            return
+
+        async def poll() -> None:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + wait
+            records: list[EncodedRecord] = []
+            while True:
+                delivery = await subscription.next(max(0.0, deadline - loop.time()))
+                if delivery is None or delivery.items or delivery.caught_up is None:
+                    break  # records, the end (shutdown), or the wait is over
+            if delivery is not None:
+                records = delivery.items
+            body = b'{"records":[%s],"next":%d,"head":%d}' % (
+                b",".join([item.line for item in records]),
+                records[-1].seq if records else after,
+                self.hub.head,
+            )
+            headers = [(b"content-type", b"application/json"), (b"cache-control", b"no-store")]
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
+
+        with subscription:
+            await _until_disconnect(receive, poll())
+
+    # -- WebSocket
+
+    async def ws(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (await receive())["type"] != "websocket.connect":
+            return
+        try:
+            self._watch_closing()
+            principal = self.service.principal(HTTPConnection(scope), "read")
+            query_params(scope, (), filters=False)  # the filter comes in the first frame
+            slot = self.hub.reserve(client_address(scope))
+        except ApiError as exc:
+            await _deny(scope, send, exc)
+            return
+        try:
+            await send({"type": "websocket.accept"})
+            await self._ws_session(principal, slot, receive, send)
+        except OSError:
+            pass  # the client went away
+        finally:
+            slot.release()
+
+    async def _ws_session(self, principal: Principal, slot: Slot, receive: Receive, send: Send):
+        try:
+            message = await asyncio.wait_for(receive(), FIRST_FRAME_SECONDS)
+        except TimeoutError:
+            await _close(send, WS_POLICY_VIOLATION, "no subscription frame arrived in time")
+            return
+        if message["type"] != "websocket.receive":
+            return  # websocket.disconnect
+        try:
+            after, fields = parse_subscribe_frame(message.get("text"))
+            where = scoped_filter(fields, principal, bool(self.service.settings.tokens))
+            subscription = self.hub.subscribe(after, where, "ws", slot=slot)
+        except ApiError as exc:
+            code = WS_TRY_AGAIN_LATER if exc.status >= 500 else WS_POLICY_VIOLATION
+            await _close(send, code, exc.message)
+            return
+
+        async def pump() -> None:
+            async for delivery in subscription:
+                if delivery.caught_up is not None:
+                    control = b'{"control":"caught_up","seq":%d}' % delivery.caught_up
+                    await send({"type": "websocket.send", "text": control.decode()})
+                for item in delivery.items:
+                    await send({"type": "websocket.send", "text": item.text()})
+            await _close(send, WS_GOING_AWAY, "the server is shutting down; resume with after")
+
+        async def listen() -> None:
+            while (await receive())["type"] != "websocket.disconnect":
+                pass  # frames after the first are ignored
+
+        with subscription:
+            tasks = [asyncio.ensure_future(pump()), asyncio.ensure_future(listen())]
+            try:
+                await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for task in tasks:
+                    task.cancel()
+                results = await asyncio.gather(*tasks, return_exceptions=True)
+        for result in results:
+            if isinstance(result, Exception) and not isinstance(result, OSError):
+                raise result
+
+
+async def _close(send: Send, code: int, reason: str) -> None:
+    # A close reason is at most 123 bytes of UTF-8.
+    data = reason.encode()[:123].decode("utf-8", "ignore")
+    with contextlib.suppress(OSError):
+        await send({"type": "websocket.close", "code": code, "reason": data})
+
+
+async def _deny(scope: Scope, send: Send, exc: ApiError) -> None:
+    """Refuse a WebSocket handshake with the same 4xx JSON error as HTTP, where the server can."""
+    if "websocket.http.response" not in scope.get("extensions", {}):
+        await _close(send, WS_POLICY_VIOLATION, exc.message)
+        return
+    body = dumps({"error": {"code": exc.code, "message": exc.message}})
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+    await send({"type": "websocket.http.response.start", "status": exc.status, "headers": headers})
+    await send({"type": "websocket.http.response.body", "body": body})
+
+
+def routes(service) -> list[RawRoute]:
+    channels = Channels(service)
+    return [
+        RawRoute("/v1/stream/sse", {"GET": channels.sse}),
+        RawRoute("/v1/stream/ws", {"WEBSOCKET": channels.ws}, websocket=True),
+        RawRoute("/v1/stream/jsonl", {"GET": channels.jsonl}),
+        RawRoute("/v1/events", {"GET": channels.events}),
+    ]

@@ -1,0 +1,396 @@
+"""The fan-out hub: publishes each durable record once, to every subscriber (docs/fanout.md).
+
+The writer calls the hub's listener on its own thread after each durable batch; the listener
+hands the batch to the event loop with one `call_soon_threadsafe` and returns, so a writer never
+waits for a subscriber. On the loop the hub wraps each record once in an `EncodedRecord`, whose
+channel encodings are built at most once per record and shared by every subscriber, and offers
+the batch to each subscriber's `Cursor` (streams/cursor.py). A `Subscription` drives its cursor:
+it reads the log in a worker thread when the cursor asks, and hands the channel adapters
+(streams/channels.py) batches of encoded records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import NamedTuple
+
+import orjson
+
+from eventstore.filters import MATCH_ALL, RecordFilter
+from eventstore.reader import LogReader
+from eventstore.record import Record
+
+from .cursor import DONE, WAIT, CaughtUp, Cursor, ReadLog, Send
+from .errors import ApiError
+
+log = logging.getLogger("ledgermem.fanout")
+
+DEFAULT_BUFFER_BYTES = 1 << 20  # per subscriber; until Settings carries subscriber_buffer_bytes
+READ_THREADS = 4
+SCAN_LIMIT = 16384  # lines examined per log read, so a selective filter still yields often
+_PREV_KEY = b',"prev":'
+
+
+class EncodedRecord:
+    """One record and its channel encodings, each built at most once and shared by everyone."""
+
+    __slots__ = ("seq", "line", "tenant", "session", "section", "type", "_sse", "_typed", "_text")
+
+    def __init__(
+        self, seq: int, line: bytes, tenant: str, session: str, section: str, type_: str
+    ) -> None:
+        self.seq, self.line = seq, line
+        self.tenant, self.session, self.section, self.type = tenant, session, section, type_
+        self._sse: bytes | None = None
+        self._typed: bytes | None = None
+        self._text: str | None = None
+
+    @classmethod
+    def of(cls, record: Record) -> EncodedRecord:
+        return cls(
+            record.seq, record.line, record.tenant, record.session, record.section, record.type
+        )
+
+    @classmethod
+    def from_line(cls, seq: int, line: bytes) -> EncodedRecord:
+        # The identifiers come before "prev" and never need escaping: parse only that prefix.
+        end = line.find(_PREV_KEY)
+        head = orjson.loads(line[:end] + b"}" if end > 0 else line)
+        return cls(seq, line, head["tenant"], head["session"], head["section"], head["type"])
+
+    def sse(self) -> bytes:
+        """The SSE event: `id: <seq>`, `data: <record>`."""
+        if self._sse is None:
+            self._sse = b"id: %d\ndata: %s\n\n" % (self.seq, self.line)
+        return self._sse
+
+    def sse_typed(self) -> bytes:
+        """The SSE event with `event: <type>` (only for `typed=1` subscribers)."""
+        if self._typed is None:
+            self._typed = b"id: %d\nevent: %s\ndata: %s\n\n" % (
+                self.seq,
+                self.type.encode(),
+                self.line,
+            )
+        return self._typed
+
+    def text(self) -> str:
+        """The WebSocket text frame: the record itself."""
+        if self._text is None:
+            self._text = self.line.decode("utf-8")
+        return self._text
+
+    def __repr__(self) -> str:
+        return f"EncodedRecord(seq={self.seq})"
+
+
+class Delivery(NamedTuple):
+    items: list[EncodedRecord]
+    source: str  # "log", "live", or "" for a control message / a timeout
+    caught_up: int | None = None
+
+
+_TIMEOUT = Delivery([], "")
+
+
+class _NullMetrics:
+    def subscriber_added(self, channel: str) -> None: ...
+    def subscriber_removed(self, channel: str) -> None: ...
+    def served(self, channel: str, source: str, n: int) -> None: ...
+    def lag(self, channel: str, records: int) -> None: ...
+
+
+class Slot:
+    """One of a client address's subscriber places; `release()` gives it back (idempotent)."""
+
+    __slots__ = ("hub", "client", "released")
+
+    def __init__(self, hub: Hub, client: str) -> None:
+        self.hub, self.client, self.released = hub, client, False
+
+    def release(self) -> None:
+        if not self.released:
+            self.released = True
+            self.hub._release(self.client)
+
+
+class Subscription:
+    """What a channel adapter pulls batches from: `async for delivery in subscription`, or
+    `await next(timeout)`. Always `close()` it (it is also a context manager)."""
+
+    def __init__(self, hub: Hub, cursor: Cursor, channel: str, slot: Slot | None) -> None:
+        self.hub = hub
+        self.cursor = cursor
+        self.channel = channel
+        self._slot = slot
+        self._wake = asyncio.Event()
+        self._ended = False  # the hub closed
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        return self._closed or self._ended
+
+    def _offer(self, items: Sequence[EncodedRecord]) -> None:
+        if self.cursor.offer(items):
+            self._wake.set()
+
+    def _overflow(self) -> None:
+        self.cursor.overflow()
+        self._wake.set()
+
+    def _end(self) -> None:
+        self._ended = True
+        self._wake.set()
+
+    async def next(self, timeout: float | None = None) -> Delivery | None:
+        """The next batch (or a caught-up notice); an empty Delivery when `timeout` passes;
+        None when the subscription is over (it reached its end, or the hub closed)."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        hub, cursor = self.hub, self.cursor
+        while not self.closed:
+            action = cursor.next_action(hub.head)
+            kind = type(action)
+            if kind is Send:
+                hub.metrics.served(self.channel, action.source, len(action.items))
+                hub.metrics.lag(self.channel, max(0, hub.head - cursor.position))
+                return Delivery(action.items, action.source)
+            if kind is ReadLog:
+                await self._read(action)
+                continue
+            if kind is CaughtUp:
+                return Delivery([], "", action.seq)
+            if action is DONE:
+                return None
+            assert action is WAIT
+            self._wake.clear()
+            if deadline is None:
+                await self._wake.wait()
+                continue
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return _TIMEOUT
+            try:
+                await asyncio.wait_for(self._wake.wait(), remaining)
+            except TimeoutError:
+                return _TIMEOUT
+        return None
+
+    async def _read(self, action: ReadLog) -> None:
+        items, reached = await self.hub._read(action, self.cursor.filter)
+        if reached <= action.after and not self.closed:
+            # The log holds fewer records than were published: it was changed underneath us.
+            log.warning("log read after %d up to %d found nothing", action.after, action.until)
+            await asyncio.sleep(0.05)
+        self.cursor.log_read(action.after, items, reached)
+
+    def __aiter__(self) -> Subscription:
+        return self
+
+    async def __anext__(self) -> Delivery:
+        delivery = await self.next()
+        if delivery is None:
+            raise StopAsyncIteration
+        return delivery
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._wake.set()
+        self.hub._remove(self)
+
+    def __enter__(self) -> Subscription:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Hub:
+    """Publishes every durable record once; subscribers catch up from the log, then go live."""
+
+    def __init__(self, writer, reader: LogReader, settings, metrics=None) -> None:
+        self.writer = writer
+        self.reader = reader
+        self.settings = settings
+        self.metrics = metrics if metrics is not None else _NullMetrics()
+        self.max_records: int = settings.subscriber_buffer
+        self.max_bytes: int = getattr(settings, "subscriber_buffer_bytes", DEFAULT_BUFFER_BYTES)
+        self.per_client: int = settings.max_subscribers_per_client
+        self.head = -1
+        self.published = 0  # records published since start (for tests and stats)
+        self._subscriptions: dict[Subscription, None] = {}  # insertion-ordered set
+        self._clients: dict[str, int] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._local = threading.local()
+        self._closed = False
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start publishing; call in the running loop before the first subscriber."""
+        self._loop = asyncio.get_running_loop()
+        self._pool = ThreadPoolExecutor(READ_THREADS, thread_name_prefix="ledgermem-fanout")
+        self.writer.add_listener(self._on_durable)
+        # After the listener is in place: a batch counted here may also reach the listener,
+        # and _publish skips what is not beyond the head.
+        self.head = self.writer.size - 1
+
+    async def close(self) -> None:
+        """End every subscription (their streams finish cleanly) and stop publishing."""
+        if self._closed:
+            return
+        self._closed = True
+        with contextlib.suppress(ValueError):
+            self.writer.remove_listener(self._on_durable)
+        for subscription in list(self._subscriptions):
+            subscription._end()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def subscriptions(self) -> list[Subscription]:
+        return list(self._subscriptions)
+
+    # ---- publishing --------------------------------------------------------------------------
+
+    def _on_durable(self, records: list[Record]) -> None:
+        """The writer thread, after a durable batch: one hand-over to the loop, no waiting."""
+        loop = self._loop
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody listens
+                loop.call_soon_threadsafe(self._publish, records)
+
+    def _publish(self, records: list[Record]) -> None:
+        head = self.head
+        if records[-1].seq <= head or self._closed:
+            return
+        if records[0].seq <= head:
+            records = [r for r in records if r.seq > head]
+        gap = records[0].seq != head + 1
+        self.head = records[-1].seq
+        self.published += len(records)
+        if not self._subscriptions:
+            return
+        if gap:  # never expected; the log has what was missed, so everyone reads it there
+            log.error("published records jump from %d to %d", head, records[0].seq)
+            for subscription in list(self._subscriptions):
+                subscription._overflow()
+        items = [EncodedRecord.of(record) for record in records]
+        for subscription in list(self._subscriptions):
+            subscription._offer(items)
+
+    # ---- subscribing -------------------------------------------------------------------------
+
+    def reserve(self, client: str) -> Slot:
+        """Take one of `client`'s subscriber places; 429 when it holds them all."""
+        if self._closed:
+            raise ApiError(503, "shutting_down", "the service is shutting down; reconnect shortly")
+        held = self._clients.get(client, 0)
+        if held >= self.per_client:
+            raise ApiError(
+                429,
+                "too_many_subscribers",
+                f"{client} already holds {held} subscriptions, the most one client may "
+                "(max_subscribers_per_client); close one first",
+            )
+        self._clients[client] = held + 1
+        return Slot(self, client)
+
+    def _release(self, client: str) -> None:
+        held = self._clients.get(client, 0) - 1
+        if held > 0:
+            self._clients[client] = held
+        else:
+            self._clients.pop(client, None)
+
+    def subscribe(
+        self,
+        after: int,
+        where: RecordFilter = MATCH_ALL,
+        channel: str = "sse",
+        *,
+        client: str | None = None,
+        slot: Slot | None = None,
+        batch: int | None = None,
+        stop_after: int | None = None,
+    ) -> Subscription:
+        """A subscriber at cursor `after` (records with seq > after, matching `where`).
+
+        `client` (an address) takes one of its places, or pass a `slot` already reserved.
+        `batch` bounds one delivery; `stop_after` ends the subscription at that seq.
+        """
+        if slot is None and client is not None:
+            slot = self.reserve(client)
+        elif self._closed:
+            raise ApiError(503, "shutting_down", "the service is shutting down; reconnect shortly")
+        cursor = Cursor(
+            after,
+            self.head,
+            where,
+            max_records=self.max_records,
+            max_bytes=self.max_bytes,
+            batch=batch,
+            stop_after=stop_after,
+        )
+        subscription = Subscription(self, cursor, channel, slot)
+        self._subscriptions[subscription] = None
+        self.metrics.subscriber_added(channel)
+        return subscription
+
+    def _remove(self, subscription: Subscription) -> None:
+        if subscription in self._subscriptions:
+            del self._subscriptions[subscription]
+            self.metrics.subscriber_removed(subscription.channel)
+        if subscription._slot is not None:
+            subscription._slot.release()
+
+    # ---- reading the log ---------------------------------------------------------------------
+
+    async def _read(self, action: ReadLog, where: RecordFilter) -> tuple[list[EncodedRecord], int]:
+        loop = asyncio.get_running_loop()
+        if self._pool is None:
+            raise RuntimeError("Hub.start() was not called")
+        try:
+            return await loop.run_in_executor(self._pool, self._read_log, action, where)
+        except RuntimeError:  # the pool was shut down: the hub is closing
+            return [], action.after
+
+    def _thread_reader(self) -> LogReader:
+        # LogReader caches its segment indexes without a lock: one reader per thread.
+        reader = getattr(self._local, "reader", None)
+        if reader is None:
+            reader = LogReader(self.reader.log_dir, self.reader.index_dir)
+            self._local.reader = reader
+        return reader
+
+    def _read_log(self, action: ReadLog, where: RecordFilter) -> tuple[list[EncodedRecord], int]:
+        """In a worker thread: matching records with after < seq < until, within the bounds."""
+        items: list[EncodedRecord] = []
+        size = 0
+        reached = action.after
+        scan_end = action.after + SCAN_LIMIT
+        match_all = where is MATCH_ALL
+        for seq, line in self._thread_reader().lines(action.after, action.until):
+            reached = seq
+            item = EncodedRecord.from_line(seq, line)
+            if match_all or where.matches(item):  # type: ignore[arg-type]
+                items.append(item)
+                size += len(line)
+                if len(items) >= action.limit or size >= action.max_bytes:
+                    break
+            if seq >= scan_end:
+                break
+        return items, reached
