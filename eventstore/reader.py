@@ -59,6 +59,7 @@ class LogReader:
     def lines(self, after: int = -1, until: int | None = None) -> Iterator[tuple[int, bytes]]:
         """(seq, line) for every complete record with after < seq < until, in order."""
         seq = after + 1
+        mask = self._seg_size - 1
         while until is None or seq < until:
             n = seq >> self.seg_bits
             path = self.log_dir / layout.segment_name(n)
@@ -69,24 +70,41 @@ class LogReader:
             if position is None:
                 return  # seq is beyond what is written
             offset, at = position
-            sealed = False
-            for _, line in segfile.iter_lines(path, offset):
-                if at >= seq:
-                    if until is not None and at >= until:
+            # Skip from the indexed line to seq, then yield without per-line bookkeeping: this
+            # loop runs once per record of every replay.
+            found = segfile.iter_lines(path, offset)
+            if at < seq:
+                for _ in found:
+                    at += 1
+                    if at == seq:
+                        break
+                else:
+                    return  # the segment ends before seq
+            if until is None:
+                for _, line in found:
+                    yield at, line
+                    at += 1
+            else:
+                for _, line in found:
+                    if at >= until:
                         return
                     yield at, line
-                    sealed = at & (self._seg_size - 1) == self._seg_size - 1
-                at += 1
-            if at <= seq or not sealed and at & (self._seg_size - 1):
-                return  # the segment ends before seq, or is still being written
-            seq = max(seq, at)
+                    at += 1
+            if at <= seq or at & mask:
+                return  # nothing at seq yet, or the segment is still being written
+            seq = at
 
     def records(
         self, after: int = -1, until: int | None = None, where: RecordFilter = MATCH_ALL
     ) -> Iterator[Record]:
+        from_line = Record.from_line
+        if where is MATCH_ALL:
+            for _, line in self.lines(after, until):
+                yield from_line(line)
+            return
         for _, line in self.lines(after, until):
-            record = Record.from_line(line)
-            if where is MATCH_ALL or where.matches(record):
+            record = from_line(line)
+            if where.matches(record):
                 yield record
 
     def get(self, seq: int) -> Record:

@@ -83,13 +83,14 @@ class Item:
 
     @classmethod
     def from_json(cls, data: dict) -> Item:
-        seq, k = parse_item_id(data["id"])
+        # Positional, in field order: a restart runs this once per live item.
+        id_ = data["id"]
+        seq, k = parse_item_id(id_)
         return cls(
-            id=data["id"], seq=seq, k=k, content=data["content"], content_seq=data["content_seq"],
-            h=data["h"], tokens=data["tokens"], kind=data["kind"], role=data["role"],
-            tags=tuple(data["tags"]), priority=data["priority"], metadata=data["metadata"],
-            group=data["group"], extra=data.get("extra", {}), last_use=data["last_use"],
-            reads=data["reads"], committed=data["committed"],
+            id_, seq, k, data["content"], data["content_seq"], data["h"], data["tokens"],
+            data["kind"], data["role"], tuple(data["tags"]), data["priority"], data["metadata"],
+            data["group"], data.get("extra", {}), data["last_use"], data["reads"],
+            data["committed"],
         )  # fmt: skip
 
 
