@@ -1,0 +1,383 @@
+"""The HTTP service against a real server process: writes are durable and return their record's
+exact bytes, refusals are 4xx with nothing appended, tenants are isolated, shutdown is clean and
+kill -9 loses no acknowledged write."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from urllib.parse import quote
+
+import httpx
+import pytest
+from server import ROOT, Server
+
+from eventstore.checkpoint import VerifierKey
+from eventstore.reader import LogReader
+from eventstore.verify import verify_log
+
+SESSION = "acme/deal:2026@buyside+1"
+S = quote(SESSION, safe="")
+
+
+@pytest.fixture
+def server(tmp_path):
+    with Server(tmp_path / "data", "--seg-bits", "5") as srv:
+        yield srv
+
+
+@pytest.fixture
+def client(server):
+    with httpx.Client(base_url=server.url, timeout=30) as c:
+        yield c
+
+
+def _head(client: httpx.Client) -> int:
+    return client.get("/v1/log/status").json()["head"]
+
+
+def _file_line(data_dir: Path, seq: int) -> bytes:
+    for _, line in LogReader(data_dir / "log").lines(seq - 1, seq + 1):
+        return line
+    raise AssertionError(f"seq {seq} not in the files")
+
+
+def test_put_session_creates_then_gets(client):
+    first = client.put(f"/v1/sessions/{S}", json={"metadata": {"app": "deals", "user": "u1"}})
+    assert first.status_code == 201
+    assert first.json()["record"]["type"] == "session.created"
+    again = client.put(f"/v1/sessions/{S}")
+    assert again.status_code == 200 and again.json()["record"] is None
+    assert (
+        client.get("/v1/sessions", params={"app": "deals"}).json()["sessions"][0]["session"]
+        == SESSION
+    )
+
+
+def test_added_item_returns_the_exact_bytes_of_its_line_in_the_segment_file(client, server):
+    client.put(f"/v1/sessions/{S}")
+    response = client.post(
+        f"/v1/sessions/{S}/sections/findings/items",
+        json={"content": "margin \u2028 40%", "tags": ["fin"], "priority": 5},
+    )
+    assert response.status_code == 201
+    body = response.content
+    start = body.index(b'"record":') + len(b'"record":')
+    record = json.loads(body)["record"]
+    line = _file_line(server.data_dir, record["seq"])
+    assert body[start : start + len(line)] == line
+    assert json.loads(body)["item"]["id"] == str(record["seq"])
+
+
+def test_batch_add_is_one_record(client):
+    client.put(f"/v1/sessions/{S}")
+    response = client.post(
+        f"/v1/sessions/{S}/sections/findings/items",
+        json={"items": [{"content": "a"}, {"content": "b"}]},
+    )
+    assert response.status_code == 201
+    seq = response.json()["record"]["seq"]
+    assert [i["id"] for i in response.json()["items"]] == [str(seq), f"{seq}.1"]
+
+
+def test_idempotency_key_retry_returns_the_first_record_and_appends_nothing(client):
+    client.put(f"/v1/sessions/{S}")
+    headers = {"Idempotency-Key": "req-42"}
+    first = client.post(
+        f"/v1/sessions/{S}/sections/findings/items", json={"content": "once"}, headers=headers
+    )
+    head = _head(client)
+    again = client.post(
+        f"/v1/sessions/{S}/sections/findings/items", json={"content": "once"}, headers=headers
+    )
+    assert again.json()["record"] == first.json()["record"]
+    assert _head(client) == head
+
+
+def test_stale_if_match_is_409_and_appends_nothing(client):
+    created = client.put(f"/v1/sessions/{S}")
+    version = created.headers["ETag"]
+    ok = client.post(
+        f"/v1/sessions/{S}/sections/findings/items",
+        json={"content": "a"},
+        headers={"If-Match": version},
+    )
+    assert ok.status_code == 201
+    head = _head(client)
+    stale = client.post(
+        f"/v1/sessions/{S}/sections/findings/items",
+        json={"content": "b"},
+        headers={"If-Match": version},
+    )
+    assert stale.status_code == 409 and stale.json()["error"]["code"] == "version_conflict"
+    assert _head(client) == head
+
+
+@pytest.mark.parametrize(
+    "method, path, kwargs, status",
+    [
+        ("POST", f"/v1/sessions/{S}/sections/findings/items", {"content": b"{not json"}, 400),
+        (
+            "POST",
+            f"/v1/sessions/{S}/sections/findings/items",
+            {"content": b'{"content":1,"content":2}'},
+            400,
+        ),
+        (
+            "POST",
+            f"/v1/sessions/{S}/sections/findings/items",
+            {"json": {"content": "x", "tags": "fin"}},
+            400,
+        ),
+        (
+            "POST",
+            f"/v1/sessions/{S}/sections/findings/items",
+            {"json": {"content": "x", "priority": "high"}},
+            400,
+        ),
+        (
+            "POST",
+            f"/v1/sessions/{S}/sections/findings/items",
+            {"json": ["not", "an", "object"]},
+            400,
+        ),
+        (
+            "POST",
+            f"/v1/sessions/{S}/sections/findings/items",
+            {"json": {"content": "x", "bogus": 1}},
+            400,
+        ),
+        (
+            "POST",
+            f"/v1/sessions/{S}/sections/findings/items",
+            {"content": b'{"content": NaN}'},
+            400,
+        ),
+        (
+            "POST",
+            f"/v1/sessions/{S}/sections/findings/items",
+            {"content": b'{"content": 9007199254740993}'},
+            400,
+        ),
+        ("POST", f"/v1/sessions/{S}/sections/nope/items", {"json": {"content": "x"}}, 404),
+        ("POST", "/v1/sessions/nobody/sections/findings/items", {"json": {"content": "x"}}, 404),
+        ("POST", f"/v1/sessions/{S}/sections/role/items", {"json": {"content": "x"}}, 409),
+        (
+            "POST",
+            f"/v1/sessions/{S}/sections/findings/items",
+            {"content": b"x" * (8 * 2**20 + 1)},
+            413,
+        ),
+        (
+            "POST",
+            f"/v1/sessions/{S}/sections/findings/items",
+            {"json": {"items": [{"content": "x"}] * 1001}},
+            413,
+        ),
+        ("PUT", "/v1/sessions/has%20space", {}, 400),
+        ("PUT", "/v1/sessions/" + "x" * 129, {}, 400),
+        ("GET", "/v1/no/such/route", {}, 404),
+        ("DELETE", "/v1/sessions", {}, 405),
+        ("GET", f"/v1/sessions/{S}/state", {"params": {"at": "abc"}}, 400),
+        ("PATCH", f"/v1/sessions/{S}/sections/findings/items/999", {"json": {"content": "x"}}, 404),
+    ],
+)
+def test_bad_input_is_a_4xx_json_error_and_appends_nothing(client, method, path, kwargs, status):
+    client.put(f"/v1/sessions/{S}")
+    head = _head(client)
+    response = client.request(method, path, **kwargs)
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert error["code"] and error["message"]
+    assert _head(client) == head
+
+
+def test_reads_context_and_state_at(client):
+    client.put(f"/v1/sessions/{S}")
+    added = client.post(
+        f"/v1/sessions/{S}/sections/findings/items", json={"content": "fact"}
+    ).json()
+    items = client.get(f"/v1/sessions/{S}/sections/findings/items").json()["items"]
+    assert [i["content"] for i in items] == ["fact"]
+    context = client.post(f"/v1/sessions/{S}/context", json={"budget": 100}).json()
+    assert context["record"]["type"] == "context.assembled"
+    assert context["messages"][0]["content"] == "## findings\n- fact"
+    then = client.get(f"/v1/sessions/{S}/state", params={"at": added["record"]["seq"]}).json()
+    assert then["sessions"][0]["sections"]["findings"]["items"][0]["content"] == "fact"
+
+
+def test_status_health_metrics_and_openapi(client):
+    assert client.get("/healthz").json() == {"status": "ok"}
+    assert client.get("/readyz").status_code == 200
+    status = client.get("/v1/log/status").json()
+    assert {"head", "checkpoint", "subscribers", "verifier"} <= set(status)
+    metrics = client.get("/metrics").text
+    for name in (
+        "ledgermem_appends_total",
+        "ledgermem_fsync_seconds",
+        "ledgermem_subscribers",
+        "ledgermem_records_served",
+    ):
+        assert name in metrics
+    assert "/v1/stream/sse" in client.get("/openapi.json").json()["paths"]
+    assert "ledgermem API" in client.get("/docs").text
+
+
+def test_erasure_through_the_api_while_running(client, server):
+    secret = "Jane Roe, passport X1234567"
+    client.put(f"/v1/sessions/{S}")
+    item = client.post(
+        f"/v1/sessions/{S}/sections/findings/items", json={"content": secret}
+    ).json()["item"]
+    for i in range(10):
+        client.post(
+            f"/v1/sessions/{S}/sections/messages/items", json={"content": f"m{i}", "role": "user"}
+        )
+    erased = client.post(
+        f"/v1/sessions/{S}/erase", json={"ids": [item["id"]], "reason": "gdpr-art17"}
+    )
+    assert erased.status_code == 200 and erased.json()["erased"] == [item["id"]]
+    vkey = client.get("/v1/log/status").json()["vkey"]
+    assert server.stop() == 0
+    for path in server.data_dir.rglob("*"):
+        if path.is_file():
+            assert secret.encode() not in path.read_bytes(), path
+    assert (
+        verify_log(server.data_dir / "log", vkey=VerifierKey.parse(vkey)).verdict == "VALID-LOCAL"
+    )
+
+
+def test_graceful_shutdown_leaves_a_clean_verified_log(tmp_path):
+    server = Server(tmp_path / "data").start()
+    with httpx.Client(base_url=server.url) as client:
+        client.put("/v1/sessions/s")
+        for i in range(20):
+            client.post("/v1/sessions/s/sections/findings/items", json={"content": f"f{i}"})
+        vkey = client.get("/v1/log/status").json()["vkey"]
+    assert server.stop() == 0
+    reader = LogReader(tmp_path / "data" / "log")
+    assert reader.get(reader.head()).type == "log.close"
+    report = verify_log(tmp_path / "data" / "log", vkey=VerifierKey.parse(vkey))
+    assert report.verdict == "VALID-LOCAL"
+    assert report.unanchored_records == 0
+
+
+def test_kill9_during_writes_loses_no_acknowledged_write(tmp_path):
+    data = tmp_path / "data"
+    server = Server(data).start()
+    acked: list[tuple[str, int]] = []
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def writer(n: int) -> None:
+        with httpx.Client(base_url=server.url, timeout=10) as client:
+            client.put(f"/v1/sessions/w{n}")
+            i = 0
+            while not stop.is_set():
+                try:
+                    r = client.post(
+                        f"/v1/sessions/w{n}/sections/findings/items", json={"content": f"w{n}-{i}"}
+                    )
+                except httpx.HTTPError:
+                    return
+                if r.status_code == 201:
+                    with lock:
+                        acked.append((f"w{n}-{i}", r.json()["record"]["seq"]))
+                i += 1
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    while len(acked) < 200:
+        threading.Event().wait(0.02)
+    server.kill()
+    stop.set()
+    for t in threads:
+        t.join()
+    restarted = Server(data).start()
+    try:
+        reader = LogReader(data / "log")
+        for content, seq in acked:
+            assert reader.get(seq).payload["items"][0]["content"] == content
+    finally:
+        restarted.stop()
+
+
+def test_refuses_to_listen_beyond_loopback_without_tokens(tmp_path):
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ledgermem_cli",
+            "serve",
+            "--data",
+            str(tmp_path / "d"),
+            "--host",
+            "0.0.0.0",
+            "--port",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "refusing to listen on 0.0.0.0 without API tokens" in result.stderr
+
+
+def test_tenants_are_isolated_and_scopes_enforced(tmp_path):
+    config = tmp_path / "settings.toml"
+    config.write_text(
+        '[[tokens]]\ntoken = "tok-a"\ntenant = "acme"\nscopes = ["read", "write", "admin"]\n'
+        '[[tokens]]\ntoken = "tok-b"\ntenant = "globex"\nscopes = ["read", "write"]\n'
+        '[[tokens]]\ntoken = "tok-r"\ntenant = "acme"\nscopes = ["read"]\n'
+    )
+    with (
+        Server(tmp_path / "data", "--config", str(config)) as server,
+        httpx.Client(base_url=server.url) as client,
+    ):
+        a = {"Authorization": "Bearer tok-a"}
+        b = {"Authorization": "Bearer tok-b"}
+        assert client.put("/v1/sessions/shared-name", headers=a).status_code == 201
+        client.post(
+            "/v1/sessions/shared-name/sections/findings/items",
+            json={"content": "acme secret"},
+            headers=a,
+        )
+        assert client.get("/v1/sessions").status_code == 401
+        assert client.get("/v1/sessions/shared-name/items", headers=b).status_code == 404
+        assert (
+            client.post(
+                "/v1/sessions/shared-name/sections/findings/items", json={"content": "x"}, headers=b
+            ).status_code
+            == 404
+        )
+        assert client.get("/v1/sessions", headers=b).json()["sessions"] == []
+        assert (
+            client.put("/v1/sessions/shared-name", headers=b).status_code == 201
+        )  # globex's own, distinct
+        assert client.get("/v1/sessions/shared-name/items", headers=b).json()["items"] == []
+        assert (
+            client.get("/v1/sessions/shared-name/items", params={"token": "tok-a"}).json()["items"][
+                0
+            ]["content"]
+            == "acme secret"
+        )
+        read_only = {"Authorization": "Bearer tok-r"}
+        assert (
+            client.post(
+                "/v1/sessions/shared-name/sections/findings/items",
+                json={"content": "x"},
+                headers=read_only,
+            ).status_code
+            == 403
+        )
+        assert client.post(
+            "/v1/sessions/shared-name/erase", json={"all": True, "reason": "x"}, headers=b
+        ).status_code in (403, 404)
+        state = client.get("/v1/state", params={"at": 3}, headers=b).json()
+        assert all(s["tenant"] == "globex" for s in state["sessions"])
