@@ -24,12 +24,13 @@ from eventstore.record import Record
 from eventstore.store import open_log
 from eventstore.writer import DEFAULT_SEG_BITS, Durability, Entry, Pending
 
-from . import commands, erasure, render
+from . import commands, erasure
 from .commands import Command
 from .config import SESSION_SECTION, MemoryConfig, load_config
 from .errors import ItemNotFound, NotFound
+from .history import History
 from .projection import apply, redaction_done
-from .snapshot import Snapshot, newest_snapshot, purge_snapshots, write_snapshot
+from .snapshot import Snapshot, purge_snapshots, write_snapshot
 from .state import Item, MemoryState, SessionState, item_id, parse_item_id
 from .tokens import DEFAULT_COUNTER, TokenCounter
 
@@ -104,6 +105,7 @@ class Memory:
         )
         try:
             self._reader = LogReader(self.data.log, index_dir=self.data.root / "index")
+            self.history = History(self._reader, self.snapshot_dir)
             self._state = self._load(self._writer.size - 1)
             self._since_snapshot = 0
             self._finish_erasures()
@@ -128,18 +130,7 @@ class Memory:
     # ---- state from the log --------------------------------------------------------------------
 
     def _load(self, upto: int, use_snapshots: bool = True) -> MemoryState:
-        """The state after record `upto`: the newest valid snapshot at or before it, plus the tail."""
-        snapshot = None
-        if use_snapshots:
-            snapshot = newest_snapshot(
-                self.snapshot_dir, self._writer.origin, self._reader, at_most=upto
-            )
-        state = (
-            MemoryState.from_json(snapshot.projections["sections"]) if snapshot else MemoryState()
-        )
-        for record in self._reader.records(after=state.seq, until=upto + 1):
-            apply(state, record, self._restate)
-        return state
+        return self.history.state_at(upto, use_snapshots)
 
     def rebuild(self, upto: int | None = None, use_snapshots: bool = False) -> MemoryState:
         """The projection rebuilt from the files alone (from zero unless `use_snapshots`)."""
@@ -148,18 +139,6 @@ class Memory:
             seq = max(self._state.seq, self._writer.size - 1) if upto is None else upto
         self._writer.wait_for(seq)
         return self._load(seq, use_snapshots)
-
-    def _restate(self, record: Record) -> dict | None:
-        """The content-free restatement of an erased record, kept by the erase that removed it."""
-        if record.redacted is None:
-            return None
-        redaction = self._reader.get(record.redacted)
-        request = redaction.payload.get("request", "") if redaction.has_payload else ""
-        prefix = "items.erased@"
-        if not request.startswith(prefix):
-            return None
-        erase = self._reader.get(int(request[len(prefix) :]))
-        return erase.payload.get("restate", {}).get(str(record.seq)) if erase.has_payload else None
 
     def _finish_erasures(self) -> None:
         """Redact what an erase that a crash interrupted still left in the log."""
@@ -184,22 +163,7 @@ class Memory:
 
     def context_at(self, seq: int) -> list[dict]:
         """The messages exactly as the `context.assembled` record at `seq` assembled them."""
-        record = self._reader.get(seq)
-        if record.type != "context.assembled" or not record.has_payload:
-            raise NotFound(f"record {seq} is not a context.assembled record")
-        state = self._load(seq)
-        session = state.sessions[(record.tenant, record.session)]
-        chosen: list[tuple[str, list[Item]]] = []
-        for entry in record.payload["manifest"]:
-            item = session.sections[entry["section"]].items[entry["id"]]
-            if item.h != entry["h"]:
-                raise NotFound(
-                    f"item {entry['id']} at seq {seq} does not have the hash the manifest cites"
-                )
-            if not chosen or chosen[-1][0] != entry["section"]:
-                chosen.append((entry["section"], []))
-            chosen[-1][1].append(item)
-        return render.render(chosen, self._content_of)
+        return self.history.context_at(seq)
 
     def state_hash(self) -> str:
         with self._lock:
@@ -237,7 +201,7 @@ class Memory:
                 command.tenant, command.session, command.section, command.type, command.payload
             )
             pending = self._writer.submit([entry])
-            apply(self._state, pending.records[0], self._restate)
+            apply(self._state, pending.records[0], self.history.restate)
             self._since_snapshot += 1
             return pending
 
@@ -271,9 +235,6 @@ class Memory:
         self._writer.wait_for(seq)
         return self._reader.get(seq)
 
-    def _payload_of(self, record: Record) -> dict | None:
-        return record.payload if record.has_payload else self._restate(record)  # type: ignore[return-value]
-
     def _reader_get(self, seq: int) -> Record:
         self._writer.wait_for(seq)  # a record applied under the lock may still be on its way
         return self._reader.get(seq)
@@ -292,25 +253,6 @@ class Memory:
         if self._since_snapshot >= self.snapshot_every:
             self.snapshot()
 
-    def _content_of(self, item: Item) -> object:
-        if item.content is not None:
-            return item.content
-        return self._logged_content(item.id, item.content_seq)
-
-    def _logged_content(self, id_: str, content_seq: int) -> object:
-        """Read back a large content from the record that set it."""
-        record = self._reader.get(content_seq)
-        if not record.has_payload:
-            return None  # erased
-        if record.type == "item.updated":
-            return record.payload["set"]["content"]
-        payload = record.payload
-        if "items" in payload:
-            items = payload["items"]
-        else:
-            items = [i for v in payload["seed"].values() for i in v]
-        return items[parse_item_id(id_)[1]]["content"]
-
     def _view(self, section: str, item: Item) -> ItemView:
         return ItemView(
             item.id, section, item.content, item.tokens, item.kind, item.role, item.tags,
@@ -321,7 +263,7 @@ class Memory:
         return [
             view
             if view.content is not None
-            else replace(view, content=self._logged_content(view.id, view.content_seq))
+            else replace(view, content=self.history.logged_content(view.id, view.content_seq))
             for view in views
         ]
 
@@ -693,7 +635,7 @@ class Session:
         def decide(state: MemoryState) -> Command:
             session = commands.get_session(state, self.tenant, self.id)
             command, rendered = commands.assemble_context(
-                session, sections, budget, self.memory._content_of, reader
+                session, sections, budget, self.memory.history.content_of, reader
             )
             messages.extend(rendered)
             return command
@@ -749,7 +691,7 @@ class Session:
             oldest = min(parse_item_id(i)[0] for i in ids)
             memory = self.memory
             chain = erasure.session_chain(
-                session, memory._reader_get, memory._payload_of, oldest - 1
+                session, memory._reader_get, memory.history.payload_of, oldest - 1
             )
             seqs, all_ids = erasure.records_holding(session, set(ids), chain)
             by_seq = {r.seq: r for r, _ in chain}
@@ -787,7 +729,10 @@ class Session:
             session = commands.get_session(state, self.tenant, self.id)
             memory = self.memory
             chain.extend(
-                r for r, _ in erasure.session_chain(session, memory._reader_get, memory._payload_of)
+                r
+                for r, _ in erasure.session_chain(
+                    session, memory._reader_get, memory.history.payload_of
+                )
             )
             payload = commands.base_payload(session, None)
             payload["reason"] = reason

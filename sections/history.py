@@ -1,0 +1,109 @@
+"""The projection at any point of a log, from the files alone: no writer, no lock.
+
+`Memory` uses it for time travel, and the offline tools (`ledgermem state`, `diff`, `export`)
+use it on a copy of the files. Snapshots speed it up when a snapshot directory is given.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from eventstore.reader import LogReader
+from eventstore.record import Record
+
+from . import render
+from .errors import NotFound
+from .projection import apply
+from .snapshot import newest_snapshot
+from .state import Item, MemoryState, parse_item_id
+
+ERASE_PREFIX = "items.erased@"
+
+
+class History:
+    def __init__(self, reader: LogReader, snapshot_dir: Path | None = None) -> None:
+        self.reader = reader
+        self.snapshot_dir = snapshot_dir
+
+    def state_at(self, upto: int, use_snapshots: bool = True) -> MemoryState:
+        """The state right after record `upto`: a snapshot at or before it, plus the tail."""
+        snapshot = None
+        if use_snapshots and self.snapshot_dir is not None:
+            snapshot = newest_snapshot(
+                self.snapshot_dir, self.reader.origin, self.reader, at_most=upto
+            )
+        state = (
+            MemoryState.from_json(snapshot.projections["sections"]) if snapshot else MemoryState()
+        )
+        for record in self.reader.records(after=state.seq, until=upto + 1):
+            apply(state, record, self.restate)
+        return state
+
+    def restate(self, record: Record) -> dict | None:
+        """The content-free restatement of an erased record, kept by the erase that removed it."""
+        if record.redacted is None:
+            return None
+        redaction = self.reader.get(record.redacted)
+        request = redaction.payload.get("request", "") if redaction.has_payload else ""
+        if not request.startswith(ERASE_PREFIX):
+            return None
+        erase = self.reader.get(int(request[len(ERASE_PREFIX) :]))
+        return erase.payload.get("restate", {}).get(str(record.seq)) if erase.has_payload else None
+
+    def payload_of(self, record: Record) -> dict | None:
+        return record.payload if record.has_payload else self.restate(record)  # type: ignore[return-value]
+
+    def logged_content(self, id_: str, content_seq: int) -> object:
+        """Read back a content kept in the log (large, or from an earlier state)."""
+        record = self.reader.get(content_seq)
+        if not record.has_payload:
+            return None  # erased
+        if record.type == "item.updated":
+            return record.payload["set"]["content"]
+        payload = record.payload
+        if "items" in payload:
+            items = payload["items"]
+        else:
+            items = [i for v in payload["seed"].values() for i in v]
+        return items[parse_item_id(id_)[1]]["content"]
+
+    def content_of(self, item: Item) -> object:
+        return (
+            item.content
+            if item.content is not None
+            else self.logged_content(item.id, item.content_seq)
+        )
+
+    def context_at(self, seq: int) -> list[dict]:
+        """The messages exactly as the `context.assembled` record at `seq` assembled them."""
+        record = self.reader.get(seq)
+        if record.type != "context.assembled" or not record.has_payload:
+            raise NotFound(f"record {seq} is not a context.assembled record")
+        state = self.state_at(seq)
+        session = state.sessions[(record.tenant, record.session)]
+        chosen: list[tuple[str, list[Item]]] = []
+        for entry in record.payload["manifest"]:
+            item = session.sections[entry["section"]].items[entry["id"]]
+            if item.h != entry["h"]:
+                raise NotFound(
+                    f"item {entry['id']} at seq {seq} does not have the hash the manifest cites"
+                )
+            if not chosen or chosen[-1][0] != entry["section"]:
+                chosen.append((entry["section"], []))
+            chosen[-1][1].append(item)
+        return render.render(chosen, self.content_of)
+
+    def seq_at_time(self, ts: int) -> int:
+        """The last seq of the longest prefix of the log whose records all have `ts` <= `ts`.
+
+        `ts` is the writer's clock and can go backwards; the log's order is `seq`. "The state at
+        time T" is therefore what the log held when its clock first passed T: everything before
+        the first record stamped later than T, even if later records carry earlier stamps.
+        -1 when the first record is already later than T.
+        """
+        last = -1
+        for record in self.reader.records():
+            if record.ts > ts:
+                break
+            last = record.seq
+        return last
