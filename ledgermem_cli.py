@@ -17,6 +17,18 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "verify": ("eventstore.cli_verify", "verify a log directory offline (log-format.md §10)"),
     "vkey": ("eventstore.cli_keys", "print the log's verifier key"),
     "demo": ("eventstore.cli_demo", "write, read back and verify a small log in a data directory"),
+    "replay": ("replay.cli_replay", "write a log's records as JSONL (the file lines), filtered; --follow tails"),
+    "state": ("replay.cli_state", "the memory projection at a seq or time, as JSON (--context: as assembled)"),
+    "diff": ("replay.cli_diff", "what changed in memory between two points, with the reasons"),
+    "export": ("replay.cli_export", "export a session as a self-verifying bundle with inclusion proofs"),
+    "verify-bundle": ("replay.cli_verify_bundle", "verify an exported bundle alone, without the log"),
+    "import": ("replay.cli_import", "import a bundle into another data directory as a new session"),
+    "proof": ("replay.cli_proof", "print a C2SP tlog-proof of a record's inclusion"),
+    "checkpoint": ("replay.cli_checkpoint", "print the newest signed checkpoint"),
+    "tail": ("replay.cli_tail", "follow a running server's JSONL stream, resuming after disconnects"),
+    "redact": ("replay.cli_redact", "erase payloads by seq, offline (log-format.md section 9)"),
+    "erase": ("replay.cli_erase", "erase a session (or items) from a data directory, offline"),
+    "backup": ("replay.cli_backup", "a consistent copy of a data directory, while the service runs"),
 }
 
 
@@ -39,8 +51,13 @@ def main(argv: list[str] | None = None) -> int:
         selected = None
     args = build_parser(selected).parse_args(argv)
     module = importlib.import_module(COMMANDS[args.command][0])
+    from eventstore.errors import LedgerError
+
     try:
         return int(module.run(args) or 0)
+    except LedgerError as exc:  # every command's refusals: one line, non-zero exit
+        print(f"ledgermem {args.command}: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
