@@ -101,6 +101,7 @@ def document() -> dict:
         },
         "/v1/stats": {"get": _op("the tenant's totals")},
         "/v1/state": {"get": _op("every session of the tenant at ?at=SEQ")},
+        "/v1/log/checkpoint": {"get": _op("the newest signed checkpoint (C2SP signed note), as text")},
         "/v1/log/status": {"get": _op("head seq, newest checkpoint size and age, subscribers, background verifier")},
         "/v1/stream/sse": {"get": _op("Server-Sent Events: id = seq, data = the record; Last-Event-ID resumes; typed=1 adds event:", [_AFTER, *_FILTERS])},
         "/v1/stream/ws": {"get": _op("WebSocket: send {after, filter} first; each text frame is one record")},

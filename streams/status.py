@@ -36,7 +36,17 @@ def routes(service: Service) -> list[RawRoute]:
         service.principal(request, "read")
         return json_response(log_status_of(service))
 
+    async def checkpoint(request: Request) -> Response:
+        """The newest signed checkpoint file, as is: mirrors (`ledgermem tail`) anchor with it."""
+        service.principal(request, "read")
+        try:
+            text = (service.writer.log_dir / layout.CHECKPOINT).read_bytes()
+        except FileNotFoundError:
+            return error_response(404, "not_found", "no checkpoint has been written yet")
+        return Response(text, media_type="text/plain; charset=utf-8")
+
     table = [
+        ("/v1/log/checkpoint", checkpoint),
         ("/healthz", healthz),
         ("/readyz", readyz),
         ("/metrics", metrics),
