@@ -1,0 +1,79 @@
+"""`ledgermem replay LOGDIR [filters]`: the records as JSONL, exactly the file lines, for `jq`.
+
+`--pretty` prints one readable line per record instead; `--follow` keeps tailing a log that a
+live writer is appending to (only complete lines are ever printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import UTC, datetime
+
+import orjson
+
+from eventstore.record import Record
+
+from .options import add_filters, open_reader, parse_time, progress, record_filter
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("logdir", metavar="LOGDIR")
+    parser.add_argument(
+        "--from-seq", type=int, default=0, metavar="A", help="first seq (default 0)"
+    )
+    parser.add_argument("--to-seq", type=int, metavar="B", help="last seq, inclusive")
+    parser.add_argument("--since", metavar="TIME", help="records with ts >= TIME (µs or ISO-8601)")
+    parser.add_argument("--until", metavar="TIME", help="records with ts <= TIME (µs or ISO-8601)")
+    add_filters(parser)
+    parser.add_argument("--follow", action="store_true", help="keep tailing the log as it grows")
+    parser.add_argument("--pretty", action="store_true", help="one readable line per record")
+
+
+def pretty(record: Record) -> str:
+    when = datetime.fromtimestamp(record.ts / 1e6, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+    body = (
+        orjson.dumps(record.payload).decode()
+        if record.has_payload
+        else f"(redacted by {record.redacted})"
+    )
+    if len(body) > 100:
+        body = body[:97] + "..."
+    who = record.tenant if record.is_control else f"{record.tenant}/{record.session}"
+    return f"{record.seq:>8}  {when}  {who:<28} {record.section:<14} {record.type:<18} {body}"
+
+
+def run(args: argparse.Namespace) -> int:
+    reader = open_reader(args.logdir)
+    where = record_filter(args)
+    since = parse_time(args.since) if args.since else None
+    until = parse_time(args.until) if args.until else None
+    plain = where.is_empty and since is None and until is None and not args.pretty
+    out = sys.stdout.buffer
+    after = args.from_seq - 1
+    end = None if args.to_seq is None else args.to_seq + 1
+    if args.follow:
+        for record in reader.follow(after, where, stop=None):
+            if end is not None and record.seq >= end:
+                return 0
+            if (since is None or record.ts >= since) and (until is None or record.ts <= until):
+                out.write(pretty(record).encode() + b"\n" if args.pretty else record.line + b"\n")
+                out.flush()
+        return 0
+    total = (end if end is not None else reader.head() + 1) - args.from_seq
+    with progress(total, "replay") as advance:
+        if plain:  # the file lines, untouched
+            for _, line in reader.lines(after, end):
+                out.write(line + b"\n")
+                advance()
+            return 0
+        for record in reader.records(after, end):
+            advance()
+            if not where.matches(record):
+                continue
+            if (since is not None and record.ts < since) or (
+                until is not None and record.ts > until
+            ):
+                continue
+            out.write(pretty(record).encode() + b"\n" if args.pretty else record.line + b"\n")
+    return 0
