@@ -14,7 +14,7 @@ from eventstore.errors import InvalidInput
 from eventstore.identifiers import check_identifier
 
 from . import render
-from .config import SESSION_SECTION, MemoryConfig, SectionConfig
+from .config import SESSION_SECTION, SETTINGS, MemoryConfig, SectionConfig
 from .errors import (
     ImmutableSection,
     ItemNotFound,
@@ -129,14 +129,7 @@ def configure_section(
     _check_version(session, expected_version)
     section = session.sections.get(name)
     base = section.config.to_json() if section is not None else {}
-    unknown = set(settings) - {
-        "budget_tokens",
-        "policy",
-        "lifetime",
-        "mutable",
-        "searchable",
-        "audit_reads",
-    }
+    unknown = set(settings) - SETTINGS
     if unknown:
         raise InvalidInput(f"unknown section settings {sorted(unknown)}")
     config = SectionConfig.from_json(name, {**base, **settings})

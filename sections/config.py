@@ -17,6 +17,9 @@ from .errors import ConfigError
 POLICIES = ("fifo", "lifo", "lru", "lfu", "priority", "refuse", "none")
 LIFETIMES = ("turn", "process", "commit", "durable")
 SESSION_SECTION = "_session"  # reserved: records of commands that span sections
+SETTINGS = frozenset(
+    ("budget_tokens", "policy", "lifetime", "mutable", "searchable", "audit_reads")
+)
 
 
 @dataclass(frozen=True)
@@ -74,15 +77,7 @@ class SectionConfig:
 
     @classmethod
     def from_json(cls, name: str, data: dict) -> SectionConfig:
-        unknown = set(data) - {
-            "budget_tokens",
-            "policy",
-            "lifetime",
-            "mutable",
-            "searchable",
-            "audit_reads",
-            "items",
-        }
+        unknown = set(data) - SETTINGS - {"items"}
         if unknown:
             raise ConfigError(f"section {name!r}: unknown settings {sorted(unknown)}")
         return cls(name=name, **{k: v for k, v in data.items() if k != "items"})
