@@ -62,7 +62,16 @@ def test_quick_memory_bench_prints_one_json_object_with_the_promised_keys(tmp_pa
             assert {"p50", "p99"} <= figures["add_ms"].keys()
         assert result["raw_append"][family]["appends_per_s"] > 0
     rebuild = result["rebuild"]
-    assert rebuild.keys() >= OPEN_KEYS | {"rebuild_records_per_s", "floors", "snapshot", "ratios"}
+    assert rebuild.keys() >= OPEN_KEYS | {
+        "rebuild_records_per_s",
+        "rebuild_records_per_cpu_s",
+        "open_records_per_cpu_s",
+        "floors",
+        "snapshot",
+        "ratios",
+    }
+    for floor in rebuild["floors"].values():
+        assert {"records_per_s", "records_per_cpu_s", "machine_idle"} <= floor.keys()
     assert rebuild["rebuild_equals_live_state"] is True
     assert {"write_s", "bytes"} <= rebuild["snapshot"].keys()
     assert result["restart_from_snapshot"]["snapshot_present"]
@@ -75,6 +84,7 @@ def test_quick_memory_bench_prints_one_json_object_with_the_promised_keys(tmp_pa
         "adds_any_scenario",
         "rebuild",
         "rebuild_via_open",
+        "rebuild_per_cpu_s",
         "restart_from_snapshot",
     }
     assert result["peak_rss_mib"] > 0
