@@ -13,6 +13,7 @@ rescan them. A saved index is checked against the line it points at before it is
 from __future__ import annotations
 
 import os
+import threading
 import time
 from array import array
 from collections.abc import Callable, Iterator
@@ -53,6 +54,7 @@ class LogReader:
         self.vkey: str = header["vkey"]
         self._seg_size = 1 << self.seg_bits
         self._indexes: dict[int, _SegmentIndex] = {}
+        self._index_lock = threading.Lock()
 
     # ---- reading ---------------------------------------------------------------------------
 
@@ -145,14 +147,15 @@ class LogReader:
 
     def _locate(self, n: int, path: Path, seq: int) -> tuple[int, int] | None:
         """(byte offset, seq there) of an indexed line at or before `seq` in segment n."""
-        index = self._index(n, path)
-        k = seq - (n << self.seg_bits)
-        if k > index.lines:
-            return None
-        slot = min(k // INDEX_STRIDE, len(index.offsets) - 1)
-        if slot < 0:
-            return 0, n << self.seg_bits
-        return index.offsets[slot], (n << self.seg_bits) + slot * INDEX_STRIDE
+        with self._index_lock:  # one reader may serve many threads (the service does)
+            index = self._index(n, path)
+            k = seq - (n << self.seg_bits)
+            if k > index.lines:
+                return None
+            slot = min(k // INDEX_STRIDE, len(index.offsets) - 1)
+            if slot < 0:
+                return 0, n << self.seg_bits
+            return index.offsets[slot], (n << self.seg_bits) + slot * INDEX_STRIDE
 
     def _index(self, n: int, path: Path) -> _SegmentIndex:
         st = os.stat(path)

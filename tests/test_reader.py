@@ -121,3 +121,39 @@ def test_follow_tails_a_writer_in_another_process_exactly_once_in_order(tmp_path
     finally:
         proc.kill()
     assert seen == list(range(count))
+
+
+def test_one_reader_shared_by_threads_returns_the_right_records_while_the_log_grows(tmp_path):
+    import random
+    import threading
+
+    from eventstore.writer import Durability
+
+    key = SigningKey.from_seed("test.local/tail", SEED)
+    writer = LogWriter.open(
+        tmp_path / "log", key, seg_bits=8, durability=Durability.UNSAFE_NO_FSYNC
+    )
+    reader = LogReader(tmp_path / "log")
+    wrong: list[tuple[int, int]] = []
+    done = threading.Event()
+
+    def read_randomly(seed: int) -> None:
+        rng = random.Random(seed)
+        while not done.is_set():
+            head = writer.size - 1
+            if head > 0:
+                seq = rng.randrange(head)
+                got = reader.get(seq).seq
+                if got != seq:
+                    wrong.append((seq, got))
+
+    threads = [threading.Thread(target=read_randomly, args=(n,)) for n in range(6)]
+    for t in threads:
+        t.start()
+    for i in range(5000):
+        writer.append("a", "s", "x", "t", {"i": i})
+    done.set()
+    for t in threads:
+        t.join()
+    writer.close()
+    assert wrong == []
