@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import re
 from collections.abc import AsyncIterator, Awaitable
 from urllib.parse import parse_qsl
 
@@ -35,6 +36,7 @@ FIRST_FRAME_SECONDS = 30.0
 WS_POLICY_VIOLATION = 1008
 WS_GOING_AWAY = 1001
 WS_TRY_AGAIN_LATER = 1013
+_INTEGER = re.compile(r"-?[0-9]{1,19}")
 STREAM_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
 
 
@@ -77,7 +79,7 @@ def parse_cursor(value: object, name: str = "after") -> int:
     """A cursor: the seq of the last record seen, or -1 for the start of the log."""
     if type(value) is int:
         cursor = value
-    elif isinstance(value, str) and value.strip().lstrip("-").isdigit() and value.isascii():
+    elif isinstance(value, str) and _INTEGER.fullmatch(value):
         cursor = int(value)
     else:
         raise _bad(f"{name} must be a seq (an integer >= -1), not {value!r}")

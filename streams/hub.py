@@ -254,7 +254,9 @@ class Hub:
         for subscription in list(self._subscriptions):
             subscription._end()
         if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+            # Reads already queued still run (each is bounded): cancelling their futures would
+            # cancel the adapter tasks awaiting them instead of letting them end cleanly.
+            self._pool.shutdown(wait=False)
 
     @property
     def closed(self) -> bool:

@@ -1,0 +1,811 @@
+"""The four fan-out channels against a real server: every channel carries the segment file's exact
+bytes; a client that disconnects resumes from its cursor with nothing lost or repeated, under
+concurrent writes, after a stall, and across a kill -9; bad input is a 4xx and appends nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import random
+import socket
+import threading
+import time
+from pathlib import Path
+from urllib.parse import quote
+
+import httpx
+import orjson
+import pytest
+import uvicorn
+from server import Server as ServeProcess
+from stream_clients import (
+    CHANNELS,
+    HttpError,
+    get,
+    get_json_error,
+    jsonl_records,
+    poll,
+    records,
+    seq_of,
+    sse_events,
+    sse_records,
+    ws_messages,
+)
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+
+from eventstore.reader import LogReader
+
+SPECIAL = 'raw U+2028 [\u2028] and U+0085 [\u0085] and a quote " and é'
+FAST_ENV = {
+    "LEDGERMEM_MAX_SUBSCRIBERS_PER_CLIENT": "1000",
+    "LEDGERMEM_SUBSCRIBER_BUFFER": "16",  # small, so that slow readers fall back to the log
+}
+GONE = (HttpError, httpx.HTTPError, OSError, ConnectionClosed, InvalidStatus, EOFError)
+
+
+class Server(ServeProcess):
+    """`ledgermem serve` prints its URL during the lifespan start-up, before uvicorn listens on
+    the socket; a connection in between is refused. Wait until it accepts one."""
+
+    def start(self, timeout: float = 30) -> Server:
+        super().start(timeout)
+        address = self.url.removeprefix("http://").rsplit(":", 1)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                socket.create_connection((address[0], int(address[1])), 1).close()
+                return self
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    data = tmp_path_factory.mktemp("fanout") / "data"
+    with Server(data, "--unsafe-no-fsync", "--seg-bits", "6", env=FAST_ENV) as srv:
+        yield srv
+
+
+def run(coro, timeout: float = 90):
+    return asyncio.run(asyncio.wait_for(coro, timeout))
+
+
+def writer_client(url: str) -> httpx.AsyncClient:
+    # No keep-alive: `ledgermem serve` binds its socket with proto 0, so asyncio does not set
+    # TCP_NODELAY on accepted connections, and a response's head and body, written separately,
+    # meet the client's delayed ACK: 40 ms per request on a kept-alive connection.
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=0)
+    return httpx.AsyncClient(base_url=url, timeout=60, limits=limits)
+
+
+def file_records(data_dir: Path) -> list[tuple[int, bytes, dict]]:
+    return [(seq, line, orjson.loads(line)) for seq, line in LogReader(data_dir / "log").lines()]
+
+
+def matching(
+    data_dir: Path, after: int, filters: dict | None, until: int | None = None, file=None
+) -> list[bytes]:
+    """The segment files' lines after `after` (up to `until`) that match `filters`."""
+    out = []
+    for seq, line, obj in file if file is not None else file_records(data_dir):
+        if seq <= after or (until is not None and seq > until):
+            continue
+        if all(obj[name] in values for name, values in (filters or {}).items()):
+            out.append(line)
+    return out
+
+
+async def head_of(client: httpx.AsyncClient) -> int:
+    return (await client.get("/v1/log/status")).json()["head"]
+
+
+async def put_session(client: httpx.AsyncClient, session: str) -> None:
+    response = await client.put(f"/v1/sessions/{quote(session, safe='')}")
+    assert response.status_code in (200, 201), response.text
+
+
+async def add(client: httpx.AsyncClient, session: str, section: str, content) -> bytes:
+    """Add an item; the record's bytes from the acknowledgement."""
+    response = await client.post(
+        f"/v1/sessions/{quote(session, safe='')}/sections/{section}/items",
+        json={"content": content},
+    )
+    assert response.status_code == 201, response.text
+    return orjson.dumps(response.json()["record"])
+
+
+async def take(stream, until_seq: int, timeout: float = 30) -> list[bytes]:
+    """Records from `stream` up to the one with seq `until_seq`, then disconnect."""
+    got: list[bytes] = []
+    async with contextlib.aclosing(stream), asyncio.timeout(timeout):
+        async for record in stream:
+            got.append(record)
+            if seq_of(record) >= until_seq:
+                break
+    return got
+
+
+async def resume_until_done(
+    channel: str, url_of, after: int, filters: dict | None, last_seq, rng: random.Random
+) -> list[bytes]:
+    """Connect, take a few records, disconnect, resume from the cursor; until `last_seq()` (None
+    while the writers write) is a seq this subscriber has reached, or -1 (nothing to wait for).
+
+    `url_of()` gives the server's current URL, which changes when the server restarts."""
+    got: list[bytes] = []
+    cursor = after
+    while True:
+        target = last_seq()
+        if target is not None and (target == -1 or (got and seq_of(got[-1]) >= target)):
+            return got
+        wanted = rng.randint(1, 25)
+        stream = records(channel, url_of(), cursor, filters)
+        try:
+            async with contextlib.aclosing(stream), asyncio.timeout(0.5 + rng.random()):
+                async for record in stream:
+                    got.append(record)
+                    cursor = seq_of(record)
+                    wanted -= 1
+                    if wanted == 0:
+                        break  # a disconnect mid-stream
+        except TimeoutError:
+            pass  # a disconnect while idle
+        except GONE:
+            await asyncio.sleep(0.1)  # the server is gone or restarting
+
+
+# ---- the exact bytes ---------------------------------------------------------------------------
+
+
+def test_every_channel_carries_the_exact_bytes_of_the_segment_file(server):
+    session = "bytes/acme:2026@x+1"
+    filters = {"session": [session]}
+
+    async def main():
+        async with writer_client(server.url) as client:
+            await put_session(client, session)
+            acked = [
+                await add(client, session, "documents", content)
+                for content in (SPECIAL, {"nested": SPECIAL, "n": 1.5}, "plain", "x" * 5000)
+            ]
+            last = await head_of(client)
+        got = {
+            channel: await take(records(channel, server.url, -1, filters), last)
+            for channel in CHANNELS
+        }
+        typed = []
+        async with contextlib.aclosing(sse_events(server.url, -1, filters, typed=True)) as events:
+            async for event in events:
+                typed.append(event)
+                if int(event["id"]) >= last:
+                    break
+        everything = await take(jsonl_records(server.url, -1, None, follow=False), last)
+        return acked, got, typed, everything, last
+
+    acked, got, typed, everything, last = run(main())
+    expected = matching(server.data_dir, -1, filters)
+    assert b"\xe2\x80\xa8" in expected[1] and b"\xc2\x85" in expected[1]  # raw, not escaped
+    assert expected[1:] == acked  # the acknowledgement holds the record's bytes too
+    for channel in CHANNELS:
+        assert got[channel] == expected, channel
+    assert everything == matching(server.data_dir, -1, None, until=last)  # control records too
+    assert [e["data"] for e in typed] == expected
+    assert [e["event"] for e in typed] == [orjson.loads(r)["type"].encode() for r in expected]
+
+
+def test_session_ids_with_slash_colon_at_and_plus_filter_exactly(server):
+    sessions = ["a/b", "a:b", "a@b", "a+b", "a"]
+
+    async def main():
+        async with writer_client(server.url) as client:
+            for session in sessions:
+                await put_session(client, session)
+                await add(client, session, "documents", session)
+        got = {}
+        for session in sessions:
+            filters = {"session": [session]}
+            last = seq_of(matching(server.data_dir, -1, filters)[-1])
+            for channel in CHANNELS:
+                got[channel, session] = await take(records(channel, server.url, -1, filters), last)
+        return got
+
+    for (channel, session), delivered in run(main()).items():
+        assert delivered == matching(server.data_dir, -1, {"session": [session]}), channel
+        assert {orjson.loads(r)["session"] for r in delivered} == {session}
+
+
+# ---- resuming ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("channel", CHANNELS)
+def test_a_client_resumes_from_its_cursor_under_concurrent_writes(server, channel):
+    session = f"resume/{channel}:a@b"
+    filters = {"session": [session]}
+
+    async def main():
+        async with writer_client(server.url) as client:
+            await put_session(client, session)
+            start = await head_of(client)
+            last: list[int] = []
+
+            async def write() -> None:
+                for i in range(100):
+                    await add(client, session, ("documents", "messages")[i % 2], f"{i} {SPECIAL}")
+                last.append(seq_of(matching(server.data_dir, start, filters)[-1]))
+
+            got, _ = await asyncio.gather(
+                resume_until_done(
+                    channel, lambda: server.url, start, filters,
+                    lambda: last[0] if last else None, random.Random(channel),
+                ),
+                write(),
+            )  # fmt: skip
+            return start, got
+
+    start, got = run(main())
+    assert got == matching(server.data_dir, start, filters)
+
+
+def test_last_event_id_wins_over_after(server):
+    session = "lei/1"
+
+    async def main():
+        async with writer_client(server.url) as client:
+            await put_session(client, session)
+            seqs = [seq_of(await add(client, session, "documents", i)) for i in range(3)]
+        filters = {"session": [session]}
+        stream = sse_records(server.url, after=-1, filters=filters, last_event_id=seqs[0])
+        return seqs, await take(stream, seqs[-1])
+
+    seqs, got = run(main())
+    assert [seq_of(r) for r in got] == seqs[1:]
+
+
+def test_200_subscribers_on_mixed_channels_each_see_exactly_their_records_once(server):
+    """200 subscribers connect and disconnect at random on the four channels while 8 writers
+    write; the buffer of 16 records makes the slow ones fall back to the log and return."""
+    sessions = [f"mix/{i}:x@y+z" for i in range(4)]
+
+    async def main():
+        async with writer_client(server.url) as client:
+            for session in sessions:
+                await put_session(client, session)
+            base = await head_of(client)
+            rng = random.Random(200)
+            specs = []
+            for i in range(200):
+                filters = rng.choice(
+                    [
+                        None,
+                        {"session": [rng.choice(sessions)]},
+                        {"section": ["documents"]},
+                        {"type": ["item.added"]},
+                        {"session": rng.sample(sessions, 2), "section": ["messages"]},
+                    ]
+                )
+                after = rng.choice([-1, base, base + rng.randint(0, 200)])
+                specs.append((CHANNELS[i % 4], filters, after))
+            lasts: dict[int, int] = {}
+
+            async def writer(w: int) -> None:
+                r = random.Random(w)
+                for i in range(15):
+                    section = r.choice(("documents", "messages"))
+                    await add(client, r.choice(sessions), section, f"w{w} {i} {SPECIAL}")
+
+            async def writers() -> int:
+                await asyncio.gather(*(writer(w) for w in range(8)))
+                final = await head_of(client)
+                file = file_records(server.data_dir)
+                for i, (_, filters, after) in enumerate(specs):
+                    expected = matching(server.data_dir, after, filters, until=final, file=file)
+                    lasts[i] = seq_of(expected[-1]) if expected else -1
+                return final
+
+            async def subscriber(i: int) -> list[bytes]:
+                channel, filters, after = specs[i]
+                r = random.Random(i)
+                await asyncio.sleep(r.random())
+                return await resume_until_done(
+                    channel, lambda: server.url, after, filters, lambda: lasts.get(i), r
+                )
+
+            final, *got = await asyncio.gather(writers(), *(subscriber(i) for i in range(200)))
+            return specs, final, got
+
+    specs, final, got = run(main(), timeout=150)
+    file = file_records(server.data_dir)
+    for (channel, filters, after), delivered in zip(specs, got, strict=True):
+        expected = matching(server.data_dir, after, filters, until=final, file=file)
+        assert delivered == expected, (channel, filters, after)
+
+
+# ---- the rest of the contract ------------------------------------------------------------------
+
+
+def test_jsonl_without_follow_ends_at_the_head_of_the_request(server):
+    session = "follow0/s"
+
+    async def main():
+        async with writer_client(server.url) as client:
+            await put_session(client, session)
+            stop = asyncio.Event()
+
+            async def keep_writing():
+                while not stop.is_set():
+                    await add(client, session, "documents", "more")
+
+            writing = asyncio.ensure_future(keep_writing())
+            await asyncio.sleep(0.2)
+            before = await head_of(client)
+            got = [r async for r in jsonl_records(server.url, -1, None, follow=False)]
+            after = await head_of(client)
+            stop.set()
+            await writing
+            return before, got, after
+
+    before, got, after = run(main())
+    last = seq_of(got[-1])
+    assert before <= last <= after
+    assert got == matching(server.data_dir, -1, None, until=last)
+
+
+def test_long_poll_answers_at_once_when_records_exist_and_waits_when_none_do(server):
+    session = "poll/s@1"
+    filters = {"session": [session]}
+    url = server.url
+
+    async def main():
+        async with writer_client(url) as client:
+            await put_session(client, session)
+            written = [await add(client, session, "documents", i) for i in range(5)]
+            t0 = time.monotonic()
+            first, next1, head = await poll(url, -1, filters, wait=30, limit=3)
+            at_once = time.monotonic() - t0
+            rest, next2, _ = await poll(url, next1, filters, wait=30)
+            t0 = time.monotonic()
+            empty = await poll(url, next2, filters, wait=0.5)
+            waited = time.monotonic() - t0
+
+            async def late_write():
+                await asyncio.sleep(0.3)
+                return await add(client, session, "documents", "late")
+
+            t0 = time.monotonic()
+            late, (woken, _, _) = await asyncio.gather(
+                late_write(), poll(url, next2, filters, wait=20)
+            )
+            early = time.monotonic() - t0
+        return (
+            written,
+            (first, next1, head, at_once),
+            (rest, next2),
+            (empty, waited),
+            (
+                late,
+                woken,
+                early,
+            ),
+        )
+
+    written, (first, next1, head, at_once), (rest, next2), (empty, waited), (late, woken, early) = (
+        run(main())
+    )
+    expected = matching(server.data_dir, -1, filters)
+    assert first == expected[:3] and next1 == seq_of(first[-1]) and head >= next1
+    assert at_once < 5
+    assert rest == expected[3:6] and next2 == seq_of(written[-1])
+    assert empty[0] == [] and empty[1] == next2 and waited >= 0.4  # next is the cursor given
+    assert woken == [late] and early < 10
+
+
+def test_websocket_announces_when_catch_up_reaches_the_head(server):
+    session = "caughtup/1"
+
+    async def main():
+        async with writer_client(server.url) as client:
+            await put_session(client, session)
+            for i in range(3):
+                await add(client, session, "documents", i)
+            head = await head_of(client)
+            messages = []
+            stream = ws_messages(server.url, -1, {"session": [session]})
+            async with contextlib.aclosing(stream):
+                async for message in stream:
+                    messages.append(message)
+                    if message.startswith(b'{"control"'):
+                        break
+            return head, messages
+
+    head, messages = run(main())
+    assert messages[:-1] == matching(server.data_dir, -1, {"session": [session]})
+    assert json.loads(messages[-1]) == {"control": "caught_up", "seq": head}
+
+
+def test_heartbeats_reach_idle_sse_and_websocket_subscribers(tmp_path):
+    from websockets.client import ClientProtocol
+    from websockets.frames import Frame, Opcode
+    from websockets.http11 import Response
+    from websockets.uri import parse_uri
+
+    async def sse_comments() -> list[bytes]:
+        comments: list[bytes] = []
+        events = sse_events(server.url, None, {"session": ["nobody"]}, comments=comments)
+        with contextlib.suppress(TimeoutError):
+            async with contextlib.aclosing(events), asyncio.timeout(2):
+                async for _ in events:
+                    pass
+        return comments
+
+    async def ws_pings() -> int:
+        # The sans-I/O protocol shows every frame, pings included, and queues the pongs.
+        uri = parse_uri("ws" + server.url.removeprefix("http") + "/v1/stream/ws")
+        protocol = ClientProtocol(uri)
+        reader, writer = await asyncio.open_connection(uri.host, uri.port)
+        protocol.send_request(protocol.connect())
+        writer.write(b"".join(protocol.data_to_send()))
+        pings = 0
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(2):
+                while data := await reader.read(65536):
+                    protocol.receive_data(data)
+                    for event in protocol.events_received():
+                        if isinstance(event, Response):
+                            protocol.send_text(b'{"filter": {"session": "nobody"}}')
+                        elif isinstance(event, Frame) and event.opcode is Opcode.PING:
+                            pings += 1
+                    writer.write(b"".join(protocol.data_to_send()))
+        writer.close()
+        return pings
+
+    async def both():
+        return await asyncio.gather(sse_comments(), ws_pings())
+
+    env = {"LEDGERMEM_HEARTBEAT_SECONDS": "0.3"}
+    with Server(tmp_path / "data", "--unsafe-no-fsync", env=env) as server:
+        comments, pings = run(both())
+    assert len(comments) >= 2
+    assert pings >= 2
+
+
+BAD_REQUESTS = [
+    ("/v1/stream/sse", "after=abc", {}),
+    ("/v1/stream/sse", "after=-5", {}),
+    ("/v1/stream/sse", "after=--5", {}),
+    ("/v1/stream/sse", "after=1.5", {}),
+    ("/v1/stream/sse", "after=1&after=2", {}),
+    ("/v1/stream/sse", "colour=red", {}),
+    ("/v1/stream/sse", "typed=2", {}),
+    ("/v1/stream/sse", "", {"Last-Event-ID": "abc"}),
+    ("/v1/stream/jsonl", "follow=yes", {}),
+    ("/v1/stream/jsonl", "session=", {}),
+    ("/v1/stream/jsonl", "session=a%20b", {}),
+    ("/v1/stream/jsonl", "sessions=a", {}),
+    ("/v1/events", "limit=0", {}),
+    ("/v1/events", "limit=abc", {}),
+    ("/v1/events", "limit=2.5", {}),
+    ("/v1/events", "wait=-1", {}),
+    ("/v1/events", "wait=nan", {}),
+    ("/v1/events", "after=-2", {}),
+]
+BAD_FRAMES = [
+    "not json",
+    "[1, 2]",
+    '{"after": "5"}',
+    '{"after": -5}',
+    '{"after": true}',
+    '{"after": 1, "from": 2}',
+    '{"filter": {"colour": "red"}}',
+    '{"filter": {"session": 5}}',
+    '{"filter": {"session": []}}',
+    '{"filter": {"session": "a b"}}',
+    '{"filter": ["session"]}',
+    b'{"after": 1}',  # a binary frame
+]
+
+
+def test_bad_requests_are_refused_with_a_4xx_and_append_nothing(server):
+    ws_url = "ws" + server.url.removeprefix("http") + "/v1/stream/ws"
+
+    async def main():
+        async with writer_client(server.url) as client:
+            head = await head_of(client)
+            answers = [
+                (await get_json_error(server.url, f"{path}?{query}", headers), path, query)
+                for path, query, headers in BAD_REQUESTS
+            ]
+            closes = []
+            for frame in BAD_FRAMES:
+                async with connect(ws_url) as ws:
+                    await ws.send(frame)
+                    with pytest.raises(ConnectionClosed) as closed:
+                        await asyncio.wait_for(ws.recv(), 10)
+                    closes.append((frame, closed.value.rcvd))
+            with pytest.raises(InvalidStatus) as refused:
+                async with connect(ws_url + "?after=1"):
+                    pass
+            await asyncio.sleep(0.3)
+            status = (await client.get("/v1/log/status")).json()
+            return head, answers, closes, refused.value.response, status
+
+    head, answers, closes, refused, status = run(main())
+    for (code, body), path, query in answers:
+        assert code == 400, (path, query, body)
+        assert body["error"]["code"] == "invalid_input" and body["error"]["message"]
+    for frame, close in closes:
+        assert close.code == 1008 and close.reason, frame
+    assert refused.status_code == 400 and json.loads(refused.body)["error"]["code"]
+    assert status["head"] == head, "a refused subscription appended something"
+    assert set(status["subscribers"].values()) == {0}, "a refused subscription kept its place"
+
+
+def test_a_tenant_sees_only_its_own_records_and_never_the_control_records(tmp_path):
+    env = {"LEDGERMEM_TOKENS": "ta:acme:read+write,tb:beta:read+write"}
+    with Server(tmp_path / "data", "--unsafe-no-fsync", env=env) as srv:
+
+        async def main():
+            for token, tenant in (("ta", "acme"), ("tb", "beta")):
+                async with writer_client(srv.url) as client:
+                    client.headers["Authorization"] = f"Bearer {token}"
+                    await put_session(client, "shared/name")
+                    await add(client, "shared/name", "documents", tenant)
+            head = LogReader(srv.data_dir / "log").head()
+            seen = {}
+            for token in ("ta", "tb"):
+                url = srv.url
+                query = f"/v1/stream/jsonl?follow=0&token={token}"
+                async with get(url, query) as response:
+                    seen[token, "jsonl"] = [line async for line in response.lines()]
+                async with get(url, f"/v1/events?wait=0&token={token}") as response:
+                    seen[token, "poll"] = json.loads(await response.read())["records"]
+            refusals = [
+                await get_json_error(srv.url, "/v1/stream/jsonl?follow=0&tenant=acme&token=tb"),
+                await get_json_error(srv.url, "/v1/stream/sse"),
+                await get_json_error(srv.url, "/v1/events?token=wrong"),
+            ]
+            ws = "ws" + srv.url.removeprefix("http") + "/v1/stream/ws"
+            with pytest.raises(InvalidStatus) as unauthenticated:
+                async with connect(ws):
+                    pass
+            async with connect(ws, additional_headers={"Authorization": "Bearer tb"}) as conn:
+                await conn.send('{"after": -1}')
+                first = json.loads(await conn.recv())
+                second = json.loads(await conn.recv())
+            return head, seen, refusals, unauthenticated.value.response.status_code, first, second
+
+        head, seen, refusals, ws_status, first, second = run(main())
+    for token, tenant in (("ta", "acme"), ("tb", "beta")):
+        tenants = {orjson.loads(line)["tenant"] for line in seen[token, "jsonl"]}
+        assert tenants == {tenant}
+        assert {r["tenant"] for r in seen[token, "poll"]} == {tenant}
+    assert [code for code, _ in refusals] == [403, 401, 401]
+    assert ws_status == 401
+    assert first["tenant"] == "beta" and second["tenant"] == "beta"
+
+
+def test_one_client_may_hold_only_so_many_subscriptions_and_shutdown_ends_them_cleanly(tmp_path):
+    env = {"LEDGERMEM_MAX_SUBSCRIBERS_PER_CLIENT": "3"}
+    srv = Server(tmp_path / "data", "--unsafe-no-fsync", env=env).start()
+    ws_url = "ws" + srv.url.removeprefix("http") + "/v1/stream/ws"
+
+    async def main():
+        async with contextlib.AsyncExitStack() as stack:
+            sse = await stack.enter_async_context(get(srv.url, "/v1/stream/sse"))
+            jsonl = await stack.enter_async_context(get(srv.url, "/v1/stream/jsonl"))
+            ws = await stack.enter_async_context(connect(ws_url))
+            await ws.send('{"after": -1}')
+            await ws.recv()
+            assert sse.status == jsonl.status == 200
+            too_many = await get_json_error(srv.url, "/v1/events?wait=0")
+            with pytest.raises(InvalidStatus) as refused:
+                async with connect(ws_url):
+                    pass
+            # SIGTERM: every open stream ends cleanly, and the process exits 0.
+            stopping = asyncio.ensure_future(asyncio.to_thread(srv.stop))
+            sse_rest = await asyncio.wait_for(sse.read(), 20)
+            jsonl_rest = await asyncio.wait_for(jsonl.read(), 20)
+            with pytest.raises(ConnectionClosed) as closed:
+                while True:
+                    await asyncio.wait_for(ws.recv(), 20)
+            return (
+                too_many,
+                refused.value.response,
+                sse_rest,
+                jsonl_rest,
+                closed.value,
+                (await stopping),
+            )
+
+    try:
+        too_many, refused, sse_rest, jsonl_rest, closed, code = run(main())
+    finally:
+        srv.kill()
+    assert too_many[0] == 429 and too_many[1]["error"]["code"] == "too_many_subscribers"
+    assert refused.status_code == 429
+    assert sse_rest.startswith(b"id: 0\ndata: ")  # the stream ended with its last chunk
+    assert jsonl_rest.endswith(b"\n")
+    assert closed.rcvd is not None and closed.rcvd.code in (1001, 1012)
+    assert code == 0
+
+
+# ---- a stalled client --------------------------------------------------------------------------
+
+
+class InProcessServer:
+    """The real app on uvicorn in a thread, so that the test can look into the hub."""
+
+    def __init__(self, data: Path, **settings) -> None:
+        from streams.app import create_app
+        from streams.service import Service
+        from streams.settings import Settings
+
+        self.settings = Settings(data=str(data), unsafe_no_fsync=True, **settings)
+        self.service = Service(self.settings)
+        app = create_app(self.settings, self.service)
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        self.sock.bind(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]})
+
+    def __enter__(self) -> InProcessServer:
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            assert time.monotonic() < deadline and self.thread.is_alive(), "no server"
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.service.begin_shutdown_threadsafe()
+        self.server.should_exit = True
+        self.thread.join(30)
+
+
+@pytest.mark.parametrize("channel", ["sse", "jsonl"])
+def test_a_stalled_client_holds_a_bounded_buffer_never_slows_the_writer_and_catches_up(
+    tmp_path, channel
+):
+    """The client asks for a stream and then reads nothing while 8 MB of records are written
+    (far beyond its socket buffers); the hub's buffer for it stays within its bounds, and when it
+    reads at last it gets every record, in order, once."""
+    with InProcessServer(tmp_path / "data", subscriber_buffer=32, seg_bits=8) as srv:
+        hub = srv.service.hub
+        session = "stall/1"
+        client = httpx.Client(base_url=srv.url, timeout=30)
+        client.put(f"/v1/sessions/{quote(session, safe='')}")
+        start = srv.service.writer.size - 1
+        stalled = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        stalled.connect(("127.0.0.1", int(srv.url.rsplit(":", 1)[1])))
+        path = f"/v1/stream/{channel}?after={start}"
+        stalled.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        while not hub.subscriptions:
+            time.sleep(0.01)
+        (subscription,) = hub.subscriptions
+        most = most_bytes = 0
+        item = {"content": "y" * 2000}
+        for _ in range(400):
+            response = client.post(
+                f"/v1/sessions/{quote(session, safe='')}/sections/documents/items",
+                json={"items": [item] * 10},
+            )
+            assert response.status_code == 201
+            most = max(most, subscription.cursor.buffered)
+            most_bytes = max(most_bytes, subscription.cursor.buffered_bytes)
+        client.close()
+        assert most <= 32 and most_bytes <= hub.max_bytes
+        assert subscription.cursor.overflows >= 1, "the stream never stalled"
+        expected = matching(tmp_path / "data", start, None)
+        last = seq_of(expected[-1])
+        got = asyncio.run(asyncio.wait_for(read_raw(stalled, channel, last), 60))
+        assert got == expected
+        assert subscription.cursor.live
+        stalled.close()
+
+
+async def read_raw(sock: socket.socket, channel: str, last: int) -> list[bytes]:
+    """Read the stalled connection's response at last, up to the record with seq `last`."""
+    reader, writer = await asyncio.open_connection(sock=sock)
+    assert (await reader.readline()).split()[1] == b"200"
+    while (await reader.readline()) != b"\r\n":
+        pass
+    got: list[bytes] = []
+    buffer = b""
+    while not got or seq_of(got[-1]) < last:
+        size = int((await reader.readline()).split(b";")[0], 16)
+        buffer += await reader.readexactly(size)
+        await reader.readexactly(2)
+        *lines, buffer = buffer.split(b"\n")
+        for line in lines:
+            if channel == "jsonl":
+                got.append(line)
+            elif line.startswith(b"data: "):
+                got.append(line[6:])
+    writer.close()
+    return got
+
+
+# ---- kill -9 -----------------------------------------------------------------------------------
+
+
+def test_after_a_kill_9_during_writes_every_channel_resumes_and_loses_nothing(tmp_path):
+    """Records reach subscribers only once durable, so a crash takes back nothing they saw; each
+    client reconnects to the restarted server with its cursor and gets the rest exactly once."""
+    data = tmp_path / "data"
+    session = "crash/a:b@c"
+    servers = [Server(data, "--seg-bits", "6", env=FAST_ENV).start()]
+    subscribers = [
+        ("sse", None),
+        ("ws", None),
+        ("jsonl", {"session": [session]}),
+        ("longpoll", {"section": ["documents"]}),
+        ("sse", {"session": [session]}),
+        ("ws", {"type": ["item.added"]}),
+    ]
+
+    async def main():
+        acked: list[bytes] = []
+        last: list[int] = []
+        async with writer_client(servers[0].url) as client:
+            await put_session(client, session)
+        start = LogReader(data / "log").head()
+
+        async def write() -> None:
+            i = 0
+            while len(acked) < 120:
+                try:
+                    async with writer_client(servers[-1].url) as client:
+                        acked.append(await add(client, session, "documents", f"{i} {SPECIAL}"))
+                        i += 1
+                except (*GONE, AssertionError):
+                    await asyncio.sleep(0.05)
+            async with writer_client(servers[-1].url) as client:
+                final = await head_of(client)
+            last.append(final)
+
+        async def crash_and_restart() -> None:
+            while len(acked) < 50:
+                await asyncio.sleep(0.01)
+            await asyncio.to_thread(servers[0].kill)
+            servers.append(
+                await asyncio.to_thread(Server(data, "--seg-bits", "6", env=FAST_ENV).start)
+            )
+
+        def last_of(filters):
+            def target() -> int | None:
+                if not last:
+                    return None
+                expected = matching(data, start, filters, until=last[0])
+                return seq_of(expected[-1]) if expected else -1
+
+            return target
+
+        results = await asyncio.gather(
+            write(),
+            crash_and_restart(),
+            *(
+                resume_until_done(
+                    channel, lambda: servers[-1].url, start, filters, last_of(filters),
+                    random.Random(n),
+                )
+                for n, (channel, filters) in enumerate(subscribers)
+            ),
+        )  # fmt: skip
+        return start, acked, last[0], results[2:]
+
+    try:
+        start, acked, final, got = run(main(), timeout=120)
+    finally:
+        for srv in servers:
+            srv.kill()
+    lines = set(matching(data, start, None))
+    assert all(record in lines for record in acked), "an acknowledged record was lost"
+    for (channel, filters), delivered in zip(subscribers, got, strict=True):
+        assert delivered == matching(data, start, filters, until=final), (channel, filters)
+    resumed = [orjson.loads(r)["type"] for r in got[0]]
+    assert "log.resume" in resumed  # the unfiltered subscriber saw the recovery, live
