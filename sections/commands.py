@@ -112,6 +112,7 @@ def create_session(
             "prev_seq": None,
             "metadata": metadata or {},
             "config": {s.name: s.to_json() for s in config.sections},
+            "order": [s.name for s in config.sections],
             "counter": {"name": counter.name, "version": counter.version},
             "seed": seed,
         },

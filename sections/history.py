@@ -64,7 +64,8 @@ class History:
         if "items" in payload:
             items = payload["items"]
         else:
-            items = [i for v in payload["seed"].values() for i in v]
+            order = payload.get("order") or sorted(payload["seed"])
+            items = [i for name in order for i in payload["seed"].get(name, ())]
         return items[parse_item_id(id_)[1]]["content"]
 
     def content_of(self, item: Item) -> object:

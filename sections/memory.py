@@ -18,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import orjson
+
 from eventstore.layout import DataDir
 from eventstore.reader import LogReader
 from eventstore.record import Record
@@ -201,7 +203,11 @@ class Memory:
                 command.tenant, command.session, command.section, command.type, command.payload
             )
             pending = self._writer.submit([entry])
-            apply(self._state, pending.records[0], self.history.restate)
+            # Apply what was logged, parsed back from its JCS bytes, exactly as replay will see
+            # it: not the caller's object (key order, 1.0 vs 1, later mutation by the caller).
+            logged = replace(pending.records[0], payload=orjson.loads(entry.jcs))
+            pending.records[0] = logged
+            apply(self._state, logged, self.history.restate)
             self._since_snapshot += 1
             return pending
 

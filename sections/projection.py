@@ -131,9 +131,10 @@ def _remove_by_section(session: SessionState, ids_by_section: dict[str, list[str
 
 @handles("session.created")
 def _created(state: MemoryState, _: SessionState | None, record: Record, payload: dict) -> None:
+    # JCS sorts object keys, so the sections' order travels as a list.
+    order = payload.get("order") or sorted(payload["config"])
     sections = {
-        name: SectionState(SectionConfig.from_json(name, cfg))
-        for name, cfg in payload["config"].items()
+        name: SectionState(SectionConfig.from_json(name, payload["config"][name])) for name in order
     }
     session = SessionState(
         tenant=record.tenant,
@@ -146,8 +147,9 @@ def _created(state: MemoryState, _: SessionState | None, record: Record, payload
         last_seq=record.seq,
     )
     k = 0
-    for name, items in payload.get("seed", {}).items():
-        for data in items:
+    seed = payload.get("seed", {})
+    for name in order:
+        for data in seed.get(name, ()):
             item = _make_item(record, k, data)
             item.committed = True
             sections[name].add(item)

@@ -354,3 +354,30 @@ def test_an_erase_interrupted_before_its_redaction_is_finished_on_open(tmp_path)
     for path in Path(tmp_path / "d").rglob("*"):
         if path.is_file():
             assert secret.encode() not in path.read_bytes(), path
+
+
+def test_live_state_is_the_logged_state_not_the_callers_objects(tmp_path):
+    import orjson
+
+    config_file = tmp_path / "memory.toml"
+    config_file.write_text(
+        '[sections.role]\nitems = [{ content = "ROLE TEXT" }]\n[sections.playbooks]\nitems = [{ content = "PLAYBOOK" }]\n'
+    )
+    config = load_config(config_file)
+    with Memory.open(tmp_path / "d", config=config) as mem:
+        s = mem.session("s")
+        metadata = {"z": 1, "a": 2}
+        item = s.add("findings", {"z": 1, "a": 2}, priority=1.0, metadata=metadata)
+        metadata["mutated"] = True  # the caller's object changes after the add
+        messages = s.context(budget=1000)
+        context_seq = mem.writer.size - 1
+        live_ids = {name: [v.id for v in s.get(name)] for name in ("role", "playbooks")}
+        live = mem.state_hash()
+        assert mem.rebuild().state_hash() == live
+        assert s.get("findings", [item.id])[0].metadata == {"a": 2, "z": 1}
+        assert messages[0] == {"role": "system", "content": "ROLE TEXT"}
+        assert orjson.dumps(mem.context_at(context_seq)) == orjson.dumps(messages)
+    with Memory.open(tmp_path / "d", config=config) as mem:
+        s = mem.session("s")
+        assert {name: [v.id for v in s.get(name)] for name in ("role", "playbooks")} == live_ids
+        assert s.context(budget=1000)[0] == {"role": "system", "content": "ROLE TEXT"}
