@@ -186,7 +186,9 @@ def _ended(state: MemoryState, session: SessionState, record: Record, payload: d
 
 @handles("item.added")
 def _added(state: MemoryState, session: SessionState, record: Record, payload: dict) -> None:
-    section = session.sections[record.section]
+    section = session.sections.get(record.section)
+    if section is None:
+        return
     evicted = payload.get("evicted")
     if evicted:
         _evict(session, section, evicted)
@@ -197,9 +199,15 @@ def _added(state: MemoryState, session: SessionState, record: Record, payload: d
 
 @handles("item.updated")
 def _updated(state: MemoryState, session: SessionState, record: Record, payload: dict) -> None:
-    section = session.sections[record.section]
+    # A raw `redact --force` of an add leaves later records naming an item replay never saw.
+    section = session.sections.get(record.section)
+    if section is None:
+        return
     _evict(session, section, payload.get("evicted", ()))
-    item = section.items[payload["id"]]
+    item = section.items.get(payload["id"])
+    if item is None:
+        session.version = record.seq
+        return
     changes = payload["set"]
     if "content" in changes:
         section.tokens += payload["tokens"] - item.tokens
@@ -261,7 +269,9 @@ def _turn_ended(state: MemoryState, session: SessionState, record: Record, paylo
 @handles("section.committed")
 def _committed(state: MemoryState, session: SessionState, record: Record, payload: dict) -> None:
     for name, ids in payload["items"].items():
-        section = session.sections[name]
+        section = session.sections.get(name)
+        if section is None:
+            continue
         for id_ in ids:
             item = section.items.get(id_)
             if item is not None:
