@@ -28,6 +28,7 @@ from .state import Item, MemoryState, SectionState, SessionState
 from .tokens import TokenCounter
 
 READERS = ("agent", "operator")
+UPDATABLE = frozenset(("content", "tags", "priority", "metadata", "kind", "role"))
 TOOL_GROUP_PREFIX = "call:"
 
 
@@ -129,6 +130,8 @@ def configure_section(
     """Change (or add) one section's config for this session; a smaller budget evicts by policy."""
     _check_version(session, expected_version)
     section = session.sections.get(name)
+    if section is not None:
+        _check_writable(section, session)  # its config is part of what was loaded from config
     base = section.config.to_json() if section is not None else {}
     unknown = set(settings) - SETTINGS
     if unknown:
@@ -293,7 +296,7 @@ def update_item(
     section = get_section(session, section_name)
     _check_writable(section, session)
     item = get_item(section, item_id_)
-    allowed = {"content", "tags", "priority", "metadata", "kind", "role"}
+    allowed = UPDATABLE
     if type(changes) is not dict or not changes or set(changes) - allowed:
         raise InvalidInput(f"an update sets one or more of {sorted(allowed)}")
     # The same field checks as an add; an update without content keeps the item's content.
@@ -328,6 +331,14 @@ def remove_items(
     payload = base_payload(session, idem)
     payload["items"] = {section_name: list(dict.fromkeys(ids))}
     return Command(session.tenant, session.id, section_name, "item.removed", payload)
+
+
+def section_of(session: SessionState, id_: str) -> str:
+    """The section holding item `id_` (ItemNotFound if none does)."""
+    for name, section in session.sections.items():
+        if id_ in section.items:
+            return name
+    raise ItemNotFound(f"session {session.id!r} has no item {id_!r}")
 
 
 def get_item(section: SectionState, id_: str) -> Item:

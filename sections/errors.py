@@ -49,6 +49,10 @@ class ItemTooLarge(Refused):
     pass
 
 
+class IdempotencyConflict(MemoryError_):
+    """An idempotency key reused for a different command."""
+
+
 class VersionConflict(MemoryError_):
     """The caller's expected session version is stale."""
 

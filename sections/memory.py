@@ -29,7 +29,7 @@ from eventstore.writer import DEFAULT_SEG_BITS, Durability, Entry, Pending
 from . import commands, erasure
 from .commands import Command
 from .config import SESSION_SECTION, MemoryConfig, load_config
-from .errors import ItemNotFound, NotFound
+from .errors import IdempotencyConflict, ItemNotFound, NotFound
 from .history import History
 from .projection import apply, redaction_done
 from .snapshot import Snapshot, purge_snapshots, write_snapshot
@@ -192,10 +192,16 @@ class Memory:
         """
         with self._lock:
             if idem is not None:
-                tenant, session_id, key = idem
+                tenant, session_id, key, type_ = idem
                 session = self._state.sessions.get((tenant, session_id))
                 if session is not None and key in session.idempotency:
-                    return session.idempotency[key][0]
+                    seq, _, made = session.idempotency[key]
+                    if made != type_:
+                        raise IdempotencyConflict(
+                            f"idempotency key {key!r} was used for a {made} (seq {seq}), not a {type_}: "
+                            "use a new key for a different command"
+                        )
+                    return seq
             command = decide(self._state)
             if command is None:
                 return None
@@ -239,7 +245,10 @@ class Memory:
     def _replayed(self, seq: int) -> Record:
         """An idempotent retry: the original record, once it is durable."""
         self._writer.wait_for(seq)
-        return self._reader.get(seq)
+        record = self._reader.get(seq)
+        if not record.has_payload:
+            raise NotFound(f"the record this idempotency key made (seq {seq}) was erased")
+        return record
 
     def _reader_get(self, seq: int) -> Record:
         self._writer.wait_for(seq)  # a record applied under the lock may still be on its way
@@ -337,9 +346,12 @@ class Memory:
             )
         )
 
-    def list_sessions(self, tenant: str | None = None, **metadata: object) -> list[dict]:
+    def list_sessions(
+        self, tenant: str | None = None, where: dict | None = None, **metadata: object
+    ) -> list[dict]:
         """Sessions of a tenant, filtered by equality on creation metadata (e.g. app=, user=)."""
         tenant = tenant or self.tenant
+        metadata = {**(where or {}), **metadata}
         with self._lock:
             found = [
                 _session_summary(s)
@@ -409,8 +421,8 @@ class Session:
     def _state(self) -> SessionState:
         return commands.get_session(self.memory._state, self.tenant, self.id)
 
-    def _idem(self, key: str | None) -> tuple | None:
-        return None if key is None else (self.tenant, self.id, key)
+    def _idem(self, key: str | None, type_: str) -> tuple | None:
+        return None if key is None else (self.tenant, self.id, key, type_)
 
     @property
     def version(self) -> int:
@@ -474,7 +486,7 @@ class Session:
     ) -> list[ItemView]:
         """Add items atomically: one record."""
         decide = self._add_command(section, items, idempotency_key, expected_version)
-        return self._added(self.memory._commit(decide, self._idem(idempotency_key)))  # type: ignore[arg-type]
+        return self._added(self.memory._commit(decide, self._idem(idempotency_key, "item.added")))  # type: ignore[arg-type]
 
     async def add_async(
         self, section: str, content: object, *, idempotency_key: str | None = None,
@@ -493,7 +505,7 @@ class Session:
         expected_version: int | None = None,
     ) -> list[ItemView]:
         decide = self._add_command(section, items, idempotency_key, expected_version)
-        record = await self.memory._commit_async(decide, self._idem(idempotency_key))
+        record = await self.memory._commit_async(decide, self._idem(idempotency_key, "item.added"))
         return self._added(record)  # type: ignore[arg-type]
 
     def _simple(
@@ -510,7 +522,7 @@ class Session:
     ) -> Record:  # fmt: skip
         decide = self._simple(commands.update_item, section, item, changes, self.memory.counter,
                               idempotency_key, expected_version)  # fmt: skip
-        return self.memory._commit(decide, self._idem(idempotency_key))  # type: ignore[return-value]
+        return self.memory._commit(decide, self._idem(idempotency_key, "item.updated"))  # type: ignore[return-value]
 
     def remove(
         self, section: str, items: list[str] | str, *, idempotency_key: str | None = None,
@@ -520,24 +532,24 @@ class Session:
         decide = self._simple(
             commands.remove_items, section, ids, idempotency_key, expected_version
         )
-        return self.memory._commit(decide, self._idem(idempotency_key))  # type: ignore[return-value]
+        return self.memory._commit(decide, self._idem(idempotency_key, "item.removed"))  # type: ignore[return-value]
 
     def end_turn(
         self, *, idempotency_key: str | None = None, expected_version: int | None = None
     ) -> Record:
         decide = self._simple(commands.end_turn, idempotency_key, expected_version)
-        return self.memory._commit(decide, self._idem(idempotency_key))  # type: ignore[return-value]
+        return self.memory._commit(decide, self._idem(idempotency_key, "turn.ended"))  # type: ignore[return-value]
 
     async def end_turn_async(
         self, *, idempotency_key: str | None = None, expected_version: int | None = None
     ):
         decide = self._simple(commands.end_turn, idempotency_key, expected_version)
-        return await self.memory._commit_async(decide, self._idem(idempotency_key))
+        return await self.memory._commit_async(decide, self._idem(idempotency_key, "turn.ended"))
 
     def commit(self, section: str | None = None, *, idempotency_key: str | None = None,
                expected_version: int | None = None) -> Record:  # fmt: skip
         decide = self._simple(commands.commit, section, idempotency_key, expected_version)
-        return self.memory._commit(decide, self._idem(idempotency_key))  # type: ignore[return-value]
+        return self.memory._commit(decide, self._idem(idempotency_key, "section.committed"))  # type: ignore[return-value]
 
     def configure(
         self, section: str, *, idempotency_key: str | None = None, expected_version: int | None = None,
@@ -547,13 +559,15 @@ class Session:
         decide = self._simple(
             commands.configure_section, section, settings, idempotency_key, expected_version
         )
-        return self.memory._commit(decide, self._idem(idempotency_key))  # type: ignore[return-value]
+        return self.memory._commit(decide, self._idem(idempotency_key, "section.configured"))  # type: ignore[return-value]
 
     async def update_async(self, section: str, item: str, *, idempotency_key: str | None = None,
                            expected_version: int | None = None, **changes: object) -> Record:  # fmt: skip
         decide = self._simple(commands.update_item, section, item, changes, self.memory.counter,
                               idempotency_key, expected_version)  # fmt: skip
-        return await self.memory._commit_async(decide, self._idem(idempotency_key))  # type: ignore[return-value]
+        return await self.memory._commit_async(
+            decide, self._idem(idempotency_key, "section.configured")
+        )  # type: ignore[return-value]
 
     async def remove_async(self, section: str, items: list[str] | str, *, idempotency_key: str | None = None,
                            expected_version: int | None = None) -> Record:  # fmt: skip
@@ -561,24 +575,28 @@ class Session:
         decide = self._simple(
             commands.remove_items, section, ids, idempotency_key, expected_version
         )
-        return await self.memory._commit_async(decide, self._idem(idempotency_key))  # type: ignore[return-value]
+        return await self.memory._commit_async(decide, self._idem(idempotency_key, "item.removed"))  # type: ignore[return-value]
 
     async def commit_async(self, section: str | None = None, *, idempotency_key: str | None = None,
                            expected_version: int | None = None) -> Record:  # fmt: skip
         decide = self._simple(commands.commit, section, idempotency_key, expected_version)
-        return await self.memory._commit_async(decide, self._idem(idempotency_key))  # type: ignore[return-value]
+        return await self.memory._commit_async(
+            decide, self._idem(idempotency_key, "section.committed")
+        )  # type: ignore[return-value]
 
     async def end_async(
         self, *, idempotency_key: str | None = None, expected_version: int | None = None
     ) -> Record:
         decide = self._simple(commands.end_session, idempotency_key, expected_version)
-        return await self.memory._commit_async(decide, self._idem(idempotency_key))  # type: ignore[return-value]
+        return await self.memory._commit_async(decide, self._idem(idempotency_key, "session.ended"))  # type: ignore[return-value]
 
     async def delete_async(
         self, *, idempotency_key: str | None = None, expected_version: int | None = None
     ) -> Record:
         decide = self._simple(commands.delete_session, idempotency_key, expected_version)
-        return await self.memory._commit_async(decide, self._idem(idempotency_key))  # type: ignore[return-value]
+        return await self.memory._commit_async(
+            decide, self._idem(idempotency_key, "session.deleted")
+        )  # type: ignore[return-value]
 
     async def erase_async(self, ids: list[str] | str, *, reason: str) -> list[str]:
         return await asyncio.to_thread(self.erase, ids, reason=reason)
@@ -590,13 +608,13 @@ class Session:
         self, *, idempotency_key: str | None = None, expected_version: int | None = None
     ) -> Record:
         decide = self._simple(commands.end_session, idempotency_key, expected_version)
-        return self.memory._commit(decide, self._idem(idempotency_key))  # type: ignore[return-value]
+        return self.memory._commit(decide, self._idem(idempotency_key, "session.ended"))  # type: ignore[return-value]
 
     def delete(
         self, *, idempotency_key: str | None = None, expected_version: int | None = None
     ) -> Record:
         decide = self._simple(commands.delete_session, idempotency_key, expected_version)
-        return self.memory._commit(decide, self._idem(idempotency_key))  # type: ignore[return-value]
+        return self.memory._commit(decide, self._idem(idempotency_key, "session.deleted"))  # type: ignore[return-value]
 
     # -- reads
 
@@ -605,17 +623,18 @@ class Session:
 
         def decide(state: MemoryState) -> Command | None:
             session = commands.get_session(state, self.tenant, self.id)
-            names = [section] if section is not None else list(session.sections)
             reads: dict[str, list[str]] = {}
-            for name in names:
-                sec = commands.get_section(session, name)
-                chosen = (
-                    list(sec.items.values())
-                    if ids is None
-                    else [commands.get_item(sec, i) for i in ids]
-                )
-                views.extend(self.memory._view(name, item) for item in chosen)
-                reads[name] = [item.id for item in chosen]
+            if ids is None:  # whole sections
+                for name in [section] if section is not None else list(session.sections):
+                    items = list(commands.get_section(session, name).items.values())
+                    views.extend(self.memory._view(name, item) for item in items)
+                    reads[name] = [item.id for item in items]
+            else:  # these ids, in this section or wherever they are
+                for id_ in ids:
+                    name = section if section is not None else commands.section_of(session, id_)
+                    item = commands.get_item(commands.get_section(session, name), id_)
+                    views.append(self.memory._view(name, item))
+                    reads.setdefault(name, []).append(item.id)
             return commands.read_items(session, reads, reader, "get")
 
         return decide, views

@@ -67,7 +67,7 @@ def apply(state: MemoryState, record: Record, restate: Restater | None = None) -
 
 def _remember_key(session: SessionState, key: str, record: Record) -> None:
     keys = session.idempotency
-    keys[key] = (record.seq, record.ts)
+    keys[key] = (record.seq, record.ts, record.type)
     horizon = record.ts - IDEMPOTENCY_WINDOW_US
     while keys:
         oldest = next(iter(keys))

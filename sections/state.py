@@ -132,7 +132,9 @@ class SessionState:
     last_seq: int  # seq of the last record of this session of any type (reads too)
     turn: int = 0
     ended_seq: int | None = None
-    idempotency: dict[str, tuple[int, int]] = field(default_factory=dict)  # key -> (seq, ts)
+    idempotency: dict[str, tuple[int, int, str]] = field(
+        default_factory=dict
+    )  # key -> (seq, ts, type)
 
     def to_json(self) -> dict:
         return {
@@ -166,7 +168,7 @@ class SessionState:
             metadata=data["metadata"], counter=data["counter"], sections=sections,
             version=data["version"], last_seq=data["last_seq"], turn=data["turn"],
             ended_seq=data["ended_seq"],
-            idempotency={k: (v[0], v[1]) for k, v in data["idempotency"].items()},
+            idempotency={k: tuple(v) for k, v in data["idempotency"].items()},
         )  # fmt: skip
 
 

@@ -8,6 +8,7 @@ carries the expected session version (a stale one is 409, nothing appended).
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Awaitable, Callable
 
 from starlette.requests import Request
@@ -16,6 +17,8 @@ from starlette.routing import request_response
 
 from eventstore.errors import InvalidInput
 from eventstore.jcs import loads_strict
+from sections.commands import UPDATABLE
+from sections.config import SETTINGS
 from sections.memory import Memory, Session
 
 from .auth import Principal
@@ -49,27 +52,36 @@ async def read_json(request: Request, limit: int, required: bool = True) -> dict
     return value
 
 
+_INTEGER = re.compile(r"-?[0-9]{1,18}")  # ASCII digits only: "²" is a digit to str.isdigit
+
+
+def _integer(value: str, what: str) -> int:
+    if not _INTEGER.fullmatch(value):
+        raise ApiError(400, "invalid_input", f"{what} must be an integer, not {value[:40]!r}")
+    return int(value)
+
+
 def _if_match(request: Request) -> int | None:
     value = request.headers.get("if-match")
     if value is None:
         return None
-    value = value.strip().removeprefix("W/").strip('"')
-    if not value.lstrip("-").isdigit():
-        raise ApiError(
-            400, "invalid_input", f"If-Match must be a session version (a seq), not {value!r}"
-        )
-    return int(value)
+    return _integer(
+        value.strip().removeprefix("W/").strip('"'), "If-Match (the expected session version)"
+    )
 
 
 def _int_param(request: Request, name: str, default: int | None = None) -> int | None:
     value = request.query_params.get(name)
-    if value is None:
-        return default
-    if not value.lstrip("-").isdigit():
+    return default if value is None else _integer(value, f"query parameter {name}")
+
+
+def _only(body: dict, allowed: frozenset[str], what: str) -> dict:
+    unknown = set(body) - allowed
+    if unknown or not body:
         raise ApiError(
-            400, "invalid_input", f"query parameter {name} must be an integer, not {value!r}"
+            400, "invalid_input", f"give {what}: one or more of {', '.join(sorted(allowed))}"
         )
-    return int(value)
+    return body
 
 
 def _reader(request: Request) -> str:
@@ -114,7 +126,7 @@ class Api:
         filters = {
             k.removeprefix("metadata."): v for k, v in request.query_params.items() if k != "token"
         }
-        return json_response({"sessions": self.memory.list_sessions(p.tenant, **filters)})
+        return json_response({"sessions": self.memory.list_sessions(p.tenant, where=filters)})
 
     async def put_session(self, request: Request) -> Response:
         p = self.service.principal(request, "write")
@@ -203,7 +215,7 @@ class Api:
 
     async def configure_section(self, request: Request) -> Response:
         session = self._session(self.service.principal(request, "write"), request)
-        body = await self._body(request)
+        body = _only(await self._body(request), SETTINGS, "section settings")
         with self.service.write():
             record = await asyncio.to_thread(
                 session.configure,
@@ -262,7 +274,7 @@ class Api:
 
     async def update_item(self, request: Request) -> Response:
         session = self._session(self.service.principal(request, "write"), request)
-        body = await self._body(request)
+        body = _only(await self._body(request), UPDATABLE, "item fields to update")
         with self.service.write():
             record = await session.update_async(
                 request.path_params["section"],

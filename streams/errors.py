@@ -11,6 +11,7 @@ from starlette.responses import Response
 from eventstore.errors import InvalidInput, LedgerError, StalePosition, WriterClosed
 from sections.errors import (
     BudgetExceeded,
+    IdempotencyConflict,
     ImmutableSection,
     ItemTooLarge,
     NotFound,
@@ -36,6 +37,7 @@ _STATUS: tuple[tuple[type[BaseException], int, str], ...] = (
     (NotFound, 404, "not_found"),
     (SessionExists, 409, "session_exists"),
     (VersionConflict, 409, "version_conflict"),
+    (IdempotencyConflict, 409, "idempotency_key_reused"),
     (StalePosition, 409, "stale_position"),
     (ImmutableSection, 409, "immutable_section"),
     (ItemTooLarge, 422, "item_too_large"),

@@ -35,6 +35,16 @@ def client(server):
         yield c
 
 
+@pytest.fixture(scope="module")
+def shared_client(tmp_path_factory):
+    """One server for the tests that only check refusals (each asserts nothing was appended)."""
+    with (
+        Server(tmp_path_factory.mktemp("shared") / "data", "--seg-bits", "5") as srv,
+        httpx.Client(base_url=srv.url, timeout=30) as c,
+    ):
+        yield c
+
+
 def _head(client: httpx.Client) -> int:
     return client.get("/v1/log/status").json()["head"]
 
@@ -183,9 +193,31 @@ def test_stale_if_match_is_409_and_appends_nothing(client):
         ("DELETE", "/v1/sessions", {}, 405),
         ("GET", f"/v1/sessions/{S}/state", {"params": {"at": "abc"}}, 400),
         ("PATCH", f"/v1/sessions/{S}/sections/findings/items/999", {"json": {"content": "x"}}, 404),
+        ("PATCH", f"/v1/sessions/{S}/sections/findings/items/999", {"json": {"item": 1}}, 400),
+        ("PUT", f"/v1/sessions/{S}/sections/findings", {"json": {"section": "x"}}, 400),
+        ("PUT", f"/v1/sessions/{S}/sections/findings", {"json": {"idempotency_key": "x"}}, 400),
+        ("PUT", f"/v1/sessions/{S}/sections/role", {"json": {"mutable": True}}, 409),
+        (
+            "POST",
+            f"/v1/sessions/{S}/sections/findings/items",
+            {"json": {"content": "x"}, "headers": {"If-Match": "--5"}},
+            400,
+        ),
+        (
+            "POST",
+            f"/v1/sessions/{S}/sections/findings/items",
+            {"json": {"content": "x"}, "headers": {"If-Match": "\u00b2".encode()}},
+            400,
+        ),
+        ("GET", f"/v1/sessions/{S}/state", {"params": {"at": "--1"}}, 400),
+        ("GET", "/v1/stream/jsonl", {"params": {"after": "9" * 5000}}, 400),
+        ("GET", "/v1/events", {"params": {"after": "--5"}}, 400),
     ],
 )
-def test_bad_input_is_a_4xx_json_error_and_appends_nothing(client, method, path, kwargs, status):
+def test_bad_input_is_a_4xx_json_error_and_appends_nothing(
+    shared_client, method, path, kwargs, status
+):
+    client = shared_client
     client.put(f"/v1/sessions/{S}")
     head = _head(client)
     response = client.request(method, path, **kwargs)
@@ -381,3 +413,45 @@ def test_tenants_are_isolated_and_scopes_enforced(tmp_path):
         ).status_code in (403, 404)
         state = client.get("/v1/state", params={"at": 3}, headers=b).json()
         assert all(s["tenant"] == "globex" for s in state["sessions"])
+
+
+def test_list_filters_named_like_parameters_are_just_metadata(client):
+    client.put(f"/v1/sessions/{S}", json={"metadata": {"tenant": "not-the-tenant"}})
+    assert client.get("/v1/sessions", params={"tenant": "x"}).json() == {"sessions": []}
+    assert (
+        len(client.get("/v1/sessions", params={"tenant": "not-the-tenant"}).json()["sessions"]) == 1
+    )
+
+
+def test_an_idempotency_key_reused_for_another_command_is_a_409(client):
+    client.put(f"/v1/sessions/{S}")
+    added = client.post(
+        f"/v1/sessions/{S}/sections/findings/items",
+        json={"content": "a"},
+        headers={"Idempotency-Key": "k"},
+    )
+    item = added.json()["item"]["id"]
+    head = _head(client)
+    reused = client.patch(
+        f"/v1/sessions/{S}/sections/findings/items/{item}",
+        json={"content": "b"},
+        headers={"Idempotency-Key": "k"},
+    )
+    assert reused.status_code == 409 and reused.json()["error"]["code"] == "idempotency_key_reused"
+    assert _head(client) == head
+
+
+def test_items_by_id_are_found_in_whichever_section_holds_them(client):
+    client.put(f"/v1/sessions/{S}")
+    a = client.post(f"/v1/sessions/{S}/sections/findings/items", json={"content": "a"}).json()[
+        "item"
+    ]["id"]
+    b = client.post(f"/v1/sessions/{S}/sections/messages/items", json={"content": "b"}).json()[
+        "item"
+    ]["id"]
+    got = client.get(f"/v1/sessions/{S}/items", params=[("id", a), ("id", b)])
+    assert got.status_code == 200
+    assert [(i["id"], i["section"]) for i in got.json()["items"]] == [
+        (a, "findings"),
+        (b, "messages"),
+    ]
