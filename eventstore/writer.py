@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import errno
 import hashlib
 import os
 import struct
@@ -26,17 +27,19 @@ import orjson
 
 from . import layout, segfile
 from .checkpoint import CheckpointError, SigningKey, parse_checkpoint, sign_checkpoint
-from .errors import BadKey, CorruptLog, InvalidInput, StalePosition, WriterClosed
+from .errors import BadKey, CorruptLog, InvalidInput, InvalidPayload, StalePosition, WriterClosed
 from .identifiers import CONTROL_TENANT, check_event_identifiers
 from .jcs import canonical
 from .lockfile import WriterLock
 from .merkle import CompactRange
-from .record import FORMAT_NAME, PAY_TAG, REC_TAG, Record, encode_line, genesis
+from .record import FORMAT_NAME, MAX_LINE_BYTES, PAY_TAG, REC_TAG, Record, encode_line, genesis
 from .recovery import scan_tail
 
 _sha256 = hashlib.sha256
 _u64_i64 = struct.Struct(">Qq").pack
 DEFAULT_SEG_BITS = 16
+# A line is at most 16 MiB; the envelope (identifiers up to 128 bytes, hashes) stays under 1 KiB.
+MAX_PAYLOAD_BYTES = MAX_LINE_BYTES - 1024
 
 
 class Durability(Enum):
@@ -56,6 +59,11 @@ class Entry:
         self.tenant, self.session, self.section, self.type = tenant, session, section, type_
         self.payload = payload
         self.jcs = canonical(payload)
+        if len(self.jcs) > MAX_PAYLOAD_BYTES:
+            raise InvalidPayload(
+                f"the payload is {len(self.jcs)} bytes in JCS form; a record's line is at most 16 MiB, "
+                f"so payloads are limited to {MAX_PAYLOAD_BYTES} bytes: keep large data outside the log"
+            )
 
     @classmethod
     def control(cls, type_: str, payload: dict) -> Entry:
@@ -470,6 +478,7 @@ class LogWriter:
         Nothing is appended after a redaction record until its rewrite is done, so an unfinished
         one is always the last record. Its targets' payloads are removed now, as it asked.
         """
+        self._write_checkpoint_file()  # a checkpoint covers the redaction before any rewrite
         by_segment: dict[int, dict[int, int]] = {}
         for target in redaction["payload"]["targets"]:
             seq = target["seq"]
@@ -827,10 +836,11 @@ class LogWriter:
         if not data:
             return
         blob = b"".join(data)
-        view = memoryview(blob)
-        while view:
-            written = os.write(self._fd, view)
-            view = view[written:]
+        # One write of whole lines; a short one is a failed write (log-format.md section 7):
+        # the caller cuts the file back to the last durable offset and stops taking appends.
+        written = os.write(self._fd, blob)
+        if written != len(blob):
+            raise OSError(errno.EIO, f"short write: {written} of {len(blob)} bytes")
         if self.durability is Durability.FSYNC:
             started = time.perf_counter()
             os.fdatasync(self._fd)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import orjson
 
+from eventstore.errors import WriterClosed
 from eventstore.layout import DataDir
 from eventstore.reader import LogReader
 from eventstore.record import Record
@@ -37,6 +38,7 @@ from .state import Item, MemoryState, SessionState, item_id, parse_item_id
 from .tokens import DEFAULT_COUNTER, TokenCounter
 
 SNAPSHOT_EVERY = 100_000  # records between automatic snapshots
+REDACTION_CHUNK = 50_000  # targets per redaction record (about 90 bytes each)
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,8 @@ class Memory:
         self.tenant = tenant
         self.snapshot_every = snapshot_every
         self._lock = threading.Lock()
+        self._snapshot_lock = threading.Lock()
+        self._failed: BaseException | None = None
         self.erase_hooks: list[Callable[[], None]] = []  # other projections purge their copies
         self._writer, self.key = open_log(
             self.data.root,
@@ -173,12 +177,15 @@ class Memory:
 
     def snapshot(self) -> Path:
         """Write a snapshot of the state as of now (the log's durable head)."""
-        with self._lock:
-            state_json = self._state.to_json()
-            snapshot = Snapshot(self._state.seq, self._state.h, {"sections": state_json})
-            self._since_snapshot = 0
-        self._writer.wait_for(snapshot.seq)
-        return write_snapshot(self.snapshot_dir, self._writer.origin, snapshot)
+        # The snapshot lock keeps an erase's purge from running between taking the state and
+        # writing the file: a snapshot taken before an erase must never appear after its purge.
+        with self._snapshot_lock:
+            with self._lock:
+                state_json = self._state.to_json()
+                snapshot = Snapshot(self._state.seq, self._state.h, {"sections": state_json})
+                self._since_snapshot = 0
+            self._writer.wait_for(snapshot.seq)
+            return write_snapshot(self.snapshot_dir, self._writer.origin, snapshot)
 
     # ---- running commands ----------------------------------------------------------------------
 
@@ -191,6 +198,10 @@ class Memory:
         first call made; or None when the command needs no record.
         """
         with self._lock:
+            if self._failed is not None:
+                raise WriterClosed(
+                    f"memory stopped after a failed write ({self._failed}); reopen it to reload state from the log"
+                )
             if idem is not None:
                 tenant, session_id, key, type_ = idem
                 session = self._state.sessions.get((tenant, session_id))
@@ -225,7 +236,7 @@ class Memory:
             return None
         if isinstance(outcome, int):
             return self._replayed(outcome)
-        outcome.wait()
+        self._wait(outcome.wait)
         self._maybe_snapshot()
         return outcome.records[0]
 
@@ -237,10 +248,21 @@ class Memory:
             return None
         if isinstance(outcome, int):
             return await asyncio.to_thread(self._replayed, outcome)
-        await outcome.wait_async()
+        try:
+            await outcome.wait_async()
+        except WriterClosed as exc:
+            self._failed = exc  # the state holds a record the log will never have
+            raise
         if self._since_snapshot >= self.snapshot_every:
             await asyncio.to_thread(self._maybe_snapshot)
         return outcome.records[0]
+
+    def _wait(self, wait: Callable[[], object]) -> None:
+        try:
+            wait()
+        except WriterClosed as exc:
+            self._failed = exc  # the state holds a record the log will never have
+            raise
 
     def _replayed(self, seq: int) -> Record:
         """An idempotent retry: the original record, once it is durable."""
@@ -256,11 +278,16 @@ class Memory:
 
     def _redact(self, seqs: list[int], reason: str, request: str) -> None:
         """Steps 2 and 3 of an erase: redact the payloads, then purge what still holds them."""
-        if seqs:
-            redaction = self._writer.redact(seqs, reason, request)
+        # Chunks keep each redaction record far below the 16 MiB line limit; only the last one
+        # names the erase alone, so an erase is pending until its last chunk is done.
+        chunks = [seqs[i : i + REDACTION_CHUNK] for i in range(0, len(seqs), REDACTION_CHUNK)]
+        for n, chunk in enumerate(chunks, 1):
+            tag = request if n == len(chunks) else f"{request}#{n}/{len(chunks)}"
+            redaction = self._writer.redact(chunk, reason, tag)
             with self._lock:  # the writer appended it, not a command: mark the erase done
                 redaction_done(self._state, redaction.payload)
-        purge_snapshots(self.snapshot_dir)
+        with self._snapshot_lock:
+            purge_snapshots(self.snapshot_dir)
         for hook in self.erase_hooks:
             hook()
 

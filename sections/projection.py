@@ -159,7 +159,7 @@ def _created(state: MemoryState, _: SessionState | None, record: Record, payload
 
 def redaction_done(state: MemoryState, payload: dict) -> None:
     """A `redaction` whose request is `<erase type>@<seq>` completes that erase."""
-    kind, _, seq = str(payload.get("request", "")).partition("@")
+    kind, _, seq = str(payload.get("request", "")).partition("@")  # "…@E#2/5": not the last chunk
     if kind in ("items.erased", "session.erased") and seq.isdigit():
         state.pending_erasures.pop(int(seq), None)
 
