@@ -13,14 +13,18 @@ from collections.abc import Callable
 
 from eventstore.record import Record
 
-from .state import SessionState
+from .state import SessionState, item_id
 
 PERSONAL_FIELDS = ("content", "tags", "metadata", "extra")
 
 
-def restate(payload: dict) -> dict:
-    """The payload without anything that may hold personal data."""
-    out = {k: v for k, v in payload.items() if k != "metadata"}
+def restate(payload: dict, keep_session_metadata: bool = False) -> dict:
+    """The payload without anything that may hold personal data.
+
+    A session's own metadata (its app and user ids, given at creation) is kept when only some of
+    its items are erased: the session lives on with it. `erase_all` removes it with the rest.
+    """
+    out = {k: v for k, v in payload.items() if k != "metadata" or keep_session_metadata}
     if "items" in out and isinstance(out["items"], list):
         out["items"] = [_strip_item(i) for i in out["items"]]
     if "seed" in out:
@@ -41,16 +45,16 @@ def _strip_item(item: dict) -> dict:
 
 
 def session_chain(
-    session: SessionState,
+    head: int,
     get: Callable[[int], Record],
     payload_of: Callable[[Record], dict | None],
     stop_at: int = -1,
 ) -> list[tuple[Record, dict]]:
-    """The session's records with their payloads, newest first, following the `prev_seq`
-    back-links down to `stop_at`. An erased record's payload is its restatement, which keeps
-    the back-link; the walk ends where neither exists."""
+    """A session's records with their payloads, newest first, from record `head` down the
+    `prev_seq` back-links to `stop_at`. An erased record's payload is its restatement, which
+    keeps the back-link; the walk ends where neither exists."""
     chain = []
-    seq = session.last_seq
+    seq: int | None = head
     while seq is not None and seq > stop_at:
         record = get(seq)
         payload = payload_of(record)
@@ -64,9 +68,10 @@ def session_chain(
 def records_holding(
     session: SessionState, ids: set[str], chain: list[tuple[Record, dict]]
 ) -> tuple[set[int], set[str]]:
-    """The seqs of records holding the content of `ids`, and the full set of ids they hold.
+    """The seqs of records holding personal data of `ids`, and the full set of ids they hold.
 
-    Grows to a fixed point: a batch record pulls in its other items, and their updates.
+    Grows to a fixed point: a batch record pulls in its other items, and their updates (any that
+    set content, tags or metadata).
     """
     ids = set(ids)
     while True:
@@ -75,15 +80,25 @@ def records_holding(
             if (
                 record.type == "item.updated"
                 and payload["id"] in ids
-                and "content" in payload["set"]
+                and set(payload["set"]) & set(PERSONAL_FIELDS)
             ):
                 seqs.add(record.seq)
-        live = {
-            item.id
-            for section in session.sections.values()
-            for item in section.items.values()
-            if item.seq in seqs
+        held = {
+            item_id(record.seq, k)
+            for record, payload in chain
+            if record.seq in seqs
+            for k in range(len(added_items(record, payload)))
         }
-        if live <= ids:
+        if held <= ids:
             return seqs, ids
-        ids |= live
+        ids |= held
+
+
+def added_items(record: Record, payload: dict) -> list[dict]:
+    """The items a record added, in id order (k), or [] for a record that adds none."""
+    if record.type == "item.added":
+        return payload.get("items", [])
+    if record.type == "session.created":
+        order = payload.get("order") or sorted(payload.get("seed", {}))
+        return [i for name in order for i in payload.get("seed", {}).get(name, ())]
+    return []

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import orjson
 
-from eventstore.errors import WriterClosed
+from eventstore.errors import InvalidInput, WriterClosed
+from eventstore.filters import RecordFilter
 from eventstore.layout import DataDir
 from eventstore.reader import LogReader
 from eventstore.record import Record
@@ -30,7 +31,7 @@ from eventstore.writer import DEFAULT_SEG_BITS, Durability, Entry, Pending
 from . import commands, erasure
 from .commands import Command
 from .config import SESSION_SECTION, MemoryConfig, load_config
-from .errors import IdempotencyConflict, ItemNotFound, NotFound
+from .errors import IdempotencyConflict, ItemNotFound, NotFound, SessionNotFound
 from .history import History
 from .projection import apply, redaction_done
 from .snapshot import Snapshot, purge_snapshots, write_snapshot
@@ -726,75 +727,87 @@ class Session:
     # -- erasure
 
     def erase(self, ids: list[str] | str, *, reason: str) -> list[str]:
-        """Erase items for good: remove them, redact every payload holding their content, purge
-        snapshots. Items added in the same batch record go too; returns every erased id."""
+        """Erase items for good: remove them, redact every payload holding their content, tags or
+        metadata, purge snapshots. Items no longer live (evicted, removed) can be erased too.
+        Items added in the same batch record go as well; returns every erased id."""
         ids = [ids] if isinstance(ids, str) else list(ids)
+        if not ids:
+            raise InvalidInput("give at least one item id to erase")
+        try:
+            oldest = min(parse_item_id(i)[0] for i in ids)
+        except (ValueError, TypeError):
+            raise ItemNotFound(f"session {self.id!r} has no item among {ids!r}") from None
+        memory = self.memory
+        with memory._lock:
+            head = commands.get_session(memory._state, self.tenant, self.id).last_seq
+        # The walk down the session's back-links reads the files: done outside the lock.
+        chain = erasure.session_chain(
+            head, memory._reader_get, memory.history.payload_of, oldest - 1
+        )
         erased: list[str] = []
 
         def decide(state: MemoryState) -> Command:
             session = commands.get_session(state, self.tenant, self.id)
-            where = {}
+            full = chain
+            if session.last_seq != head:  # records that landed meanwhile: only those
+                newer = erasure.session_chain(
+                    session.last_seq, memory._reader_get, memory.history.payload_of, head
+                )
+                full = newer + chain
+            by_seq = {r.seq: (r, p) for r, p in full}
             for id_ in ids:
-                for name, section in session.sections.items():
-                    if id_ in section.items:
-                        where[id_] = name
-                if id_ not in where:
-                    raise ItemNotFound(f"session {self.id!r} has no item {id_!r}")
-            oldest = min(parse_item_id(i)[0] for i in ids)
-            memory = self.memory
-            chain = erasure.session_chain(
-                session, memory._reader_get, memory.history.payload_of, oldest - 1
-            )
-            seqs, all_ids = erasure.records_holding(session, set(ids), chain)
-            by_seq = {r.seq: r for r, _ in chain}
+                seq, k = parse_item_id(id_)
+                if seq not in by_seq or k >= len(erasure.added_items(*by_seq[seq])):
+                    raise ItemNotFound(f"session {self.id!r} never had an item {id_!r}")
+            seqs, all_ids = erasure.records_holding(session, set(ids), full)
             items: dict[str, list[str]] = {}
             for name, section in session.sections.items():
                 chosen = [i for i in section.items if i in all_ids]
                 if chosen:
                     items[name] = chosen
-            erased.extend(i for v in items.values() for i in v)
+            erased.extend(sorted(all_ids, key=parse_item_id))
             payload = commands.base_payload(session, None)
-            payload.update(
-                {
-                    "reason": reason,
-                    "items": items,
-                    # Every seq is on the chain: items and their updates come after `oldest`.
-                    "restate": {
-                        str(s): erasure.restate(by_seq[s].payload)
-                        for s in sorted(seqs)
-                        if by_seq[s].has_payload
-                    },
-                }
-            )
+            restated = {}
+            for seq in sorted(seqs):
+                record, _ = by_seq[seq]
+                if record.has_payload:
+                    keep = record.type == "session.created"
+                    restated[str(seq)] = erasure.restate(record.payload, keep_session_metadata=keep)
+            payload.update({"reason": reason, "items": items, "restate": restated})
             return Command(self.tenant, self.id, SESSION_SECTION, "items.erased", payload)
 
-        record = self.memory._commit(decide)
+        record = memory._commit(decide)
         seqs = [int(s) for s in record.payload["restate"]]  # type: ignore[union-attr]
-        self.memory._redact(seqs, reason, f"items.erased@{record.seq}")  # type: ignore[union-attr]
+        memory._redact(seqs, reason, f"items.erased@{record.seq}")  # type: ignore[union-attr]
         return erased
 
     def erase_all(self, *, reason: str) -> Record:
-        """Erase the whole session: remove it, then redact every payload it ever wrote."""
-        chain: list[Record] = []
+        """Erase the whole session, deleted or not: every record this (tenant, session id) ever
+        wrote, in every incarnation, has its payload redacted; then the session leaves state."""
+        memory = self.memory
+        where = RecordFilter.of(tenant=self.tenant, session=self.id)
+        found = [r for r in memory._reader.records(where=where)]  # a scan of the files, unlocked
+        if not found:
+            raise SessionNotFound(f"session {self.id!r} not found")
+        scanned_to = memory.writer.size - 1
+        seqs = [r.seq for r in found if r.has_payload]
 
         def decide(state: MemoryState) -> Command:
-            session = commands.get_session(state, self.tenant, self.id)
-            memory = self.memory
-            chain.extend(
-                r
-                for r, _ in erasure.session_chain(
-                    session, memory._reader_get, memory.history.payload_of
+            session = state.sessions.get((self.tenant, self.id))
+            last = found[-1].seq
+            if session is not None and session.last_seq > scanned_to:  # landed meanwhile
+                newer = erasure.session_chain(
+                    session.last_seq, memory._reader_get, memory.history.payload_of, scanned_to
                 )
-            )
-            payload = commands.base_payload(session, None)
-            payload["reason"] = reason
-            payload["records"] = [r.seq for r in chain if r.has_payload]
+                seqs.extend(r.seq for r, _ in reversed(newer) if r.has_payload)
+                last = session.last_seq
+            payload = {
+                "prev_seq": session.last_seq if session is not None else last,
+                "reason": reason,
+                "records": seqs,
+            }
             return Command(self.tenant, self.id, SESSION_SECTION, "session.erased", payload)
 
-        record = self.memory._commit(decide)
-        seqs = record.payload["records"]  # type: ignore[union-attr]
-        self.memory._redact(seqs, reason, f"session.erased@{record.seq}")  # type: ignore[union-attr]
+        record = memory._commit(decide)
+        memory._redact(seqs, reason, f"session.erased@{record.seq}")  # type: ignore[union-attr]
         return record  # type: ignore[return-value]
-
-
-__all__ = ["ItemView", "Memory", "Session"]

@@ -54,7 +54,7 @@ def apply(state: MemoryState, record: Record, restate: Restater | None = None) -
             return  # an erased record of a session that is erased too
     key = (record.tenant, record.session)
     session = state.sessions.get(key)
-    if session is None and record.type != "session.created":
+    if session is None and record.type not in ("session.created", "session.erased"):
         return  # a record of a session erased from the log, or deleted
     handler(state, session, record, payload)  # type: ignore[arg-type]
     session = state.sessions.get(key)

@@ -21,7 +21,7 @@ from sections.errors import (
     SessionNotFound,
     VersionConflict,
 )
-from sections.memory import Memory
+from sections.memory import Memory, Session
 
 
 @pytest.fixture
@@ -381,3 +381,54 @@ def test_live_state_is_the_logged_state_not_the_callers_objects(tmp_path):
         s = mem.session("s")
         assert {name: [v.id for v in s.get(name)] for name in ("role", "playbooks")} == live_ids
         assert s.context(budget=1000)[0] == {"role": "system", "content": "ROLE TEXT"}
+
+
+def _files_holding(root: Path, text: str) -> list[Path]:
+    return [p for p in Path(root).rglob("*") if p.is_file() and text.encode() in p.read_bytes()]
+
+
+def test_erasure_reaches_updated_tags_and_metadata_and_items_no_longer_live(tmp_path):
+    with Memory.open(tmp_path / "d", seg_bits=3) as mem:
+        s = mem.session("s", sections={"notes": {"budget_tokens": 10, "policy": "fifo"}})
+        tagged = s.add("findings", "fact")
+        s.update("findings", tagged.id, metadata={"email": "jane@example.org"}, tags=["jane-roe"])
+        evicted = s.add("notes", "Jane Roe lives at 1 Main St")  # 7 tokens
+        s.add("notes", "filler text here")  # evicts the first note
+        assert [v.id for v in s.get("notes")] != [evicted.id]
+        assert set(s.erase([tagged.id, evicted.id], reason="gdpr")) >= {tagged.id, evicted.id}
+        live = mem.state_hash()
+        assert mem.rebuild().state_hash() == live
+    for secret in ("jane@example.org", "jane-roe", "1 Main St"):
+        assert _files_holding(tmp_path / "d", secret) == [], secret
+
+
+def test_erase_all_reaches_deleted_and_earlier_incarnations_of_a_session(tmp_path):
+    with Memory.open(tmp_path / "d", seg_bits=3) as mem:
+        first = mem.session("s")
+        first.add("findings", "first life: account 111")
+        first.delete()
+        second = mem.session("s")
+        second.add("findings", "second life: account 222")
+        second.erase_all(reason="gdpr")
+        mem.session("gone-already").add("findings", "deleted before erase: account 333")
+        mem.session("gone-already", create=False).delete()
+        Session(mem, "default", "gone-already").erase_all(reason="gdpr")
+        live = mem.state_hash()
+        assert mem.rebuild().state_hash() == live
+    for secret in ("account 111", "account 222", "account 333"):
+        assert _files_holding(tmp_path / "d", secret) == [], secret
+
+
+def test_erasing_a_seeded_item_keeps_the_session_metadata_and_replay_exact(tmp_path):
+    config_file = tmp_path / "memory.toml"
+    config_file.write_text('[sections.role]\nitems = [{ content = "secret role prompt" }]\n')
+    with Memory.open(tmp_path / "d", config=load_config(config_file)) as mem:
+        s = mem.session("s", metadata={"app": "deals", "user": "u-1"})
+        role = s.get("role")[0]
+        s.erase([role.id], reason="gdpr")
+        assert mem.list_sessions(app="deals")[0]["session"] == "s"
+        live = mem.state_hash()
+        assert mem.rebuild().state_hash() == live
+    with Memory.open(tmp_path / "d", config=load_config(config_file)) as mem:
+        assert mem.state_hash() == live
+    assert _files_holding(tmp_path / "d", "secret role prompt") == []
