@@ -727,6 +727,10 @@ class Session:
     # -- erasure
 
     def erase(self, ids: list[str] | str, *, reason: str) -> list[str]:
+        """Erase items (see `erase_items`); returns every erased id."""
+        return self.erase_items(ids, reason=reason)[1]
+
+    def erase_items(self, ids: list[str] | str, *, reason: str) -> tuple[Record, list[str]]:
         """Erase items for good: remove them, redact every payload holding their content, tags or
         metadata, purge snapshots. Items no longer live (evicted, removed) can be erased too.
         Items added in the same batch record go as well; returns every erased id."""
@@ -779,7 +783,7 @@ class Session:
         record = memory._commit(decide)
         seqs = [int(s) for s in record.payload["restate"]]  # type: ignore[union-attr]
         memory._redact(seqs, reason, f"items.erased@{record.seq}")  # type: ignore[union-attr]
-        return erased
+        return record, erased  # type: ignore[return-value]
 
     def erase_all(self, *, reason: str) -> Record:
         """Erase the whole session, deleted or not: every record this (tenant, session id) ever

@@ -28,6 +28,9 @@ from .routing import RawRoute
 from .service import Service
 
 Handler = Callable[[Request], Awaitable[Response]]
+# Writes with bodies larger than this run on a worker thread: encoding megabytes of JSON (JCS) takes
+# long enough to stall every stream and request sharing the event loop.
+LARGE_BODY = 256 * 1024
 
 
 async def read_json(request: Request, limit: int, required: bool = True) -> dict:
@@ -42,6 +45,7 @@ async def read_json(request: Request, limit: int, required: bool = True) -> dict
             raise ApiError(413, "body_too_large", f"the body exceeds the limit of {limit} bytes")
         chunks.append(chunk)
     body = b"".join(chunks)
+    request.state.body_bytes = size
     if not body.strip():
         if required:
             raise ApiError(400, "invalid_input", "a JSON object body is required")
@@ -244,13 +248,17 @@ class Api:
                 )
         else:
             items = [body]
+        add = dict(
+            idempotency_key=request.headers.get("idempotency-key"),
+            expected_version=_if_match(request),
+        )
         with self.service.write():
-            added = await session.add_many_async(
-                request.path_params["section"],
-                items,
-                idempotency_key=request.headers.get("idempotency-key"),
-                expected_version=_if_match(request),
-            )
+            if request.state.body_bytes > LARGE_BODY:  # canonicalizing it must not stall the loop
+                added = await asyncio.to_thread(
+                    session.add_many, request.path_params["section"], items, **add
+                )
+            else:
+                added = await session.add_many_async(request.path_params["section"], items, **add)
         content: dict = {"record": record_json(added[0].record)}
         if batch:
             content["items"] = [a.to_json() for a in added]
@@ -340,8 +348,8 @@ class Api:
             ids = body.get("ids")
             if type(ids) is not list or not ids or not all(type(i) is str for i in ids):
                 raise ApiError(400, "invalid_input", 'give "ids": [item ids] or "all": true')
-            erased = await session.erase_async(ids, reason=reason)
-        return json_response({"erased": erased})
+            record, erased = await asyncio.to_thread(session.erase_items, ids, reason=reason)
+        return json_response({"record": record_json(record), "erased": erased})
 
 
 def _wrap(handler: Handler) -> Callable:

@@ -1,7 +1,7 @@
 """Who is calling: the tenant and scopes of an API token (wire.md, Credentials).
 
-A token may come as `Authorization: Bearer <token>`, a `token` query parameter, or a `token`
-cookie (browsers' EventSource cannot send headers). With no tokens configured every caller is
+A token may come as `Authorization: Bearer <token>`, a `token` query parameter, or a
+`ledgermem_token` cookie (browsers' EventSource cannot send headers). With no tokens configured every caller is
 tenant `default` with every scope, and the service listens on loopback only unless told
 otherwise. The tenant always comes from the token, never from the request.
 """

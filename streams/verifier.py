@@ -88,6 +88,10 @@ class BackgroundVerifier:
                 self.verdict.state = "failed"
                 self.verdict.error = f"seq {seq + 1}: {exc}"
                 return
+            except (
+                OSError
+            ) as exc:  # e.g. a segment renamed over by a redaction: look again next tick
+                self.verdict.error = f"reading the files: {exc} (retrying)"
             self._stop.wait(self.interval)
 
     def _checkpoint(self):
