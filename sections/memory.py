@@ -1,8 +1,8 @@
 """The memory API: `Memory.open(dir)`, `mem.session(id)`, `s.add(...)`, `s.get(...)`, `s.context(...)`.
 
-Every command runs the same way. Under one lock, and with no I/O: decide the record from the
-current state (sections/commands.py), hand it to the log writer, which assigns its seq at once,
-and apply it to the state with the projection. Then, outside the lock, wait until the record is
+Every command runs the same way. Under one lock, and (almost always) without I/O: decide the
+record from the current state (sections/commands.py), hand it to the log writer, which assigns its
+seq at once, and apply what was logged to the state with the projection. Then, outside the lock, wait until the record is
 durable before returning. The lock is held for microseconds, so many callers share each fsync,
 and state is changed in exactly the order of the log. A read appends its `items.read` record the
 same way and returns content only once that record is durable (fail closed).
