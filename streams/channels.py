@@ -248,16 +248,14 @@ class Channels:
                 if delivery.items:
                     yield b"".join([frame(item) for item in delivery.items])
 
-        response = EventSourceResponse(
-            events(),
-            headers=STREAM_HEADERS,
-            ping=self.service.settings.heartbeat_seconds,
-            sep="\n",
-        )
-        try:
+        with subscription:
+            response = EventSourceResponse(
+                events(),
+                headers=STREAM_HEADERS,
+                ping=self.service.settings.heartbeat_seconds,
+                sep="\n",
+            )
             await response(scope, receive, send)
-        finally:
-            subscription.close()
 
     # -- JSONL
 

@@ -95,9 +95,6 @@ class Delivery(NamedTuple):
     caught_up: int | None = None
 
 
-_TIMEOUT = Delivery([], "")
-
-
 class _NullMetrics:
     def subscriber_added(self, channel: str) -> None: ...
     def subscriber_removed(self, channel: str) -> None: ...
@@ -175,11 +172,11 @@ class Subscription:
                 continue
             remaining = deadline - loop.time()
             if remaining <= 0:
-                return _TIMEOUT
+                return Delivery([], "")
             try:
                 await asyncio.wait_for(self._wake.wait(), remaining)
             except TimeoutError:
-                return _TIMEOUT
+                return Delivery([], "")
         return None
 
     async def _read(self, action: ReadLog) -> None:

@@ -528,8 +528,11 @@ def test_bad_requests_are_refused_with_a_4xx_and_append_nothing(server):
             with pytest.raises(InvalidStatus) as refused:
                 async with connect(ws_url + "?after=1"):
                     pass
-            await asyncio.sleep(0.3)
-            status = (await client.get("/v1/log/status")).json()
+            for _ in range(100):  # until the server has seen every client above go
+                status = (await client.get("/v1/log/status")).json()
+                if set(status["subscribers"].values()) == {0}:
+                    break
+                await asyncio.sleep(0.1)
             return head, answers, closes, refused.value.response, status
 
     head, answers, closes, refused, status = run(main())
