@@ -222,7 +222,6 @@ class Hub:
         self.max_bytes: int = getattr(settings, "subscriber_buffer_bytes", DEFAULT_BUFFER_BYTES)
         self.per_client: int = settings.max_subscribers_per_client
         self.head = -1
-        self.published = 0  # records published since start (for tests and stats)
         self._subscriptions: dict[Subscription, None] = {}  # insertion-ordered set
         self._clients: dict[str, int] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -280,7 +279,6 @@ class Hub:
             records = [r for r in records if r.seq > head]
         gap = records[0].seq != head + 1
         self.head = records[-1].seq
-        self.published += len(records)
         if not self._subscriptions:
             return
         if gap:  # never expected; the log has what was missed, so everyone reads it there
@@ -331,10 +329,6 @@ class Hub:
         `client` (an address) takes one of its places, or pass a `slot` already reserved.
         `batch` bounds one delivery; `stop_after` ends the subscription at that seq.
         """
-        if slot is None and client is not None:
-            slot = self.reserve(client)
-        elif self._closed:
-            raise ApiError(503, "shutting_down", "the service is shutting down; reconnect shortly")
         cursor = Cursor(
             after,
             self.head,
@@ -344,6 +338,10 @@ class Hub:
             batch=batch,
             stop_after=stop_after,
         )
+        if slot is None and client is not None:
+            slot = self.reserve(client)
+        elif self._closed:
+            raise ApiError(503, "shutting_down", "the service is shutting down; reconnect shortly")
         subscription = Subscription(self, cursor, channel, slot)
         self._subscriptions[subscription] = None
         self.metrics.subscriber_added(channel)
