@@ -1,0 +1,825 @@
+"""Session bundles: one file proving that a session's records are in a log, without the log.
+
+A bundle holds one session's records (the exact line bytes of the segment files), an RFC 9162
+inclusion proof for each against one signed checkpoint, and that checkpoint. An auditor holding
+the log's vkey checks it alone (`verify_bundle`): every line is a well-formed record whose `pd`
+and `h` follow from its bytes, every `h` is the leaf at its seq in the tree the checkpoint
+signed, every record belongs to the named tenant and session, and each record's `prev_seq`
+names the bundle's previous record, so no record of the session is missing between the first
+and the last. Nothing here can prove that no record follows the last one: the log may hold
+later records of the session, before or after the checkpoint.
+
+The file is JSON (docs/replay.md has the format):
+
+    {"format":"ledgermem.bundle/1","origin":..,"vkey":..,"tenant":..,"session":..,
+     "checkpoint":"<signed note>","records":[
+    {"line":"<the record's line>","proof":["<base64 hash>",...]},
+    ...
+    ]}
+
+Checking is pure (bytes in, report out). Building reads a log directory through `LogReader`.
+This module also holds the C2SP tlog-proof text format used by `ledgermem proof`.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+
+from eventstore import jcs, layout
+from eventstore.checkpoint import Checkpoint, CheckpointError, VerifierKey, parse_checkpoint
+from eventstore.errors import (
+    BadKey,
+    CorruptLog,
+    InvalidInput,
+    InvalidPayload,
+    InvalidProof,
+    LedgerError,
+)
+from eventstore.identifiers import CONTROL_TENANT, is_identifier
+from eventstore.merkle import inclusion_proof, node_hash, root, split_point, verify_inclusion
+from eventstore.reader import LogReader
+from eventstore.record import (
+    MAX_LINE_BYTES,
+    PAY_TAG,
+    Record,
+    encode_line,
+    record_hash,
+)
+from eventstore.segfile import first_line
+
+FORMAT = "ledgermem.bundle/1"
+VALID = "VALID"
+VALID_UNLINKED = "VALID-UNLINKED"
+FAIL = "FAIL"
+
+_BUNDLE_KEYS = ("format", "origin", "vkey", "tenant", "session", "checkpoint", "records")
+_RECORD_KEYS = ("line", "proof")
+_REQUIRED = frozenset(("v", "seq", "ts", "tenant", "session", "section", "type", "prev", "h", "pd"))
+_KNOWN = _REQUIRED | {"salt", "payload", "redacted"}
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_HEX32 = re.compile(r"[0-9a-f]{32}")
+_LIMIT_53 = 2**53
+_CHUNK = 256  # subtrees of at most this many leaves are hashed from the leaves directly
+
+
+class BundleError(InvalidInput):
+    """A file that is not a well-formed bundle (unreadable, not JSON, wrong shape): exit 2."""
+
+
+class ProofFormatError(InvalidInput):
+    """Text that is not a C2SP tlog-proof: exit 2."""
+
+
+class LineError(LedgerError):
+    """A record line that fails a check of log-format.md sections 2 to 4. `check` names it."""
+
+    def __init__(self, check: str, message: str) -> None:
+        super().__init__(message)
+        self.check = check
+
+
+# ---------------------------------------------------------------------------------------------
+# The file
+
+
+@dataclass(frozen=True)
+class BundleRecord:
+    line: bytes  # the record's line, exactly as in its segment file, without the newline
+    proof: tuple[str, ...]  # base64 hashes of its inclusion proof, leaf's sibling first
+
+
+@dataclass(frozen=True)
+class Bundle:
+    origin: str
+    vkey: str  # the log's vkey as the exporter read it: informational, the auditor brings theirs
+    tenant: str
+    session: str
+    checkpoint: str  # the signed note the proofs lead to
+    records: tuple[BundleRecord, ...]
+
+    def to_bytes(self) -> bytes:
+        """One JSON object, one record per line so that the file greps and diffs well."""
+        head = orjson.dumps(
+            {
+                "format": FORMAT,
+                "origin": self.origin,
+                "vkey": self.vkey,
+                "tenant": self.tenant,
+                "session": self.session,
+                "checkpoint": self.checkpoint,
+            }
+        )
+        rows = [
+            orjson.dumps({"line": r.line.decode("utf-8"), "proof": list(r.proof)})
+            for r in self.records
+        ]
+        return head[:-1] + b',"records":[\n' + b",\n".join(rows) + b"\n]}\n"
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> Bundle:
+        """Parse strictly: duplicate keys, unknown keys and wrong types are BundleError."""
+        try:
+            obj = jcs.loads_strict(data.decode("utf-8"))
+        except UnicodeDecodeError:
+            raise BundleError("not a bundle: the file is not UTF-8") from None
+        except InvalidPayload as exc:
+            raise BundleError(f"not a bundle: {exc}") from None
+        if type(obj) is not dict:
+            raise BundleError("not a bundle: the file is not a JSON object")
+        if obj.get("format") != FORMAT:
+            raise BundleError(
+                f"not a bundle of format {FORMAT!r} (format is {obj.get('format')!r})"
+            )
+        _exact_keys(obj, _BUNDLE_KEYS, "the bundle")
+        for key in _BUNDLE_KEYS[1:-1]:
+            if type(obj[key]) is not str:
+                raise BundleError(f"not a bundle: {key!r} is not a string")
+        if type(obj["records"]) is not list:
+            raise BundleError("not a bundle: 'records' is not a list")
+        records = []
+        for index, row in enumerate(obj["records"], 1):
+            where = f"record {index}"
+            if type(row) is not dict:
+                raise BundleError(f"not a bundle: {where} is not an object")
+            _exact_keys(row, _RECORD_KEYS, where)
+            if type(row["line"]) is not str:
+                raise BundleError(f"not a bundle: the line of {where} is not a string")
+            proof = row["proof"]
+            if type(proof) is not list or not all(type(h) is str for h in proof):
+                raise BundleError(f"not a bundle: the proof of {where} is not a list of strings")
+            records.append(BundleRecord(row["line"].encode("utf-8"), tuple(proof)))
+        return cls(
+            obj["origin"], obj["vkey"], obj["tenant"], obj["session"], obj["checkpoint"],
+            tuple(records),
+        )  # fmt: skip
+
+    def sha256(self) -> str:
+        return hashlib.sha256(self.to_bytes()).hexdigest()
+
+
+def _exact_keys(obj: dict, keys: tuple[str, ...], where: str) -> None:
+    missing = [k for k in keys if k not in obj]
+    unknown = sorted(set(obj) - set(keys))
+    if missing or unknown:
+        raise BundleError(f"not a bundle: {where} lacks {missing} or has unknown keys {unknown}")
+
+
+def read_bundle(path: str | os.PathLike[str]) -> tuple[Bundle, bytes]:
+    """The bundle in a file, and the file's bytes (their sha256 names the bundle)."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise BundleError(f"cannot read bundle {path}: {exc.strerror or exc}") from None
+    return Bundle.from_bytes(data), data
+
+
+def write_atomically(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write `path.tmp`, fsync, rename over `path`, fsync the directory: all or nothing."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    layout.fsync_dir(path.parent)
+
+
+# ---------------------------------------------------------------------------------------------
+# One record line, checked the full way (log-format.md sections 2 to 4)
+
+
+def check_line(line: bytes) -> Record:
+    """Parse an untrusted record line and check its keys, types, identifiers, `pd` and `h`.
+
+    What a single line cannot show (its `prev` being the `h` of the record before it, the
+    control rules) is left to the inclusion proof, which binds `h` and so `prev` to the log.
+    Raises LineError.
+    """
+    if len(line) > MAX_LINE_BYTES:
+        raise LineError("record.too_long", "a line longer than 16 MiB")
+    try:
+        obj = jcs.loads_strict(line.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise LineError("record.json", "the line is not UTF-8") from None
+    except InvalidPayload as exc:
+        raise LineError("record.json", str(exc)) from None
+    if type(obj) is not dict:
+        raise LineError("record.not_object", "a record is a JSON object")
+    missing = _REQUIRED - obj.keys()
+    if missing:
+        raise LineError("record.missing_key", f"missing key(s) {sorted(missing)}")
+    unknown = obj.keys() - _KNOWN
+    if unknown:
+        raise LineError("record.unknown_key", f"unknown top-level key(s) {sorted(unknown)}")
+    if type(obj["v"]) is not int or obj["v"] != 1:
+        raise LineError("record.v", f"v is {obj['v']!r}, not 1")
+    seq, ts = obj["seq"], obj["ts"]
+    if type(seq) is not int or not 0 <= seq < _LIMIT_53:
+        raise LineError("record.seq", f"seq {seq!r} is not an integer 0 <= seq < 2**53")
+    if type(ts) is not int or not -_LIMIT_53 < ts < _LIMIT_53:
+        raise LineError("record.ts", f"ts {ts!r} is not an integer with |ts| < 2**53")
+    names = (obj["tenant"], obj["session"], obj["section"], obj["type"])
+    for kind, value in zip(("tenant", "session", "section", "type"), names, strict=True):
+        if not is_identifier(value):
+            raise LineError("record.identifier", f"{kind} {value!r} is not an identifier")
+    for key in ("prev", "h", "pd"):
+        if type(obj[key]) is not str or _HEX64.fullmatch(obj[key]) is None:
+            raise LineError(f"record.{key}", f"{key} is not 64 lowercase hex digits")
+    salt = obj.get("salt")
+    if ("payload" in obj) != ("salt" in obj):
+        raise LineError(
+            "record.payload_salt", "payload and salt must be both present or both absent"
+        )
+    redacted = obj.get("redacted")
+    if redacted is not None and type(redacted) is not int:
+        raise LineError("record.redacted", f"redacted {redacted!r} is not an integer")
+    pd = bytes.fromhex(obj["pd"])
+    if "payload" in obj:
+        if type(salt) is not str or _HEX32.fullmatch(salt) is None:
+            raise LineError("record.salt", "salt is not 32 lowercase hex digits")
+        if not _pd_matches(bytes.fromhex(salt), obj["payload"], pd):
+            raise LineError("record.pd", "pd does not match the payload and salt")
+    h = record_hash(bytes.fromhex(obj["prev"]), seq, ts, *names, pd)
+    if h.hex() != obj["h"]:
+        raise LineError("record.h", "h does not match the record's fields")
+    return Record(
+        seq, ts, *names, obj["prev"], obj["h"], obj["pd"], salt, obj.get("payload"), redacted,
+        line,
+    )  # fmt: skip
+
+
+def _pd_matches(salt: bytes, payload: object, pd: bytes) -> bool:
+    # loads_strict has refused non-finite numbers, big integers and lone surrogates, so orjson's
+    # sorted bytes are a sound first try (log-format.md section 4); real JCS decides otherwise.
+    body = orjson.dumps(payload, option=orjson.OPT_SORT_KEYS)
+    if hashlib.sha256(PAY_TAG + salt + body).digest() == pd:
+        return True
+    try:
+        body = jcs.jcs_reference(payload)
+    except InvalidPayload as exc:
+        raise LineError("payload.ijson", str(exc)) from None
+    return hashlib.sha256(PAY_TAG + salt + body).digest() == pd
+
+
+def is_canonical(record: Record) -> bool:
+    payload = None if record.salt is None else jcs.jcs_reference(record.payload)
+    rebuilt = encode_line(
+        record.seq, record.ts, record.tenant, record.session, record.section, record.type,
+        record.prev, record.h, record.pd, record.salt, payload, record.redacted,
+    )  # fmt: skip
+    return rebuilt == record.line
+
+
+# ---------------------------------------------------------------------------------------------
+# Checking a bundle
+
+
+@dataclass(frozen=True)
+class BundleFailure:
+    record: int | None  # 1-based position in the bundle, or None for the bundle as a whole
+    seq: int | None
+    check: str
+    message: str
+
+
+@dataclass
+class BundleReport:
+    verdict: str
+    origin: str
+    tenant: str
+    session: str
+    vkey_source: str  # "auditor", or "bundle" when the key was read from the bundle itself
+    error: BundleFailure | None = None
+    checkpoint_size: int | None = None
+    checkpoint_root: str | None = None
+    records: int = 0
+    first_seq: int | None = None
+    last_seq: int | None = None
+    first_type: str | None = None
+    last_type: str | None = None
+    starts_mid_session: bool = False
+    redacted: list[int] = field(default_factory=list)
+    unlinked: list[tuple[int, int]] = field(default_factory=list)  # (seq before, redacted seq)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.verdict == FAIL else 0
+
+    def proves(self) -> list[str]:
+        if self.verdict == FAIL:
+            return []
+        key = "the given key" if self.vkey_source == "auditor" else "the key the bundle names"
+        out = [
+            f"each of the {self.records} records is, byte for byte, the record at its seq in the "
+            f"log {self.origin!r}, whose first {self.checkpoint_size} records {key} signed",
+            f"every record belongs to tenant {self.tenant!r}, session {self.session!r}",
+        ]
+        if not self.unlinked:
+            out.append(
+                f"no record of the session is missing between seq {self.first_seq} and seq "
+                f"{self.last_seq}: each record's prev_seq names the record before it"
+            )
+        if not self.starts_mid_session:
+            out.append(f"the bundle starts where the session was created (seq {self.first_seq})")
+        return out
+
+    def cannot_prove(self) -> list[str]:
+        if self.verdict == FAIL:
+            return []
+        out = [
+            f"that no record of the session follows seq {self.last_seq}: the log may hold later "
+            "records of it, before or after the checkpoint",
+            f"anything about records at seq {self.checkpoint_size} or later, which the "
+            "checkpoint does not cover",
+            "anything about other sessions, whose records the bundle does not hold",
+        ]
+        if self.starts_mid_session:
+            out.append(
+                f"anything about the session before seq {self.first_seq}: the bundle starts "
+                "mid-session"
+            )
+        for before, seq in self.unlinked:
+            out.append(
+                f"that no record is missing between seq {before} and seq {seq}: seq {seq}'s "
+                "payload was erased and the bundle holds no restatement of its prev_seq"
+            )
+        if self.vkey_source != "auditor":
+            out.append(
+                "that the log is the one you trust: the key came from the bundle itself; "
+                "pass the log's vkey"
+            )
+        return out
+
+    def to_json(self) -> dict:
+        return {
+            "verdict": self.verdict,
+            "error": None if self.error is None else vars(self.error).copy(),
+            "origin": self.origin,
+            "tenant": self.tenant,
+            "session": self.session,
+            "vkey_source": self.vkey_source,
+            "checkpoint": None
+            if self.checkpoint_size is None
+            else {"size": self.checkpoint_size, "root": self.checkpoint_root},
+            "records": self.records,
+            "first_seq": self.first_seq,
+            "last_seq": self.last_seq,
+            "first_type": self.first_type,
+            "last_type": self.last_type,
+            "starts_mid_session": self.starts_mid_session,
+            "redacted": list(self.redacted),
+            "unlinked": [list(pair) for pair in self.unlinked],
+            "warnings": list(self.warnings),
+            "proves": self.proves(),
+            "cannot_prove": self.cannot_prove(),
+        }
+
+    def render_text(self) -> str:
+        out = [f"{self.verdict}  bundle of {self.tenant}/{self.session} from {self.origin}"]
+        if self.error is not None:
+            e = self.error
+            where = "the bundle" if e.record is None else f"record {e.record}"
+            if e.seq is not None:
+                where += f" (seq {e.seq})"
+            out.append(f"  error: {where}: [{e.check}] {e.message}")
+        else:
+            out.append(
+                f"  records: {self.records}, seq {self.first_seq} ({self.first_type}) .. "
+                f"{self.last_seq} ({self.last_type}); checkpoint size {self.checkpoint_size}"
+            )
+            if self.redacted:
+                out.append(f"  redacted (payload erased; pd and h still verified): {self.redacted}")
+        for w in self.warnings:
+            out.append(f"  warning: {w}")
+        for line in self.proves():
+            out.append(f"  proves: {line}")
+        for line in self.cannot_prove():
+            out.append(f"  cannot prove: {line}")
+        return "\n".join(out) + "\n"
+
+
+class _Fail(Exception):
+    def __init__(self, record: int | None, seq: int | None, check: str, message: str) -> None:
+        super().__init__(message)
+        self.failure = BundleFailure(record, seq, check, message)
+
+
+def verify_bundle(bundle: Bundle, vkey: VerifierKey, vkey_source: str = "auditor") -> BundleReport:
+    """Check a bundle alone against the log's vkey. Never raises for what the bundle holds."""
+    report = BundleReport(FAIL, bundle.origin, bundle.tenant, bundle.session, vkey_source)
+    report.records = len(bundle.records)
+    try:
+        checked = _check_records(bundle, vkey, report)
+        _check_chain(checked, report)
+    except _Fail as exc:
+        report.error = exc.failure
+        return report
+    report.verdict = VALID_UNLINKED if report.unlinked else VALID
+    return report
+
+
+def _check_records(bundle: Bundle, vkey: VerifierKey, report: BundleReport) -> list[Record]:
+    if bundle.origin != vkey.origin:
+        raise _Fail(
+            None, None, "bundle.origin",
+            f"the bundle is from log {bundle.origin!r}, but the key is for {vkey.origin!r}",
+        )  # fmt: skip
+    if not is_identifier(bundle.tenant) or bundle.tenant == CONTROL_TENANT:
+        raise _Fail(None, None, "bundle.tenant", f"tenant {bundle.tenant!r} is not an event tenant")
+    if not is_identifier(bundle.session):
+        raise _Fail(
+            None, None, "bundle.session", f"session {bundle.session!r} is not an identifier"
+        )
+    if bundle.vkey != str(vkey):
+        report.warnings.append(
+            f"the bundle names vkey {bundle.vkey!r}, not the one given; the given key is trusted"
+        )
+    try:
+        cp = parse_checkpoint(bundle.checkpoint, vkey)
+    except CheckpointError as exc:
+        raise _Fail(None, None, exc.check, f"the bundle's checkpoint: {exc}") from None
+    report.checkpoint_size, report.checkpoint_root = cp.size, base64.b64encode(cp.root).decode()
+    if not bundle.records:
+        raise _Fail(None, None, "bundle.empty", "the bundle holds no records")
+    checked: list[Record] = []
+    noncanonical = 0
+    for index, entry in enumerate(bundle.records, 1):
+        try:
+            record = check_line(entry.line)
+        except LineError as exc:
+            raise _Fail(index, _seq_hint(entry.line), exc.check, str(exc)) from None
+        seq = record.seq
+        if (record.tenant, record.session) != (bundle.tenant, bundle.session):
+            raise _Fail(
+                index, seq, "record.session",
+                f"the record is of {record.tenant}/{record.session}, not of the bundle's "
+                f"{bundle.tenant}/{bundle.session}",
+            )  # fmt: skip
+        if checked and seq <= checked[-1].seq:
+            raise _Fail(
+                index, seq, "record.order", f"seq {seq} does not follow seq {checked[-1].seq}"
+            )
+        if seq >= cp.size:
+            raise _Fail(
+                index, seq, "record.uncovered",
+                f"seq {seq} is not covered by the checkpoint of size {cp.size}",
+            )  # fmt: skip
+        try:
+            path = [_hash32(h) for h in entry.proof]
+        except ValueError:
+            raise _Fail(
+                index, seq, "record.proof", "a proof hash is not base64 of 32 bytes"
+            ) from None
+        try:
+            verify_inclusion(seq, cp.size, bytes.fromhex(record.h), path, cp.root)
+        except InvalidProof as exc:
+            raise _Fail(index, seq, "record.inclusion", str(exc)) from None
+        if not is_canonical(record):
+            noncanonical += 1
+        if record.salt is None:
+            report.redacted.append(seq)
+        checked.append(record)
+    if noncanonical:
+        report.warnings.append(
+            f"{noncanonical} line(s) differ from the canonical form (key order, whitespace or "
+            "escapes); nothing hashes the line's bytes, so they still verify"
+        )
+    return checked
+
+
+def _check_chain(checked: list[Record], report: BundleReport) -> None:
+    """Each record's prev_seq must name the bundle's previous record (docs/events.md)."""
+    restated = restatements(checked)
+    first, last = checked[0], checked[-1]
+    report.first_seq, report.first_type = first.seq, first.type
+    report.last_seq, report.last_type = last.seq, last.type
+    for index, record in enumerate(checked, 1):
+        prev, known = _prev_seq(index, record, restated)
+        if record.type == "session.created":
+            if known and prev is not None:
+                raise _Fail(
+                    index, record.seq, "chain.prev_seq",
+                    f"a session.created record with prev_seq {prev}, not null",
+                )  # fmt: skip
+            if index > 1:
+                raise _Fail(
+                    index, record.seq, "chain.link",
+                    f"a session.created after seq {checked[index - 2].seq}: the bundle mixes "
+                    "two incarnations of the session, or holds a record out of place",
+                )  # fmt: skip
+            continue
+        if known and prev is None:
+            raise _Fail(
+                index, record.seq, "chain.prev_seq",
+                f"a {record.type} record with prev_seq null: only session.created starts a chain",
+            )  # fmt: skip
+        if index == 1:
+            report.starts_mid_session = True
+            continue
+        before = checked[index - 2].seq
+        if not known:
+            report.unlinked.append((before, record.seq))
+        elif prev != before:
+            if before < prev < record.seq:  # type: ignore[operator]
+                why = f"record {prev} of the session is missing from the bundle"
+            else:
+                why = "the bundle's records are not one chain"
+            raise _Fail(
+                index, record.seq, "chain.link",
+                f"prev_seq is {prev}, but the bundle's previous record is seq {before}: {why}",
+            )  # fmt: skip
+
+
+def restatements(records: Iterable[Record]) -> dict[int, dict]:
+    """seq -> content-free payload, from the `items.erased` records among `records`.
+
+    An erase keeps a restatement of every payload it redacts (docs/events.md), so a redacted
+    record's `prev_seq` (and its structure, for the projection) survives in a record that is
+    itself in the bundle and proven.
+    """
+    found: dict[int, dict] = {}
+    for record in records:
+        if record.type != "items.erased" or record.salt is None:
+            continue
+        restate = record.payload.get("restate") if type(record.payload) is dict else None
+        if type(restate) is not dict:
+            continue
+        for key, payload in restate.items():
+            if key.isdigit() and int(key) < record.seq and type(payload) is dict:
+                found[int(key)] = payload
+    return found
+
+
+def _prev_seq(index: int, record: Record, restated: dict[int, dict]) -> tuple[int | None, bool]:
+    """(prev_seq, known). Unknown only for a redacted record without a restatement."""
+    payload = record.payload if record.salt is not None else restated.get(record.seq)
+    if payload is None:
+        return None, False
+    if type(payload) is not dict or "prev_seq" not in payload:
+        raise _Fail(
+            index, record.seq, "chain.prev_seq",
+            "the payload has no prev_seq: every session record names its predecessor",
+        )  # fmt: skip
+    prev = payload["prev_seq"]
+    if prev is not None and (type(prev) is not int or not 0 <= prev < record.seq):
+        raise _Fail(
+            index, record.seq, "chain.prev_seq",
+            f"prev_seq {prev!r} is not null or an earlier seq",
+        )  # fmt: skip
+    return prev, True
+
+
+def _seq_hint(line: bytes) -> int | None:
+    try:
+        seq = orjson.loads(line).get("seq")
+    except (orjson.JSONDecodeError, AttributeError):
+        return None
+    return seq if type(seq) is int else None
+
+
+def _hash32(text: str) -> bytes:
+    raw = base64.b64decode(text, validate=True)
+    if len(raw) != 32 or base64.b64encode(raw).decode() != text:
+        raise ValueError(text)
+    return raw
+
+
+# ---------------------------------------------------------------------------------------------
+# Building a bundle from a log directory
+
+
+def session_lines(
+    reader: LogReader,
+    session: str,
+    tenant: str | None = None,
+    advance: Callable[[int], None] | None = None,
+) -> dict[str, list[tuple[int, bytes]]]:
+    """Tenant -> the (seq, line) of the session's current incarnation, by one scan of the log.
+
+    A session id may be deleted and created again; the current incarnation is the chain that
+    ends at the last record of (tenant, session), i.e. everything from its last
+    `session.created` on. A scan needs no payloads, so it also finds redacted records, whose
+    back-links are gone. Lines are matched on their bytes first (identifiers are never escaped),
+    then parsed.
+    """
+    needle = b',"session":"' + session.encode() + b'","section":"'
+    found: dict[str, list[tuple[int, bytes]]] = {}
+    count = 0
+    for seq, line in reader.lines():
+        count += 1
+        if advance is not None and count & 0xFFF == 0:
+            advance(0x1000)
+        if needle not in line:
+            continue
+        try:
+            record = Record.from_line(line)
+        except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
+            raise CorruptLog(
+                f"seq {seq} in {reader.log_dir} is not a record ({exc}): run ledgermem verify"
+            ) from None
+        if record.session != session or record.is_control:
+            continue
+        if tenant is not None and record.tenant != tenant:
+            continue
+        chain = found.setdefault(record.tenant, [])
+        if record.type == "session.created":
+            chain.clear()  # an earlier incarnation ended with session.deleted (or erased)
+        chain.append((seq, line))
+    return found
+
+
+class SubtreeRoots:
+    """Memoized RFC 6962 subtree roots over a log's leaves, for many proofs against one size.
+
+    A node's root comes from its children's, so computing a root reads each leaf at most once,
+    and the large subtrees that every proof shares are hashed once.
+    """
+
+    def __init__(self, reader: LogReader) -> None:
+        self.reader = reader
+        self._cache: dict[tuple[int, int], bytes] = {}
+
+    def __call__(self, lo: int, hi: int) -> bytes:
+        key = (lo, hi)
+        found = self._cache.get(key)
+        if found is None:
+            if hi - lo <= _CHUNK:
+                found = root(self.reader.leaf_hashes(lo, hi))
+            else:
+                k = split_point(hi - lo)
+                found = node_hash(self(lo, lo + k), self(lo + k, hi))
+            self._cache[key] = found
+        return found
+
+
+def build_bundle(
+    reader: LogReader,
+    tenant: str,
+    session: str,
+    lines: list[tuple[int, bytes]],
+    checkpoint: Checkpoint,
+) -> Bundle:
+    roots = SubtreeRoots(reader)
+    records = []
+    for seq, line in lines:
+        proof = inclusion_proof(seq, checkpoint.size, roots)
+        records.append(BundleRecord(line, tuple(base64.b64encode(h).decode() for h in proof)))
+    return Bundle(reader.origin, reader.vkey, tenant, session, checkpoint.text, tuple(records))
+
+
+# ---------------------------------------------------------------------------------------------
+# Signed checkpoints held by a log directory
+
+
+def header_key(reader: LogReader) -> VerifierKey:
+    try:
+        return VerifierKey.parse(reader.vkey)
+    except BadKey as exc:
+        raise CorruptLog(f"segment 0's header names no usable vkey: {exc}") from None
+
+
+def newest_checkpoint(reader: LogReader) -> tuple[str, str]:
+    """(note text, where it came from): the `checkpoint` file, or, when it is missing, the one
+    embedded in the newest `segment.open`."""
+    path = reader.log_dir / layout.CHECKPOINT
+    try:
+        return path.read_bytes().decode("utf-8"), layout.CHECKPOINT
+    except FileNotFoundError:
+        pass
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CorruptLog(f"cannot read {path}: {exc}") from None
+    for number, segment in reversed(layout.list_segments(reader.log_dir)):
+        text = _embedded(reader, number)
+        if text is not None:
+            return text, f"segment.open of {segment.name}"
+    raise InvalidInput(
+        f"{reader.log_dir} holds no signed checkpoint: no checkpoint file, and no segment.open "
+        "after segment 0 (it embeds none)"
+    )
+
+
+def checkpoint_of_size(reader: LogReader, size: int) -> tuple[str, str]:
+    """The signed note of exactly `size` records: the file's, or one a segment.open embeds."""
+    text, source = newest_checkpoint(reader)
+    if _note_size(text) == size:
+        return text, source
+    seg_size = 1 << reader.seg_bits
+    if size > 0 and size % seg_size == 0:
+        embedded = _embedded(reader, size // seg_size)
+        if embedded is not None and _note_size(embedded) == size:
+            return embedded, f"segment.open of {layout.segment_name(size // seg_size)}"
+    sizes = [
+        n * seg_size
+        for n, _ in layout.list_segments(reader.log_dir)
+        if n > 0 and n * seg_size <= (_note_size(text) or 0)
+    ]
+    shown = ", ".join(map(str, sizes[-5:])) or "none"
+    raise InvalidInput(
+        f"no signed checkpoint of size {size} in {reader.log_dir}: the newest ({source}) has "
+        f"size {_note_size(text)}; segment.open records embed sizes that are multiples of "
+        f"{seg_size} (latest: {shown})"
+    )
+
+
+def _embedded(reader: LogReader, number: int) -> str | None:
+    if number < 1:
+        return None
+    path = reader.log_dir / layout.segment_name(number)
+    try:
+        first = first_line(path)
+    except FileNotFoundError:
+        return None
+    if first is None:
+        return None
+    try:
+        payload = orjson.loads(first).get("payload")
+    except (orjson.JSONDecodeError, AttributeError):
+        return None
+    text = payload.get("checkpoint") if type(payload) is dict else None
+    return text if type(text) is str else None
+
+
+def _note_size(text: str) -> int | None:
+    lines = text.split("\n", 2)
+    if len(lines) < 3 or not lines[1].isdigit():
+        return None
+    return int(lines[1])
+
+
+# ---------------------------------------------------------------------------------------------
+# C2SP tlog-proof (https://c2sp.org/tlog-proof)
+
+PROOF_HEADER = "c2sp.org/tlog-proof@v1"
+
+
+@dataclass(frozen=True)
+class TlogProof:
+    index: int
+    hashes: tuple[bytes, ...]
+    checkpoint: str  # the signed note, verbatim
+    extra: bytes | None = None  # opaque and unauthenticated; we write none
+
+
+def format_tlog_proof(index: int, hashes: Iterable[bytes], checkpoint: str) -> str:
+    lines = [PROOF_HEADER, f"index {index}", *(base64.b64encode(h).decode() for h in hashes)]
+    return "\n".join(lines) + "\n\n" + checkpoint
+
+
+def parse_tlog_proof(text: str) -> TlogProof:
+    head, sep, checkpoint = text.partition("\n\n")
+    if not sep:
+        raise ProofFormatError("not a tlog-proof: no empty line before the checkpoint")
+    lines = head.split("\n")
+    if lines[0] != PROOF_HEADER:
+        raise ProofFormatError(f"not a tlog-proof: the first line is not {PROOF_HEADER!r}")
+    rest = lines[1:]
+    extra = None
+    if rest and rest[0].startswith("extra "):
+        try:
+            extra = base64.b64decode(rest[0][6:], validate=True)
+        except ValueError:
+            raise ProofFormatError("tlog-proof: the extra line is not base64") from None
+        rest = rest[1:]
+    if not rest or not rest[0].startswith("index "):
+        raise ProofFormatError("tlog-proof: no 'index N' line")
+    digits = rest[0][6:]
+    if not digits.isascii() or not digits.isdigit() or (digits != "0" and digits[0] == "0"):
+        raise ProofFormatError(f"tlog-proof: index {digits!r} is not a decimal")
+    try:
+        hashes = tuple(_hash32(h) for h in rest[1:])
+    except ValueError:
+        raise ProofFormatError("tlog-proof: a proof line is not base64 of 32 bytes") from None
+    return TlogProof(int(digits), hashes, checkpoint, extra)
+
+
+def verify_tlog_proof(text: str, line: bytes, vkey: VerifierKey) -> tuple[TlogProof, Checkpoint]:
+    """Check offline that `line` is the record at the proof's index in the log `vkey` signs.
+
+    Raises ProofFormatError for text that is not a proof (bad input), and CheckpointError,
+    LineError or InvalidProof when it does not verify.
+    """
+    proof = parse_tlog_proof(text)
+    checkpoint = parse_checkpoint(proof.checkpoint, vkey)
+    record = check_line(line.removesuffix(b"\n"))
+    if record.seq != proof.index:
+        raise InvalidProof(
+            f"the record is seq {record.seq}, but the proof is for index {proof.index}"
+        )
+    verify_inclusion(
+        proof.index, checkpoint.size, bytes.fromhex(record.h), proof.hashes, checkpoint.root
+    )
+    return proof, checkpoint
