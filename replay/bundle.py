@@ -161,9 +161,6 @@ class Bundle:
             tuple(records),
         )  # fmt: skip
 
-    def sha256(self) -> str:
-        return hashlib.sha256(self.to_bytes()).hexdigest()
-
 
 def _exact_keys(obj: dict, keys: tuple[str, ...], where: str) -> None:
     missing = [k for k in keys if k not in obj]
