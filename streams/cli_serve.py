@@ -57,9 +57,12 @@ def run(args: argparse.Namespace) -> int:
             seg_bits=args.seg_bits,
         )
         family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
+        # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY on accepted connections only then, and
+        # without it every response on a kept-alive connection waits ~40 ms for delayed ACKs.
+        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((settings.host, settings.port))
+        sock.listen(2048)  # connections queue from now on, even before uvicorn accepts them
     except (LedgerError, OSError) as exc:
         print(f"ledgermem serve: {exc}", file=sys.stderr)
         return 2

@@ -52,6 +52,7 @@ class Settings:
     long_poll_max_wait: float = 60.0
     heartbeat_seconds: float = 15.0
     subscriber_buffer: int = 1024  # live records a subscriber may lag before it reads the log
+    subscriber_buffer_bytes: int = 1 << 20  # and the bytes those records may hold
     memory_config: str | None = None
     seg_bits: int = 16
     checkpoint_interval: float = 1.0
