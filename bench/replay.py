@@ -54,7 +54,12 @@ def timed(command: list[str]) -> dict:
     code = os.waitstatus_to_exitcode(status)
     if code not in (0,):
         raise RuntimeError(f"{command} exited {code}: {stderr}")
-    return {"seconds": round(elapsed, 3), "peak_rss_mib": round(usage.ru_maxrss / 1024, 1)}
+    cpu = usage.ru_utime + usage.ru_stime  # robust to a busy machine, unlike wall time
+    return {
+        "seconds": round(elapsed, 3),
+        "cpu_seconds": round(cpu, 3),
+        "peak_rss_mib": round(usage.ru_maxrss / 1024, 1),
+    }
 
 
 def ledgermem(*args: object) -> list[str]:
@@ -126,6 +131,7 @@ def main() -> int:
         print(f"timing {name} ...", file=sys.stderr)
         figures = timed(command)
         figures["records_per_s"] = round(total / figures["seconds"])
+        figures["records_per_cpu_s"] = round(total / figures["cpu_seconds"])
         figures["ratio_to_floor"] = round(figures["records_per_s"] / floor_rate, 3)
         result[name] = figures
     # Memory must not grow with log length: the same commands over a quarter of the log.

@@ -25,11 +25,28 @@ def check_identifier(kind: str, value: object) -> str:
     return value  # type: ignore[return-value]
 
 
+# Appends repeat a few identifier tuples; checking each once saves four regex matches a record.
+_checked: set[tuple[str, str, str, str]] = set()
+_CHECKED_MAX = 4096
+
+
 def check_event_identifiers(tenant: str, session: str, section: str, type_: str) -> None:
     """Check the four identifiers of an event record; `_log` is reserved for control records."""
+    key = (tenant, session, section, type_)
+    if (
+        type(tenant) is str
+        and type(session) is str
+        and type(section) is str
+        and type(type_) is str
+        and key in _checked
+    ):
+        return
     check_identifier("tenant", tenant)
     check_identifier("session", session)
     check_identifier("section", section)
     check_identifier("type", type_)
     if tenant == CONTROL_TENANT:
         raise InvalidIdentifier("tenant '_log' is reserved for the log's control records")
+    if len(_checked) >= _CHECKED_MAX:
+        _checked.clear()
+    _checked.add(key)

@@ -1,9 +1,10 @@
 """Payload rules (log-format.md section 4): I-JSON checks and JCS (RFC 8785) bytes.
 
 `canonical()` is the writer's path. It type-checks a Python value as a JSON value, then
-produces the RFC 8785 bytes. orjson gives the same bytes as JCS for payloads without floats
-and without object keys outside the Basic Multilingual Plane (tests/test_jcs.py proves it
-against `rfc8785`), so those take orjson; everything else takes `rfc8785`.
+produces the RFC 8785 bytes. orjson gives the same bytes as JCS for payloads whose floats are
+non-integral with a magnitude in [1e-5, 1e16) and whose object keys stay in the Basic
+Multilingual Plane (the property tests prove it against `rfc8785`), so those take orjson;
+everything else takes `rfc8785`.
 """
 
 from __future__ import annotations
@@ -18,13 +19,17 @@ from .errors import InvalidPayload
 
 MAX_SAFE_INTEGER = 2**53 - 1
 _JCS_INTEGER_LIMIT = 1e21  # at or above this JCS switches to exponent form
+# Non-integral doubles with a magnitude in [1e-5, 1e16) come out of orjson and JCS alike: the
+# shortest round-trip digits in plain decimal notation. Outside, their exponent forms differ.
+_ORJSON_FLOAT_MIN, _ORJSON_FLOAT_MAX = 1e-5, 1e16
 
 
 def check_value(value: object) -> bool:
     """Raise InvalidPayload unless `value` is an I-JSON value; return whether orjson is exact.
 
-    orjson is exact when the value holds no float and no object key outside the BMP
-    (key order then agrees between UTF-16 code units and code points).
+    orjson is exact when the value holds no object key outside the BMP (key order then agrees
+    between UTF-16 code units and code points) and every float is non-integral with a
+    magnitude in [1e-5, 1e16).
     """
     return _check(value, "payload")
 
@@ -42,11 +47,13 @@ def _check(value: object, path: str) -> bool:
     if kind is float:
         if not math.isfinite(value):  # type: ignore[arg-type]
             raise InvalidPayload(f"{path}: {value} is not a finite number")
-        if value.is_integer() and 2**53 <= abs(value) < _JCS_INTEGER_LIMIT:  # type: ignore[union-attr]
-            raise InvalidPayload(
-                f"{path}: {value!r} is an integral double of 2**53 or more; put it in a string"
-            )
-        return False
+        if value.is_integer():  # type: ignore[union-attr]
+            if 2**53 <= abs(value) < _JCS_INTEGER_LIMIT:  # type: ignore[arg-type]
+                raise InvalidPayload(
+                    f"{path}: {value!r} is an integral double of 2**53 or more; put it in a string"
+                )
+            return False  # JCS writes 1.0 as 1 and -0.0 as 0; orjson keeps them
+        return _ORJSON_FLOAT_MIN <= abs(value) < _ORJSON_FLOAT_MAX  # type: ignore[arg-type]
     if kind is dict:
         fast = True
         for key, item in value.items():  # type: ignore[union-attr]

@@ -48,7 +48,17 @@ class CompactRange:
         return other
 
     def append(self, leaf: bytes) -> None:
-        self.append_subtree(1, leaf)
+        # append_subtree(1, leaf) without its alignment check and list shuffling: merge while
+        # the last subtree is as large as the one being carried.
+        sizes, hashes = self._sizes, self._hashes
+        size = 1
+        while sizes and sizes[-1] == size:
+            sizes.pop()
+            leaf = _sha256(b"\x01" + hashes.pop() + leaf).digest()
+            size <<= 1
+        sizes.append(size)
+        hashes.append(leaf)
+        self.size += 1
 
     def append_subtree(self, size: int, root: bytes) -> None:
         """Append a perfect subtree of `size` leaves; it must be aligned at `self.size`."""

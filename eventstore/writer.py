@@ -32,11 +32,33 @@ from .identifiers import CONTROL_TENANT, check_event_identifiers
 from .jcs import canonical
 from .lockfile import WriterLock
 from .merkle import CompactRange
-from .record import FORMAT_NAME, MAX_LINE_BYTES, PAY_TAG, REC_TAG, Record, encode_line, genesis
+from .record import FORMAT_NAME, MAX_LINE_BYTES, PAY_TAG, REC_TAG, Record, genesis
 from .recovery import scan_tail
 
 _sha256 = hashlib.sha256
 _u64_i64 = struct.Struct(">Qq").pack
+_u16 = struct.Struct(">H").pack
+# encode_line's bytes for a record with a payload, newline included, formatted in one step.
+_LINE = b'{"v":1,"seq":%d,"ts":%d,%b,"prev":"%b","h":"%b","pd":"%b","salt":"%b","payload":%b}\n'
+_names: dict[tuple[str, str, str, str], tuple[bytes, bytes]] = {}
+
+
+def _identifier_bytes(tenant: str, session: str, section: str, type_: str) -> tuple[bytes, bytes]:
+    """The identifiers as they enter the preimage (length-prefixed) and the line; cached."""
+    key = (tenant, session, section, type_)
+    cached = _names.get(key)
+    if cached is None:
+        t, s, c, y = tenant.encode(), session.encode(), section.encode(), type_.encode()
+        cached = (
+            _u16(len(t)) + t + _u16(len(s)) + s + _u16(len(c)) + c + _u16(len(y)) + y,
+            b'"tenant":"%b","session":"%b","section":"%b","type":"%b"' % (t, s, c, y),
+        )
+        if len(_names) >= 4096:
+            _names.clear()
+        _names[key] = cached
+    return cached
+
+
 DEFAULT_SEG_BITS = 16
 # A line is at most 16 MiB; the envelope (identifiers up to 128 bytes, hashes) stays under 1 KiB.
 MAX_PAYLOAD_BYTES = MAX_LINE_BYTES - 1024
@@ -200,6 +222,7 @@ class LogWriter:
         self._finished = False
         self._failed: BaseException | None = None
         self._salts = b""
+        self._salt_offset = 0
         self._fd = -1
         self._durable_offset = 0
         self._wtree = CompactRange()  # the written tree: what checkpoints sign
@@ -663,36 +686,37 @@ class LogWriter:
         return self._clock() // 1000
 
     def _salt(self) -> bytes:
-        if len(self._salts) < 16:
-            self._salts = os.urandom(16 * 1024)  # one syscall for a thousand salts
-        salt, self._salts = self._salts[:16], self._salts[16:]
-        return salt
+        offset = self._salt_offset
+        if offset + 16 > len(self._salts):
+            self._salts, offset = os.urandom(16 * 1024), 0  # one syscall for a thousand salts
+        self._salt_offset = offset + 16
+        return self._salts[offset : offset + 16]
 
     def _encode(self, entry: Entry, ts: int) -> tuple[bytes, Record, bytes]:
         """The next record's line (with newline), the record and its leaf hash; advances the chain."""
         seq = self._size
         salt = self._salt()
         pd = _sha256(PAY_TAG + salt + entry.jcs).digest()
-        t, s, c, y = (x.encode() for x in (entry.tenant, entry.session, entry.section, entry.type))
+        preimage_names, line_names = _identifier_bytes(
+            entry.tenant, entry.session, entry.section, entry.type
+        )
         h = _sha256(
-            b"\x00" + REC_TAG + self._prev + _u64_i64(seq, ts)
-            + len(t).to_bytes(2, "big") + t + len(s).to_bytes(2, "big") + s
-            + len(c).to_bytes(2, "big") + c + len(y).to_bytes(2, "big") + y + pd
-        ).digest()  # fmt: skip
+            b"\x00" + REC_TAG + self._prev + _u64_i64(seq, ts) + preimage_names + pd
+        ).digest()
         prev_hex, h_hex, pd_hex, salt_hex = self._prev.hex(), h.hex(), pd.hex(), salt.hex()
-        line = encode_line(
-            seq, ts, entry.tenant, entry.session, entry.section, entry.type,
-            prev_hex, h_hex, pd_hex, salt_hex, entry.jcs,
+        line = _LINE % (
+            seq, ts, line_names, prev_hex.encode(), h_hex.encode(), pd_hex.encode(),
+            salt_hex.encode(), entry.jcs,
         )  # fmt: skip
         record = Record(
             seq, ts, entry.tenant, entry.session, entry.section, entry.type,
-            prev_hex, h_hex, pd_hex, salt_hex, entry.payload, None, line,
+            prev_hex, h_hex, pd_hex, salt_hex, entry.payload, None, line[:-1],
         )  # fmt: skip
         self._tree.append(h)
         self._seg_tree.append(h)
         self._prev = h
         self._size = seq + 1
-        return line + b"\n", record, h
+        return line, record, h
 
     def _assign_entries(self, entries: list[Entry], ts: int, pending: Pending | None) -> list:
         """Encode entries into writer ops, sealing and opening segments on the way."""

@@ -119,3 +119,18 @@ def test_strict_parse_refuses_duplicate_keys_and_non_json_tokens():
     ):
         with pytest.raises(InvalidPayload):
             jcs.loads_strict(text)
+
+
+# The orjson fast path takes non-integral doubles in [1e-5, 1e16): probe both edges hard.
+edge_floats = st.builds(
+    lambda mantissa, exponent, sign: sign * mantissa * 10.0**exponent,
+    st.floats(1.0, 10.0, exclude_max=True),
+    st.integers(-8, 18),
+    st.sampled_from([1.0, -1.0]),
+).filter(_is_i_json_float)
+
+
+@given(edge_floats)
+@settings(max_examples=2000)
+def test_canonical_float_bytes_equal_rfc8785_around_the_orjson_range(value):
+    assert jcs.canonical({"x": value, "y": [value]}) == rfc8785.dumps({"x": value, "y": [value]})
