@@ -33,7 +33,7 @@ from stream_clients import (
     ws_messages,
 )
 from websockets.asyncio.client import connect
-from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.exceptions import ConnectionClosed, InvalidMessage, InvalidStatus
 
 from eventstore.reader import LogReader
 
@@ -42,7 +42,7 @@ FAST_ENV = {
     "LEDGERMEM_MAX_SUBSCRIBERS_PER_CLIENT": "1000",
     "LEDGERMEM_SUBSCRIBER_BUFFER": "16",  # small, so that slow readers fall back to the log
 }
-GONE = (HttpError, httpx.HTTPError, OSError, ConnectionClosed, InvalidStatus, EOFError)
+GONE = (HttpError, httpx.HTTPError, OSError, ConnectionClosed, InvalidStatus, InvalidMessage, EOFError)
 
 
 class Server(ServeProcess):
