@@ -1,9 +1,9 @@
 """The four fan-out channels of wire.md: thin adapters between the hub and a connection.
 
 Each adapter parses and checks the request, takes a `Subscription` from the hub, and moves its
-batches of pre-encoded records to the client: SSE through sse-starlette, WebSocket frames, JSONL
-lines, or one long-poll JSON body. What to send next, and from where, is the hub's and the
-cursor's business (streams/hub.py, streams/cursor.py); nothing here re-encodes a record.
+batches of pre-encoded records to the client: SSE events, WebSocket frames, JSONL lines, or one
+long-poll JSON body. What to send next, and from where, is the hub's and the cursor's business
+(streams/hub.py, streams/cursor.py); nothing here re-encodes a record.
 """
 
 from __future__ import annotations
@@ -12,11 +12,10 @@ import asyncio
 import contextlib
 import math
 import re
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import Awaitable
 from urllib.parse import parse_qsl
 
 import orjson
-from sse_starlette import EventSourceResponse
 from starlette.requests import HTTPConnection
 from starlette.types import Receive, Scope, Send
 
@@ -37,7 +36,10 @@ WS_POLICY_VIOLATION = 1008
 WS_GOING_AWAY = 1001
 WS_TRY_AGAIN_LATER = 1013
 _INTEGER = re.compile(r"-?[0-9]{1,19}")
-STREAM_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+STREAM_HEADERS = [(b"cache-control", b"no-store"), (b"x-accel-buffering", b"no")]
+SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), *STREAM_HEADERS]
+JSONL_HEADERS = [(b"content-type", b"application/x-ndjson"), *STREAM_HEADERS]
+SSE_COMMENT = b": keep-alive\n\n"
 
 
 def _bad(message: str) -> ApiError:
@@ -181,14 +183,14 @@ def parse_subscribe_frame(text: str | None) -> tuple[int, dict[str, list[str]]]:
 # ---- the adapters ----------------------------------------------------------------------------
 
 
-async def _until_disconnect(receive: Receive, work: Awaitable[None]) -> None:
-    """Run `work` until it ends or the client goes away, whichever comes first."""
+async def _until_disconnect(receive: Receive, work: Awaitable[None], *beside: Awaitable) -> None:
+    """Run `work` (and `beside` it) until it ends or the client goes away, whichever comes first."""
 
     async def disconnected() -> None:
         while (await receive())["type"] != "http.disconnect":
             pass
 
-    tasks = [asyncio.ensure_future(work), asyncio.ensure_future(disconnected())]
+    tasks = [asyncio.ensure_future(w) for w in (work, disconnected(), *beside)]
     try:
         await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     finally:
@@ -242,20 +244,34 @@ class Channels:
             await error_response(exc.status, exc.code, exc.message)(scope, receive, send)
             return
         frame = EncodedRecord.sse_typed if typed else EncodedRecord.sse
+        loop = asyncio.get_running_loop()
+        last_sent = [loop.time()]
 
-        async def events() -> AsyncIterator[bytes]:
+        async def stream() -> None:
+            await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
             async for delivery in subscription:
                 if delivery.items:
-                    yield b"".join([frame(item) for item in delivery.items])
+                    body = b"".join([frame(item) for item in delivery.items])
+                    await send({"type": "http.response.body", "body": body, "more_body": True})
+                    last_sent[0] = loop.time()
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+        async def heartbeat(seconds: float) -> None:
+            # A comment once `seconds` pass without an event, so that an idle stream stays open
+            # through proxies (wire.md). Each ASGI send writes its message whole, so this never
+            # splits an event.
+            while True:
+                await asyncio.sleep(last_sent[0] + seconds - loop.time())
+                if loop.time() - last_sent[0] >= seconds:
+                    await send(
+                        {"type": "http.response.body", "body": SSE_COMMENT, "more_body": True}
+                    )
+                    last_sent[0] = loop.time()
 
         with subscription:
-            response = EventSourceResponse(
-                events(),
-                headers=STREAM_HEADERS,
-                ping=self.service.settings.heartbeat_seconds,
-                sep="\n",
+            await _until_disconnect(
+                receive, stream(), heartbeat(self.service.settings.heartbeat_seconds)
             )
-            await response(scope, receive, send)
 
     # -- JSONL
 
@@ -276,10 +292,7 @@ class Channels:
             return
 
         async def stream() -> None:
-            headers = [(b"content-type", b"application/x-ndjson")] + [
-                (k.lower().encode(), v.encode()) for k, v in STREAM_HEADERS.items()
-            ]
-            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            await send({"type": "http.response.start", "status": 200, "headers": JSONL_HEADERS})
             async for delivery in subscription:
                 if delivery.items:
                     body = b"\n".join([item.line for item in delivery.items]) + b"\n"

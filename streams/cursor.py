@@ -208,12 +208,15 @@ class Cursor:
             return CaughtUp(live_from - 1)
         buffer = self._buffer
         if buffer:
-            take = min(len(buffer), self.batch)
-            items = [buffer.popleft() for _ in range(take)]
-            self._buffered_bytes -= sum(len(item.line) for item in items)
-            self.position = items[-1].seq
-            if not buffer:
-                self.position = max(self.position, self._offered)
+            if len(buffer) <= self.batch:  # the usual case: everything buffered goes
+                items = list(buffer)
+                buffer.clear()
+                self._buffered_bytes = 0
+                self.position = max(items[-1].seq, self._offered)
+            else:
+                items = [buffer.popleft() for _ in range(self.batch)]
+                self._buffered_bytes -= sum(len(item.line) for item in items)
+                self.position = items[-1].seq
             return Send(items, "live")
         self.position = max(self.position, self._offered)
         if stop is not None and self.position >= stop:
