@@ -147,9 +147,12 @@ class LogReader:
 
     def _locate(self, n: int, path: Path, seq: int) -> tuple[int, int] | None:
         """(byte offset, seq there) of an indexed line at or before `seq` in segment n."""
+        k = seq - (n << self.seg_bits)
+        if k == 0:  # from the segment's start: no index needed (and none built for a full read)
+            os.stat(path)  # FileNotFoundError when the segment does not exist yet
+            return 0, seq
         with self._index_lock:  # one reader may serve many threads (the service does)
             index = self._index(n, path)
-            k = seq - (n << self.seg_bits)
             if k > index.lines:
                 return None
             slot = min(k // INDEX_STRIDE, len(index.offsets) - 1)
