@@ -146,6 +146,24 @@ def vm_hwm_mib() -> float:
     return float("nan")
 
 
+def code_version() -> dict:
+    """The commit, and the files of the measured packages changed in the working tree (it is
+    shared with other engineers, so the code can move under a long run: compare start and end)."""
+
+    def git(*args: str) -> str:
+        try:
+            run = subprocess.run(["git", *args], capture_output=True, text=True, cwd=ROOT)
+        except OSError:
+            return ""
+        return run.stdout
+
+    changed = git("status", "--porcelain", "--", "eventstore", "sections")
+    return {
+        "head": git("rev-parse", "--short", "HEAD").strip(),
+        "uncommitted": [line[3:] for line in changed.splitlines() if line.strip()],
+    }
+
+
 def current_rss_mib() -> float:
     """Resident set size right now (peaks from freed buffers excluded)."""
     with open("/proc/self/statm") as f:
@@ -685,6 +703,8 @@ def run(root: Path, args: argparse.Namespace) -> dict:
     noise_syncs = 20 if quick else 200
     contents = make_contents(1024)
 
+    started_at = datetime.now(UTC).isoformat(timespec="seconds")
+    code = {"start": code_version()}
     machine = {"cpus": os.cpu_count(), "python": platform.python_version()}
     noise = {"start": machine_noise(quick)}
     noise["start"]["fdatasync"] = disk_noise(root, noise_syncs)
@@ -755,6 +775,7 @@ def run(root: Path, args: argparse.Namespace) -> dict:
                 figures["adds_per_s"] / raw[family]["appends_per_s"], 3
             )
 
+    code["end"] = code_version()
     noise["end"] = machine_noise(quick)
     noise["end"]["fdatasync"] = disk_noise(root, noise_syncs)
     log(f"noise at end: {noise['end']}")
@@ -775,7 +796,8 @@ def run(root: Path, args: argparse.Namespace) -> dict:
     }
     return {
         "bench": "memory",
-        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "started_at": started_at,
+        "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "config": {
             "durability_adds": Durability.FSYNC.value,
             "durability_build": Durability.UNSAFE_NO_FSYNC.value + " (build only, not measured)",
@@ -797,6 +819,7 @@ def run(root: Path, args: argparse.Namespace) -> dict:
             "quick": quick,
             "filesystem_dir": str(root.parent),
         },
+        "code": code,
         "machine": machine,
         "noise": noise,
         "adds": adds,

@@ -47,6 +47,8 @@ def test_quick_memory_bench_prints_one_json_object_with_the_promised_keys(tmp_pa
     assert result["bench"] == "memory"
     assert result["config"]["durability_adds"] == "fsync"
     for moment in ("start", "end"):
+        assert {"head", "uncommitted"} <= result["code"][moment].keys()
+    for moment in ("start", "end"):
         noise = result["noise"][moment]
         assert {"loadavg", "cpu_idle", "busiest_other_processes"} <= noise.keys()
         assert {"p50_ms", "p99_ms"} <= noise["fdatasync"].keys()
