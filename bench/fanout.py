@@ -7,6 +7,9 @@ client process (this file with `--client`) that opens K subscribers on raw async
 record), and publishes through the HTTP API: single-item `POST .../sections/messages/items`,
 ~300-byte contents, so each publish is one record (~700 bytes on the wire). In order:
 
+0. publishing alone: the publishers at full rate with nobody subscribed, for the warm-up time:
+   the server's CPU per published record, which the full-rate figures then subtract
+   (`fanout_cpu_us_per_delivery`): at K=100 publishing is a large share of the server's work;
 1. idle memory: server RSS with K idle subscribers minus its RSS with none, per subscriber;
 2. paced: 5 publishes/s; publish-to-receive latency is the receive time minus the record's `ts`
    (the writer's clock, in µs, stamped before the fsync), for every (subscriber, record);
@@ -17,7 +20,8 @@ record), and publishes through the HTTP API: single-item `POST .../sections/mess
 The floor: a bare asyncio server in its own process (this file with `--floor-server`) that
 accepts K raw sockets and writes each event, encoded once as an SSE event holding a record of
 the same size, to every socket with `transport.write`; the same client, paced and full rate
-(yielding to the loop after each event). Ratios to it and to shared/research/limits.md.
+(yielding to the loop after each event; the kernel's socket buffers let it run ahead of the
+client, so its full-rate latency is backlog). Ratios to it and to shared/research/limits.md.
 
 Usage: .venv/bin/python bench/fanout.py [--quick] [--k 100,1000] [--transports sse,ws,floor]
                                         [--uvloop-path DIR] [--out FILE]
@@ -442,6 +446,7 @@ class Meter:
         busy = H.busy_cores(self.machine, H.cpu_times(), window)
         return {
             "window_s": round(window, 3),
+            "server_cpu_s": round(server, 4),
             "server_cpu_us_per_delivery": round(server / deliveries * 1e6, 2)
             if deliveries
             else None,
@@ -463,8 +468,27 @@ async def client_main(cfg: dict) -> dict:
     await publisher.setup()
     for _ in range(3):  # warm the write path before the baseline
         await publisher.publish()
-    head = await publisher.head()
     result: dict = {"k": k, "transport": cfg["transport"]}
+
+    # 0. what publishing costs the server with nobody subscribed (full rate, no fan-out)
+    stop = asyncio.Event()
+    first = publisher.last
+    running = asyncio.ensure_future(publisher.run(stop, cfg["publishers"]))
+    meter = Meter(pid)
+    await asyncio.sleep(cfg["warmup"])
+    alone = meter.figures(1)
+    stop.set()
+    await running
+    published = publisher.last - first
+    result["publish_alone"] = {
+        "records_per_s": round(published / alone["window_s"], 1),
+        "server_cpu_us_per_record": round(alone["server_cpu_s"] / published * 1e6, 1)
+        if published
+        else None,
+        "server_cores": alone["server_cores"],
+        "neighbour_cores_est": alone["neighbour_cores_est"],
+    }
+    head = await publisher.head()
 
     # 1. idle memory
     rss_none = H.proc_rss_mib(pid)
@@ -515,14 +539,22 @@ async def client_main(cfg: dict) -> dict:
     tally.recording = True
     H.profile_window(cfg, True, cfg["profile"] == "full")
     meter = Meter(pid)
+    first = publisher.last
     await asyncio.sleep(cfg["seconds"])
     tally.recording = False
     full = meter.figures(tally.deliveries)
+    published = publisher.last - first
     H.profile_window(cfg, False, cfg["profile"] == "full")
     stop.set()
     await running
     deliveries = tally.deliveries
+    publishing = published * (result["publish_alone"]["server_cpu_us_per_record"] or 0) / 1e6
     full.update(
+        published=published,
+        # the server's CPU per delivery less what the window's publishes cost it on their own
+        fanout_cpu_us_per_delivery=round((full["server_cpu_s"] - publishing) / deliveries * 1e6, 2)
+        if deliveries
+        else None,
         deliveries_per_s=round(deliveries / full["window_s"], 1),
         events_per_s=round(deliveries / k / full["window_s"], 1),
         deliveries=deliveries,
@@ -725,7 +757,8 @@ def report(name: str, figures: dict) -> None:
     full, paced = figures["full_rate"], figures["paced"]
     log(
         f"  {full['deliveries_per_s']:.0f} deliveries/s ({full['server_cpu_us_per_delivery']} us "
-        f"server CPU each, server {full['server_cores']} / client {full['client_cores']} cores); "
+        f"server CPU each, {full['fanout_cpu_us_per_delivery']} without publishing; server "
+        f"{full['server_cores']} / client {full['client_cores']} cores); "
         f"paced p50 {paced['latency_ms']['p50']} ms p99 {paced['latency_ms']['p99']} ms; "
         f"idle {figures['idle_memory']['kib_per_subscriber']} KiB/subscriber"
     )

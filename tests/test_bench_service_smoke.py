@@ -95,6 +95,7 @@ def test_quick_fanout_bench_prints_one_json_object_with_the_promised_keys(tmp_pa
         scenarios.append(figures)
     for figures in scenarios:
         assert figures["gaps"] == 0
+        assert {"records_per_s", "server_cpu_us_per_record"} <= figures["publish_alone"].keys()
         assert {"rss_mib_no_subscribers", "rss_mib_idle_subscribers", "kib_per_subscriber"} <= (
             figures["idle_memory"].keys()
         )
@@ -107,6 +108,7 @@ def test_quick_fanout_bench_prints_one_json_object_with_the_promised_keys(tmp_pa
             "deliveries_per_s",
             "events_per_s",
             "server_cpu_us_per_delivery",
+            "fanout_cpu_us_per_delivery",
             "records_per_read",
             "latency_ms",
         }
