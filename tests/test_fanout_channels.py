@@ -42,7 +42,15 @@ FAST_ENV = {
     "LEDGERMEM_MAX_SUBSCRIBERS_PER_CLIENT": "1000",
     "LEDGERMEM_SUBSCRIBER_BUFFER": "16",  # small, so that slow readers fall back to the log
 }
-GONE = (HttpError, httpx.HTTPError, OSError, ConnectionClosed, InvalidStatus, InvalidMessage, EOFError)
+GONE = (
+    HttpError,
+    httpx.HTTPError,
+    OSError,
+    ConnectionClosed,
+    InvalidStatus,
+    InvalidMessage,
+    EOFError,
+)
 
 
 class Server(ServeProcess):
