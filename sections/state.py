@@ -97,7 +97,9 @@ class Item:
 @dataclass(slots=True)
 class SectionState:
     config: SectionConfig
-    items: dict[str, Item] = field(default_factory=dict)  # in (seq, k) order
+    # In (seq, k) order: the projection adds items in log order and snapshots keep the order.
+    # The fifo policy relies on it.
+    items: dict[str, Item] = field(default_factory=dict)
     tokens: int = 0
     evictions: int = 0
 

@@ -34,7 +34,8 @@ def test_nothing_is_evicted_while_the_item_fits():
 
 
 def test_fifo_evicts_the_oldest_first_until_it_fits():
-    section = _section("fifo", 40, [_item(3), _item(1), _item(2), _item(4)])
+    # Sections hold their items in (seq, k) order, as the projection adds them.
+    section = _section("fifo", 40, [_item(1), _item(2), _item(3), _item(4)])
     assert _victims(section, 25) == ["1", "2", "3"]
 
 
