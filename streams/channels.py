@@ -12,10 +12,11 @@ import asyncio
 import contextlib
 import math
 import re
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable
 from urllib.parse import parse_qsl
 
 import orjson
+from sse_starlette import EventSourceResponse
 from starlette.requests import HTTPConnection
 from starlette.types import Receive, Scope, Send
 
@@ -244,36 +245,21 @@ class Channels:
             await error_response(exc.status, exc.code, exc.message)(scope, receive, send)
             return
         frame = EncodedRecord.sse_typed if typed else EncodedRecord.sse
-        loop = asyncio.get_running_loop()
-        last_sent = [loop.time()]
 
-        async def stream() -> None:
-            await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+        async def events() -> AsyncIterator[bytes]:
+            # Frames are encoded once per record by the hub; sse-starlette passes bytes through.
             async for delivery in subscription:
                 if delivery.items:
-                    body = b"".join([frame(item) for item in delivery.items])
-                    await send({"type": "http.response.body", "body": body, "more_body": True})
-                    last_sent[0] = loop.time()
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-        async def heartbeat(seconds: float) -> None:
-            # A comment once `seconds` pass without an event, so that an idle stream stays open
-            # through proxies (wire.md). Each ASGI send writes its message whole, so this never
-            # splits an event.
-            while True:
-                await asyncio.sleep(last_sent[0] + seconds - loop.time())
-                if loop.time() - last_sent[0] >= seconds:
-                    await send(
-                        {"type": "http.response.body", "body": SSE_COMMENT, "more_body": True}
-                    )
-                    last_sent[0] = loop.time()
+                    yield b"".join([frame(item) for item in delivery.items])
 
         with subscription:
-            await _until_disconnect(
-                receive, stream(), heartbeat(self.service.settings.heartbeat_seconds)
+            response = EventSourceResponse(
+                events(),
+                headers=dict((k.decode(), v.decode()) for k, v in STREAM_HEADERS),
+                ping=self.service.settings.heartbeat_seconds,
+                sep="\n",
             )
-
-    # -- JSONL
+            await response(scope, receive, send)
 
     async def jsonl(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
