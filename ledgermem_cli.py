@@ -17,18 +17,36 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "verify": ("eventstore.cli_verify", "verify a log directory offline (log-format.md §10)"),
     "vkey": ("eventstore.cli_keys", "print the log's verifier key"),
     "demo": ("eventstore.cli_demo", "write, read back and verify a small log in a data directory"),
-    "replay": ("replay.cli_replay", "write a log's records as JSONL (the file lines), filtered; --follow tails"),
-    "state": ("replay.cli_state", "the memory projection at a seq or time, as JSON (--context: as assembled)"),
+    "replay": (
+        "replay.cli_replay",
+        "write a log's records as JSONL (the file lines), filtered; --follow tails",
+    ),
+    "state": (
+        "replay.cli_state",
+        "the memory projection at a seq or time, as JSON (--context: as assembled)",
+    ),
     "diff": ("replay.cli_diff", "what changed in memory between two points, with the reasons"),
-    "export": ("replay.cli_export", "export a session as a self-verifying bundle with inclusion proofs"),
-    "verify-bundle": ("replay.cli_verify_bundle", "verify an exported bundle alone, without the log"),
+    "export": (
+        "replay.cli_export",
+        "export a session as a self-verifying bundle with inclusion proofs",
+    ),
+    "verify-bundle": (
+        "replay.cli_verify_bundle",
+        "verify an exported bundle alone, without the log",
+    ),
     "import": ("replay.cli_import", "import a bundle into another data directory as a new session"),
     "proof": ("replay.cli_proof", "print a C2SP tlog-proof of a record's inclusion"),
     "checkpoint": ("replay.cli_checkpoint", "print the newest signed checkpoint"),
-    "tail": ("replay.cli_tail", "follow a running server's JSONL stream, resuming after disconnects"),
+    "tail": (
+        "replay.cli_tail",
+        "follow a running server's JSONL stream, resuming after disconnects",
+    ),
     "redact": ("replay.cli_redact", "erase payloads by seq, offline (log-format.md section 9)"),
     "erase": ("replay.cli_erase", "erase a session (or items) from a data directory, offline"),
-    "backup": ("replay.cli_backup", "a consistent copy of a data directory, while the service runs"),
+    "backup": (
+        "replay.cli_backup",
+        "a consistent copy of a data directory, while the service runs",
+    ),
 }
 
 
