@@ -179,19 +179,7 @@ def read_bundle(path: str | os.PathLike[str]) -> tuple[Bundle, bytes]:
 
 
 def write_atomically(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write `path.tmp`, fsync, rename over `path`, fsync the directory: all or nothing."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    layout.fsync_dir(path.parent)
+    layout.write_atomically(Path(path), data)
 
 
 # ---------------------------------------------------------------------------------------------

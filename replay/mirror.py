@@ -262,17 +262,7 @@ def redact_segments(log_dir: Path, seg_bits: int, targets: dict[int, int]) -> in
 
 
 def write_file_atomically(path: Path, data: bytes, mode: int = 0o644) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    layout.fsync_dir(path.parent)
+    layout.write_atomically(path, data, mode)
 
 
 def _seq_of(line: bytes) -> int:
