@@ -1,7 +1,7 @@
 """Fan-out of `ledgermem serve` to K subscribers over SSE and WebSocket, against a bare-asyncio floor.
 
 Prints one JSON object on stdout (progress on stderr). Per transport (sse, ws) and K (100, 1000),
-a fresh `ledgermem serve` (real fdatasync; bench/http.py's launcher) is driven by a separate
+a fresh `ledgermem serve` (real fdatasync; bench/http.py's launcher and server variants) is driven by a separate
 client process (this file with `--client`) that opens K subscribers on raw asyncio protocols
 (chunked SSE and RFC 6455 parsed by hand), each from the head (`after=<head>`, no filter: every
 record), and publishes through the HTTP API: single-item `POST .../sections/messages/items`,
@@ -17,14 +17,14 @@ record), and publishes through the HTTP API: single-item `POST .../sections/mess
    warm-up, deliveries/s = records received by all subscribers in the window / window, with the
    server's CPU (utime + stime from /proc/<pid>/stat; the event-loop thread apart) per delivery.
 
-The floor: a bare asyncio server in its own process (this file with `--floor-server`) that
-accepts K raw sockets and writes each event, encoded once as an SSE event holding a record of
+The floor: a bare asyncio server in its own process (this file with `--floor-server`; on uvloop
+when it is installed, like the shipped server and the client) that accepts K raw sockets and writes each event, encoded once as an SSE event holding a record of
 the same size, to every socket with `transport.write`; the same client, paced and full rate
 (yielding to the loop after each event; the kernel's socket buffers let it run ahead of the
 client, so its full-rate latency is backlog). Ratios to it and to shared/research/limits.md.
 
 Usage: .venv/bin/python bench/fanout.py [--quick] [--k 100,1000] [--transports sse,ws,floor]
-                                        [--uvloop-path DIR] [--out FILE]
+                                        [--variants shipped,asyncio] [--wait-idle S] [--out FILE]
 Figures and how to read them: docs/benchmarks.md, section "fanout".
 """
 
@@ -798,15 +798,14 @@ def run(root: Path, args: argparse.Namespace) -> dict:
     ks = [int(k) for k in args.k.split(",")]
     transports = [t.strip() for t in args.transports.split(",") if t.strip()]
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    if args.uvloop_path and "uvloop" not in variants:
-        variants.append("uvloop")
     results: dict = {}
     record = None
     for variant in variants:
-        spec = f"uvloop:{args.uvloop_path}" if variant == "uvloop" else variant
+        if variant not in H.VARIANTS:
+            raise SystemExit(f"unknown variant {variant!r}: use {', '.join(H.VARIANTS)}")
         for transport in (t for t in transports if t != "floor"):
             for k in ks:
-                figures, sample = server_scenario(root, spec, transport, k, args)
+                figures, sample = server_scenario(root, variant, transport, k, args)
                 results.setdefault(variant, {}).setdefault(transport, {})[str(k)] = figures
                 record = record or sample
     floor: dict = {}
@@ -861,6 +860,7 @@ def run(root: Path, args: argparse.Namespace) -> dict:
             "seconds": args.seconds,
             "idle_seconds": args.idle_seconds,
             "client": "one separate process, raw asyncio protocols",
+            "client_and_floor_loop": "uvloop" if H.loop_factory() else "asyncio",
         },
         "machine": {"cpus": os.cpu_count(), "noise_start": noise_start, "noise_end": noise_end},
         "targets": TARGETS,
@@ -880,8 +880,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a short smoke run")
     parser.add_argument("--k", help="subscriber counts, comma-separated (100,1000)")
     parser.add_argument("--transports", default="sse,ws,floor")
-    parser.add_argument("--variants", default="shipped", help="comma-separated: shipped, uvloop")
-    parser.add_argument("--uvloop-path", help="a directory holding uvloop and httptools")
+    parser.add_argument("--variants", default="shipped", help="comma-separated: shipped, asyncio")
     parser.add_argument("--publishers", type=int, default=PUBLISHERS)
     parser.add_argument("--paced-seconds", type=float)
     parser.add_argument("--seconds", type=float, help="full-rate window (8)")
@@ -903,10 +902,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.client:
         cfg = json.loads(args.client)
-        print(json.dumps(asyncio.run(asyncio.wait_for(client_main(cfg), CLIENT_TIMEOUT))))
+        print(json.dumps(H.run_async(asyncio.wait_for(client_main(cfg), CLIENT_TIMEOUT))))
         return 0
     if args.floor_server:
-        asyncio.run(floor_server(bytes.fromhex(args.floor_server)))
+        H.run_async(floor_server(bytes.fromhex(args.floor_server)))
         return 0
     quick = args.quick
     args.k = args.k or ("20" if quick else "100,1000")

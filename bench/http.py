@@ -19,9 +19,11 @@ the client's CPU, fdatasyncs and records per fdatasync from /metrics, and the ma
 (loadavg, CPU idle, the busiest other processes).
 
 Server variants (`--variants`):
-- shipped: `ledgermem serve` as it is;
-- uvloop: the shipped server with uvloop and httptools importable (`--uvloop-path DIR`, a
-  `pip install --target DIR uvloop httptools`), which uvicorn then picks: `uvicorn[standard]`.
+- shipped: `ledgermem serve` as installed: with `uvicorn[standard]`, uvicorn runs uvloop and
+  httptools;
+- asyncio: the same server with uvloop and httptools hidden (the launcher makes importing them
+  fail), so uvicorn falls back to the asyncio loop and h11: plain `uvicorn`.
+The client runs on uvloop when it can import it (`client_loop` in the JSON).
 
 In the same run, the ceiling: the raw `LogWriter.append_async` rate in this process, 32 asyncio
 tasks, real fdatasync, appending the very payloads the server wrote (copied from its log).
@@ -31,8 +33,8 @@ measured window only (the launcher below; the client signals the window's edges)
 FILE when the server stops; `{scenario}` in FILE becomes the scenario's name. KIND is cprofile
 (wall time) or cprofile-cpu (the thread's CPU time: time lost to busy neighbours is left out).
 
-Usage: .venv/bin/python bench/http.py [--quick] [--seconds S] [--variants shipped,uvloop]
-                                      [--uvloop-path DIR] [--out FILE]
+Usage: .venv/bin/python bench/http.py [--quick] [--seconds S] [--variants shipped,asyncio]
+                                      [--wait-idle S] [--out FILE]
 Figures and how to read them: docs/benchmarks.md, section "http".
 """
 
@@ -66,7 +68,7 @@ CEILINGS = {
     "fsync_each_quiet_records_per_s": 5_600,
     "append_step_cpu_records_per_s": 363_000,
 }
-VARIANTS = ("shipped", "uvloop")
+VARIANTS = ("shipped", "asyncio")
 TEXT = (
     "the user prefers short answers with code examples in python and wants the assistant to "
     "remember project names deadlines review notes and the style guide for every reply about "
@@ -75,10 +77,12 @@ TEXT = (
 WORDS = TEXT.split()
 
 # Runs `ledgermem serve` in this interpreter, optionally profiled (SIGUSR1 starts the profiler,
-# SIGUSR2 stops it). Started with `python -c` so that this file (named like the stdlib package
+# SIGUSR2 stops it) or with modules hidden (variant asyncio). Started with `python -c` so that this file (named like the stdlib package
 # `http`) is never on the server's import path.
 LAUNCHER = r"""
 import os, sys
+for name in filter(None, os.environ.get("LEDGERMEM_BENCH_HIDE", "").split(",")):
+    sys.modules[name] = None  # importing it raises ImportError
 import ledgermem_cli
 kind, _, path = os.environ.get("LEDGERMEM_BENCH_PROFILE", "").partition(":")
 if kind in ("cprofile", "cprofile-cpu"):
@@ -242,10 +246,9 @@ class ServerProcess:
             env["LEDGERMEM_BENCH_PROFILE"] = env["LEDGERMEM_BENCH_PROFILE"].replace(
                 "{scenario}", name or data_dir.name
             )
-        paths = [str(root)]
-        if variant.startswith("uvloop:"):
-            paths.insert(0, variant.split(":", 1)[1])
-        env["PYTHONPATH"] = os.pathsep.join(paths)
+        if variant == "asyncio":
+            env["LEDGERMEM_BENCH_HIDE"] = "uvloop,httptools"
+        env["PYTHONPATH"] = str(root)
         command = [sys.executable, "-c", LAUNCHER, "serve", "--data", str(data_dir)]
         command += ["--port", "0", *args]
         self.proc = subprocess.Popen(
@@ -501,6 +504,20 @@ async def client_main(cfg: dict) -> dict:
     }
 
 
+def loop_factory():
+    """uvloop's, when it is installed (a lighter client), else asyncio's."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
+
+
+def run_async(coro):
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
+        return runner.run(coro)
+
+
 def run_client(cfg: dict) -> dict:
     """This file with `--client`, in a fresh interpreter; its stdout is one JSON object."""
     command = [sys.executable, str(Path(__file__).resolve()), "--client", json.dumps(cfg)]
@@ -643,19 +660,14 @@ def run(root: Path, args: argparse.Namespace) -> dict:
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if not set(modes) <= {"single", "batch"}:
         raise SystemExit(f"unknown mode in {args.modes!r}: use single, batch")
-    if args.uvloop_path and "uvloop" not in variants:
-        variants.append("uvloop")
     results: dict[str, dict] = {}
     payloads: dict[str, list] = {}
     for variant in variants:
         if variant not in VARIANTS:
             raise SystemExit(f"unknown variant {variant!r}: use {', '.join(VARIANTS)}")
-        if variant == "uvloop" and not args.uvloop_path:
-            raise SystemExit("the uvloop variant needs --uvloop-path DIR (uvloop and httptools)")
-        spec = f"uvloop:{args.uvloop_path}" if variant == "uvloop" else variant
         results[variant] = {}
         for mode in modes:
-            figures, entries = scenario(root, spec, mode, args)
+            figures, entries = scenario(root, variant, mode, args)
             results[variant][mode] = figures
             payloads.setdefault(mode, entries)
 
@@ -705,6 +717,7 @@ def run(root: Path, args: argparse.Namespace) -> dict:
             "server_root": str(args.server_root),
             "keep_alive": True,
             "client": "separate process, raw asyncio protocols, HTTP/1.1 keep-alive",
+            "client_loop": "uvloop" if loop_factory() else "asyncio",
         },
         "machine": {
             "cpus": os.cpu_count(),
@@ -733,9 +746,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--connections", type=int, default=CONNECTIONS)
     parser.add_argument("--batch", type=int, help="items per batched POST (100)")
     parser.add_argument("--section", default=SECTION, help=f"the section to add to ({SECTION})")
-    parser.add_argument("--variants", default="shipped", help="comma-separated: shipped, uvloop")
+    parser.add_argument("--variants", default="shipped", help="comma-separated: shipped, asyncio")
     parser.add_argument("--modes", default="single,batch", help="comma-separated: single, batch")
-    parser.add_argument("--uvloop-path", help="a directory holding uvloop and httptools")
     parser.add_argument(
         "--wait-idle", type=float, default=0, help="wait up to S s for a quiet machine per scenario"
     )
@@ -750,7 +762,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--client", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.client:
-        print(json.dumps(asyncio.run(client_main(json.loads(args.client)))))
+        print(json.dumps(run_async(client_main(json.loads(args.client)))))
         return 0
     quick = args.quick
     args.seconds = args.seconds or (0.5 if quick else 10.0)
