@@ -31,7 +31,9 @@ tasks, real fdatasync, appending the very payloads the server wrote (copied from
 Profiling: `LEDGERMEM_BENCH_PROFILE=KIND:FILE` profiles the server's event-loop thread over the
 measured window only (the launcher below; the client signals the window's edges) and writes
 FILE when the server stops; `{scenario}` in FILE becomes the scenario's name. KIND is cprofile
-(wall time) or cprofile-cpu (the thread's CPU time: time lost to busy neighbours is left out).
+(wall time) or cprofile-cpu (the thread's CPU time: time lost to busy neighbours is left out). `LEDGERMEM_BENCH_GC=FILE` writes each garbage collection's time,
+generation and duration to FILE (JSON) when the server stops; `LEDGERMEM_BENCH_GC_THRESHOLD=
+A,B,C` runs the server with `gc.set_threshold(A, B, C)` (experiments only).
 
 Usage: .venv/bin/python bench/http.py [--quick] [--seconds S] [--variants shipped,asyncio]
                                       [--wait-idle S] [--out FILE]
@@ -84,6 +86,19 @@ import os, sys
 for name in filter(None, os.environ.get("LEDGERMEM_BENCH_HIDE", "").split(",")):
     sys.modules[name] = None  # importing it raises ImportError
 import ledgermem_cli
+import gc
+if os.environ.get("LEDGERMEM_BENCH_GC_THRESHOLD"):
+    gc.set_threshold(*map(int, os.environ["LEDGERMEM_BENCH_GC_THRESHOLD"].split(",")))
+if os.environ.get("LEDGERMEM_BENCH_GC"):  # every collection's generation and duration, at exit
+    import atexit, json, time
+    pauses, started = [], [0.0]
+    def _gc(phase, info):
+        if phase == "start":
+            started[0] = time.perf_counter()
+        else:
+            pauses.append((time.time(), info["generation"], time.perf_counter() - started[0]))
+    gc.callbacks.append(_gc)
+    atexit.register(lambda: open(os.environ["LEDGERMEM_BENCH_GC"], "w").write(json.dumps(pauses)))
 kind, _, path = os.environ.get("LEDGERMEM_BENCH_PROFILE", "").partition(":")
 if kind in ("cprofile", "cprofile-cpu"):
     import cProfile, signal, time
@@ -242,10 +257,9 @@ class ServerProcess:
         self.data_dir = data_dir
         self.variant = variant
         env = {**os.environ, **env}
-        if "LEDGERMEM_BENCH_PROFILE" in env:  # one profile per scenario
-            env["LEDGERMEM_BENCH_PROFILE"] = env["LEDGERMEM_BENCH_PROFILE"].replace(
-                "{scenario}", name or data_dir.name
-            )
+        for key in ("LEDGERMEM_BENCH_PROFILE", "LEDGERMEM_BENCH_GC"):  # one file per scenario
+            if key in env:
+                env[key] = env[key].replace("{scenario}", name or data_dir.name)
         if variant == "asyncio":
             env["LEDGERMEM_BENCH_HIDE"] = "uvloop,httptools"
         env["PYTHONPATH"] = str(root)
