@@ -1,9 +1,9 @@
 """The four fan-out channels of wire.md: thin adapters between the hub and a connection.
 
 Each adapter parses and checks the request, takes a `Subscription` from the hub, and moves its
-batches of pre-encoded records to the client: SSE events, WebSocket frames, JSONL lines, or one
-long-poll JSON body. What to send next, and from where, is the hub's and the cursor's business
-(streams/hub.py, streams/cursor.py); nothing here re-encodes a record.
+batches of pre-encoded records to the client: SSE through sse-starlette, WebSocket frames, JSONL
+lines, or one long-poll JSON body. What to send next, and from where, is the hub's and the
+cursor's business (streams/hub.py, streams/cursor.py); nothing here re-encodes a record.
 """
 
 from __future__ import annotations
@@ -38,9 +38,7 @@ WS_GOING_AWAY = 1001
 WS_TRY_AGAIN_LATER = 1013
 _INTEGER = re.compile(r"-?[0-9]{1,19}")
 STREAM_HEADERS = [(b"cache-control", b"no-store"), (b"x-accel-buffering", b"no")]
-SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), *STREAM_HEADERS]
 JSONL_HEADERS = [(b"content-type", b"application/x-ndjson"), *STREAM_HEADERS]
-SSE_COMMENT = b": keep-alive\n\n"
 
 
 def _bad(message: str) -> ApiError:
@@ -184,14 +182,14 @@ def parse_subscribe_frame(text: str | None) -> tuple[int, dict[str, list[str]]]:
 # ---- the adapters ----------------------------------------------------------------------------
 
 
-async def _until_disconnect(receive: Receive, work: Awaitable[None], *beside: Awaitable) -> None:
-    """Run `work` (and `beside` it) until it ends or the client goes away, whichever comes first."""
+async def _until_disconnect(receive: Receive, work: Awaitable[None]) -> None:
+    """Run `work` until it ends or the client goes away, whichever comes first."""
 
     async def disconnected() -> None:
         while (await receive())["type"] != "http.disconnect":
             pass
 
-    tasks = [asyncio.ensure_future(w) for w in (work, disconnected(), *beside)]
+    tasks = [asyncio.ensure_future(work), asyncio.ensure_future(disconnected())]
     try:
         await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     finally:
@@ -260,6 +258,8 @@ class Channels:
                 sep="\n",
             )
             await response(scope, receive, send)
+
+    # -- JSONL
 
     async def jsonl(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
