@@ -5,7 +5,8 @@ a fresh `ledgermem serve` (real fdatasync; bench/http.py's launcher and server v
 client process (this file with `--client`) that opens K subscribers on raw asyncio protocols
 (chunked SSE and RFC 6455 parsed by hand), each from the head (`after=<head>`, no filter: every
 record), and publishes through the HTTP API: single-item `POST .../sections/messages/items`,
-~300-byte contents, so each publish is one record (~700 bytes on the wire). In order:
+~300-byte contents, all to one session (its `messages` section is at budget after ~430 records,
+so most publishes evict), so each publish is one record (~700 bytes on the wire). In order:
 
 0. publishing alone: the publishers at full rate with nobody subscribed, for the warm-up time:
    the server's CPU per published record, which the full-rate figures then subtract

@@ -79,8 +79,9 @@ TEXT = (
 WORDS = TEXT.split()
 
 # Runs `ledgermem serve` in this interpreter, optionally profiled (SIGUSR1 starts the profiler,
-# SIGUSR2 stops it) or with modules hidden (variant asyncio). Started with `python -c` so that this file (named like the stdlib package
-# `http`) is never on the server's import path.
+# SIGUSR2 stops it), with GC hooks, or with modules hidden (variant asyncio). Started with
+# `python -c` so that this file (named like the stdlib package `http`) is never on the server's
+# import path.
 LAUNCHER = r"""
 import os, sys
 for name in filter(None, os.environ.get("LEDGERMEM_BENCH_HIDE", "").split(",")):
