@@ -15,7 +15,7 @@ import orjson
 
 from . import jcs
 from .errors import CorruptLog
-from .record import PAY_TAG, encode_line, record_hash
+from .record import PAY_TAG, record_hash
 
 _sha256 = hashlib.sha256
 
@@ -128,18 +128,3 @@ def scan_tail(data: bytes, first_seq: int, prev: bytes, seg_bits: int, file_name
 
 def _any_json_after(data: bytes, offset: int) -> bool:
     return any(_is_json_text(line) for line in data[offset:].split(b"\n")[:-1])
-
-
-def redacted_rewrite(data: bytes, targets: dict[int, int]) -> bytes:
-    """Rewrite a segment's bytes with the payloads of `targets` (seq -> redaction seq) removed."""
-    out = []
-    for line in data.split(b"\n")[:-1]:
-        obj = orjson.loads(line)
-        redaction = targets.get(obj["seq"])
-        if redaction is not None and "payload" in obj:
-            line = encode_line(
-                obj["seq"], obj["ts"], obj["tenant"], obj["session"], obj["section"],
-                obj["type"], obj["prev"], obj["h"], obj["pd"], None, None, redaction,
-            )  # fmt: skip
-        out.append(line)
-    return b"\n".join(out) + b"\n"
