@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import secrets
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,6 +58,7 @@ def open_log(
     seg_bits: int = DEFAULT_SEG_BITS,
     durability: Durability = Durability.FSYNC,
     checkpoint_interval: float = 1.0,
+    clock: Callable[[], int] = time.time_ns,
 ) -> tuple[LogWriter, KeyInfo]:
     """Open the data directory's log for writing, creating the directory, key and log if asked."""
     data = DataDir(data_dir)
@@ -67,5 +70,6 @@ def open_log(
         durability=durability,
         checkpoint_interval=checkpoint_interval,
         create=create,
+        clock=clock,
     )
     return writer, info

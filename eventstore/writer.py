@@ -282,7 +282,7 @@ class LogWriter:
             "segment": 0,
             "vkey": str(self.key.vkey),
         }
-        line, record, leaf = self._encode(Entry.control("segment.open", header), self._now())
+        line, record, leaf = self._encode(Entry.control("segment.open", header), self.now())
         self._execute([_Segment(0, line, record, leaf, None, create=True)])
         self._write_checkpoint_file()
 
@@ -370,7 +370,7 @@ class LogWriter:
             and last_event["tenant"] == CONTROL_TENANT
         ):
             self._finish_redaction(last_event)
-        ts = self._now()
+        ts = self.now()
         ops: list = []
         if scan.count == 0:  # the crash came between the seal and the next segment.open
             sealed_root = segment_root_from_files(self.log_dir, last_n - 1, size_s)
@@ -527,12 +527,18 @@ class LogWriter:
         return self._closed
 
     def submit(
-        self, entries: Iterable[Entry | Sequence], *, expected_size: int | None = None
+        self,
+        entries: Iterable[Entry | Sequence],
+        *,
+        expected_size: int | None = None,
+        ts: int | None = None,
     ) -> Pending:
         """Assign seqs to the entries and queue them; returns at once, without I/O.
 
         `expected_size` is compared with the log's size including records in flight: a stale
-        one raises StalePosition and nothing is queued.
+        one raises StalePosition and nothing is queued. `ts` stamps the records with a time the
+        caller read from `now()` before deciding them (a decision that depends on the time, such
+        as a dedup window, then agrees with the record); by default the clock is read here.
         """
         batch = [_as_entry(e) for e in entries]
         pending = Pending()
@@ -543,7 +549,7 @@ class LogWriter:
             self._check_open()
             if expected_size is not None and expected_size != self._size:
                 raise StalePosition(expected_size, self._size)
-            ops = self._assign_entries(batch, self._now(), pending)
+            ops = self._assign_entries(batch, self.now() if ts is None else ts, pending)
             self._enqueue(ops)
         return pending
 
@@ -601,7 +607,7 @@ class LogWriter:
             pending = Pending()
             with self._assign:
                 self._check_open()
-                ops = self._assign_entries([entry], self._now(), None)
+                ops = self._assign_entries([entry], self.now(), None)
                 redaction = ops[-1].records[-1]  # type: ignore[union-attr]
                 pending.records = [redaction]
                 by_segment: dict[int, dict[int, int]] = {}
@@ -653,7 +659,7 @@ class LogWriter:
             if not already:
                 ops: list = []
                 if self._failed is None:
-                    ops = self._assign_entries([Entry.control("log.close", {})], self._now(), None)
+                    ops = self._assign_entries([Entry.control("log.close", {})], self.now(), None)
                 ops.append(_Control("close"))
                 self._enqueue(ops)
         self._thread.join()
@@ -682,7 +688,8 @@ class LogWriter:
 
     # ---- assigning seqs (callers' threads, under _assign) ----------------------------------
 
-    def _now(self) -> int:
+    def now(self) -> int:
+        """The writer's clock in microseconds: what `ts` a record submitted now would carry."""
         return self._clock() // 1000
 
     def _salt(self) -> bytes:

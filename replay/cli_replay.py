@@ -13,8 +13,9 @@ from datetime import UTC, datetime
 import orjson
 
 from eventstore.record import Record
+from eventstore.timestamps import parse_time
 
-from .options import add_filters, open_reader, parse_time, progress, record_filter
+from .options import add_filters, open_reader, progress, record_filter
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -14,9 +14,10 @@ import sys
 import orjson
 
 from eventstore.errors import InvalidInput
+from eventstore.timestamps import parse_time
 from sections.history import History
 
-from .options import open_reader, parse_time
+from .options import open_reader
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

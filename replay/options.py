@@ -6,7 +6,6 @@ import argparse
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from pathlib import Path
 
 from eventstore.errors import InvalidInput
@@ -26,22 +25,6 @@ def add_filters(parser: argparse.ArgumentParser) -> None:
 
 def record_filter(args: argparse.Namespace) -> RecordFilter:
     return RecordFilter.of(args.tenant, args.session, args.section, args.type)
-
-
-def parse_time(text: str) -> int:
-    """Microseconds since the epoch, from an integer of microseconds or an ISO-8601 time (UTC if
-    no offset is given)."""
-    if text.lstrip("-").isdigit():
-        return int(text)
-    try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise InvalidInput(
-            f"{text!r} is neither microseconds since the epoch nor an ISO-8601 time"
-        ) from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return int(moment.timestamp() * 1_000_000)
 
 
 def open_reader(log_dir: str) -> LogReader:

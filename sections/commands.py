@@ -14,7 +14,7 @@ from eventstore.errors import InvalidInput
 from eventstore.identifiers import check_identifier
 
 from . import render
-from .config import SESSION_SECTION, SETTINGS, MemoryConfig, SectionConfig
+from .config import OBSERVATIONS, SESSION_SECTION, SETTINGS, MemoryConfig, SectionConfig
 from .errors import (
     ImmutableSection,
     ItemNotFound,
@@ -24,6 +24,7 @@ from .errors import (
     VersionConflict,
 )
 from .policies import choose_victims
+from .render import Injection
 from .state import Item, MemoryState, SectionState, SessionState
 from .tokens import TokenCounter
 
@@ -372,16 +373,24 @@ def assemble_context(
     budget: int,
     content_of: render.ContentOf,
     reader: str = "agent",
+    injection: Injection | None = None,
 ) -> tuple[Command, list[dict]]:
+    """The `context.assembled` record and the messages. Without `names`, every section but
+    `observations`, whose long-term contents come in through injection, by query."""
     if type(budget) is not int or budget <= 0:
         raise InvalidInput("the context budget must be a positive number of tokens")
     if reader not in READERS:
         raise InvalidInput(f"reader must be one of {', '.join(READERS)}")
     for name in names or ():
         get_section(session, name)
-    chosen = render.choose(session, names, budget)
-    messages = render.render(chosen, content_of)
-    entries = render.manifest(chosen)
+    injection = injection or Injection()
+    chosen = render.choose(
+        session,
+        names if names is not None else [n for n in session.sections if n != OBSERVATIONS],
+        budget - injection.tokens,
+    )
+    messages = render.render(chosen, content_of, injection.messages)
+    entries = injection.entries + render.manifest(chosen)
     payload = base_payload(session, None)
     payload.update(
         {
@@ -393,6 +402,8 @@ def assemble_context(
             "manifest": entries,
         }
     )
+    if injection.settings is not None:
+        payload["inject"] = injection.settings
     return Command(
         session.tenant, session.id, SESSION_SECTION, "context.assembled", payload
     ), messages

@@ -83,6 +83,9 @@ class SectionConfig:
         return cls(name=name, **{k: v for k, v in data.items() if k != "items"})
 
 
+OBSERVATIONS = "observations"  # long-term memory (sections/observations.py)
+
+
 def _s(name: str, budget: int | None, policy: str, lifetime: str, **flags: bool) -> SectionConfig:
     return SectionConfig(name, budget, policy, lifetime, **flags)
 
@@ -101,6 +104,7 @@ DEFAULT_SECTIONS: tuple[SectionConfig, ...] = (
     _s("actions", 8_000, "fifo", "durable", searchable=True),
     _s("findings", 16_000, "priority", "durable", searchable=True),
     _s("documents", None, "none", "durable", searchable=True),
+    _s(OBSERVATIONS, None, "none", "durable", searchable=True),
 )
 
 

@@ -29,6 +29,11 @@ def restate(payload: dict, keep_session_metadata: bool = False) -> dict:
         out["items"] = [_strip_item(i) for i in out["items"]]
     if "seed" in out:
         out["seed"] = {name: [_strip_item(i) for i in items] for name, items in out["seed"].items()}
+    if "summary" in out:
+        out["summary"] = {
+            k: ({**v, "text": None} if k in ("first_user", "last_user") and v else v)
+            for k, v in out["summary"].items()
+        }
     if "set" in out:
         out["set"] = {
             k: (None if k == "content" else v)
@@ -77,11 +82,7 @@ def records_holding(
     while True:
         seqs = {int(i.split(".")[0]) for i in ids}
         for record, payload in chain:
-            if (
-                record.type == "item.updated"
-                and payload["id"] in ids
-                and set(payload["set"]) & set(PERSONAL_FIELDS)
-            ):
+            if _holds(record, payload, ids):
                 seqs.add(record.seq)
         held = {
             item_id(record.seq, k)
@@ -92,6 +93,16 @@ def records_holding(
         if held <= ids:
             return seqs, ids
         ids |= held
+
+
+def _holds(record: Record, payload: dict, ids: set[str]) -> bool:
+    """Whether a record other than an add holds personal data of `ids`: an update setting their
+    content, tags or metadata, or a session summary quoting them."""
+    if record.type == "item.updated":
+        return payload["id"] in ids and bool(set(payload["set"]) & set(PERSONAL_FIELDS))
+    if record.type == "session.summarized":
+        return bool(ids & set(payload.get("quotes", ())))
+    return False
 
 
 def added_items(record: Record, payload: dict) -> list[dict]:

@@ -11,7 +11,7 @@ from pathlib import Path
 from eventstore.reader import LogReader
 from eventstore.record import Record
 
-from . import render
+from . import inject, render
 from .errors import NotFound
 from .projection import apply
 from .snapshot import newest_snapshot
@@ -83,7 +83,19 @@ class History:
         state = self.state_at(seq)
         session = state.sessions[(record.tenant, record.session)]
         chosen: list[tuple[str, list[Item]]] = []
-        for entry in record.payload["manifest"]:
+        manifest = record.payload["manifest"]
+        injected = [e for e in manifest if "inject" in e]
+        try:
+            settings = record.payload.get("inject") or {}
+            chars = settings.get("observation_chars", inject.OBSERVATION_CHARS)
+            messages = inject.replay(state, record.tenant, injected, chars, self.content_of)
+        except (KeyError, LookupError) as exc:
+            raise NotFound(
+                f"the context at seq {seq} cites what the log no longer holds: {exc}"
+            ) from None
+        for entry in manifest:
+            if "inject" in entry:
+                continue
             item = session.sections[entry["section"]].items[entry["id"]]
             if item.h != entry["h"]:
                 raise NotFound(
@@ -92,7 +104,7 @@ class History:
             if not chosen or chosen[-1][0] != entry["section"]:
                 chosen.append((entry["section"], []))
             chosen[-1][1].append(item)
-        return render.render(chosen, self.content_of)
+        return render.render(chosen, self.content_of, messages)
 
     def seq_at_time(self, ts: int) -> int:
         """The last seq of the longest prefix of the log whose records all have `ts` <= `ts`.

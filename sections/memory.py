@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -28,18 +29,21 @@ from eventstore.record import Record
 from eventstore.store import open_log
 from eventstore.writer import DEFAULT_SEG_BITS, Durability, Entry, Pending
 
-from . import commands, erasure
+from . import commands, erasure, inject, observations, summaries
 from .commands import Command
 from .config import SESSION_SECTION, MemoryConfig, load_config
 from .errors import IdempotencyConflict, ItemNotFound, NotFound, SessionNotFound
 from .history import History
+from .observations import TENANT_SESSION, Observation
 from .projection import apply, redaction_done
+from .search import Query, SearchIndex
 from .snapshot import Snapshot, purge_snapshots, write_snapshot
 from .state import Item, MemoryState, SessionState, item_id, parse_item_id
 from .tokens import DEFAULT_COUNTER, TokenCounter
 
 SNAPSHOT_EVERY = 100_000  # records between automatic snapshots
 REDACTION_CHUNK = 50_000  # targets per redaction record (about 90 bytes each)
+Decide = Callable[[MemoryState], Command | list[Command] | None]
 
 
 @dataclass(frozen=True)
@@ -69,6 +73,48 @@ class ItemView:
         }  # fmt: skip
 
 
+@dataclass(frozen=True)
+class SearchHit:
+    """A search result: the item, its session, its BM25 score (higher is better) and a snippet
+    with the matched words between the markers."""
+
+    session: str
+    item: ItemView
+    score: float
+    snippet: str
+
+    def to_json(self) -> dict:
+        return {"session": self.session, "score": self.score, "snippet": self.snippet,
+                "item": self.item.to_json()}  # fmt: skip
+
+
+MAX_TOP_K = 1000
+
+
+@dataclass(frozen=True)
+class Extra:
+    """What context assembly injects besides the sections (sections/inject.py)."""
+
+    query: str | None = None
+    observations: int = 0
+    summaries: int = 0
+    observation_chars: int = inject.OBSERVATION_CHARS
+
+    @classmethod
+    def of(cls, query: str | None = None, observations: int = 0, summaries: int = 0,
+           observation_chars: int = inject.OBSERVATION_CHARS) -> Extra:  # fmt: skip
+        if query is not None and not isinstance(query, str):
+            raise InvalidInput("query must be a string")
+        for name, value, top in (("observations", observations, MAX_TOP_K),
+                                 ("summaries", summaries, MAX_TOP_K),
+                                 ("observation_chars", observation_chars, 1 << 20)):  # fmt: skip
+            if type(value) is not int or not 0 <= value <= top:
+                raise InvalidInput(f"{name} must be an integer from 0 to {top}")
+        if observation_chars < 1:
+            raise InvalidInput("observation_chars must be at least 1")
+        return cls(query, observations, summaries, observation_chars)
+
+
 class Memory:
     """Sessions of typed, budgeted sections, kept as a projection of the signed log."""
 
@@ -87,6 +133,8 @@ class Memory:
         seg_bits: int = DEFAULT_SEG_BITS,
         checkpoint_interval: float = 1.0,
         snapshot_every: int = SNAPSHOT_EVERY,
+        dedup_window_us: int = observations.DEFAULT_WINDOW_US,
+        clock: Callable[[], int] = time.time_ns,
     ) -> Memory:
         self = object.__new__(cls)
         self.data = DataDir(data_dir)
@@ -100,7 +148,11 @@ class Memory:
         self.counter = counter
         self.tenant = tenant
         self.snapshot_every = snapshot_every
+        if type(dedup_window_us) is not int or dedup_window_us < 0:
+            raise InvalidInput("dedup_window_us must be a non-negative integer of microseconds")
+        self.dedup_window_us = dedup_window_us
         self._lock = threading.Lock()
+        self._decision_ts = 0  # the ts of the record being decided: valid under _lock
         self._snapshot_lock = threading.Lock()
         self._failed: BaseException | None = None
         self.erase_hooks: list[Callable[[], None]] = []  # other projections purge their copies
@@ -109,11 +161,14 @@ class Memory:
             seg_bits=seg_bits,
             durability=durability,
             checkpoint_interval=checkpoint_interval,
+            clock=clock,
         )
         try:
             self._reader = LogReader(self.data.log, index_dir=self.data.root / "index")
             self.history = History(self._reader, self.snapshot_dir)
             self._state = self._load(self._writer.size - 1)
+            self.search_index = SearchIndex()
+            self.search_index.build(self._state, self.history.content_of)
             self._since_snapshot = 0
             self._finish_erasures()
             self._restart()
@@ -160,9 +215,12 @@ class Memory:
                 self._state.pending_erasures.pop(erase_seq, None)
 
     def _restart(self) -> None:
-        """Append what a restart clears (process lifetime) or reverts (commit lifetime)."""
+        """Append what a restart clears (process lifetime) or reverts (commit lifetime), and the
+        summaries a crash kept from being appended after their session ended."""
         for command in commands.restart(self._state):
             self._commit(lambda _state, c=command: c)
+        for session in summaries.unsummarized(self._state):
+            self._summarize(session.tenant, session.id)
 
     def state_at(self, seq: int) -> MemoryState:
         """Time travel: the projection as it was right after record `seq`."""
@@ -190,10 +248,9 @@ class Memory:
 
     # ---- running commands ----------------------------------------------------------------------
 
-    def _submit(
-        self, decide: Callable[[MemoryState], Command | None], idem: tuple | None
-    ) -> Pending | int | None:
-        """Decide, append and apply under the lock.
+    def _submit(self, decide: Decide, idem: tuple | None) -> Pending | int | None:
+        """Decide, append and apply under the lock. A decision is one record, or several
+        (appended together, consecutive seqs), or none.
 
         Returns the pending append; or, for a retried idempotency key, the seq of the record the
         first call made; or None when the command needs no record.
@@ -214,24 +271,24 @@ class Memory:
                             "use a new key for a different command"
                         )
                     return seq
-            command = decide(self._state)
-            if command is None:
+            self._decision_ts = now = self._writer.now()
+            decided = decide(self._state)
+            if not decided:
                 return None
-            entry = Entry(
-                command.tenant, command.session, command.section, command.type, command.payload
-            )
-            pending = self._writer.submit([entry])
-            # Apply what was logged, parsed back from its JCS bytes, exactly as replay will see
-            # it: not the caller's object (key order, 1.0 vs 1, later mutation by the caller).
-            logged = replace(pending.records[0], payload=orjson.loads(entry.jcs))
-            pending.records[0] = logged
-            apply(self._state, logged, self.history.restate)
-            self._since_snapshot += 1
+            batch = decided if isinstance(decided, list) else [decided]
+            entries = [Entry(c.tenant, c.session, c.section, c.type, c.payload) for c in batch]
+            pending = self._writer.submit(entries, ts=now)
+            for n, entry in enumerate(entries):
+                # Apply what was logged, parsed back from its JCS bytes, exactly as replay will
+                # see it: not the caller's object (key order, 1.0 vs 1, later mutation).
+                logged = replace(pending.records[n], payload=orjson.loads(entry.jcs))
+                pending.records[n] = logged
+                apply(self._state, logged, self.history.restate)
+                self.search_index.follow(self._state, logged, self.history.content_of)
+            self._since_snapshot += len(entries)
             return pending
 
-    def _commit(
-        self, decide: Callable[[MemoryState], Command | None], idem: tuple | None = None
-    ) -> Record | None:
+    def _commit(self, decide: Decide, idem: tuple | None = None) -> Record | None:
         outcome = self._submit(decide, idem)
         if outcome is None:
             return None
@@ -241,9 +298,7 @@ class Memory:
         self._maybe_snapshot()
         return outcome.records[0]
 
-    async def _commit_async(
-        self, decide: Callable[[MemoryState], Command | None], idem: tuple | None = None
-    ) -> Record | None:
+    async def _commit_async(self, decide: Decide, idem: tuple | None = None) -> Record | None:
         outcome = self._submit(decide, idem)
         if outcome is None:
             return None
@@ -350,6 +405,7 @@ class Memory:
         def decide(state: MemoryState) -> Command | None:
             if (tenant, session_id) in state.sessions:
                 return None
+            _check_not_reserved(session_id)
             return commands.create_session(
                 state, tenant, session_id, config, self.counter, metadata
             )
@@ -368,6 +424,7 @@ class Memory:
         """Create a session; SessionExists if it is there already."""
         tenant = tenant or self.tenant
         config = self.config.with_overrides(sections)
+        _check_not_reserved(session_id)
         return self._commit(  # type: ignore[return-value]
             lambda state: commands.create_session(
                 state, tenant, session_id, config, self.counter, metadata
@@ -408,6 +465,151 @@ class Memory:
                     items += len(section.items)
         return {"sessions": len(sessions), "items": items, "tokens": tokens, "evictions": evictions}
 
+    # ---- search, observations, summaries -------------------------------------------------------
+
+    def search(
+        self,
+        query: str,
+        *,
+        tenant: str | None = None,
+        sessions: list[str] | None = None,
+        sections: list[str] | None = None,
+        tags: list[str] | None = None,
+        since: int | None = None,
+        until: int | None = None,
+        top_k: int = 10,
+        reader: str = "agent",
+        markers: tuple[str, str] = ("[", "]"),
+    ) -> list[SearchHit]:
+        """BM25 search over the tenant's searchable sections, best first (ties by seq).
+
+        Filters: sessions, sections, tags (all of them), and the item's time (`since` <= ts <
+        `until`, microseconds). Hits are reads: each session with hits gets an `items.read`
+        record (purpose "search"), and hits are returned once those are durable.
+        """
+        tenant = tenant or self.tenant
+        q = _query(query, sessions, sections, tags, since, until, top_k, reader, markers)
+        # The index has its own lock: a query never holds up writers. Hits whose item left
+        # meanwhile are dropped under the memory's lock, where the read record is decided.
+        hits = self.search_index.search(tenant, q)
+        found: list[SearchHit] = []
+        seen = [-1]
+
+        def decide(state: MemoryState) -> list[Command]:
+            found.clear()
+            seen[0] = state.seq
+            reads: dict[str, dict[str, list[str]]] = {}
+            for hit in hits:
+                session = state.sessions.get((tenant, hit.session))
+                section = session.sections.get(hit.section) if session is not None else None
+                item = section.items.get(hit.id) if section is not None else None
+                if item is None:
+                    continue
+                found.append(
+                    SearchHit(hit.session, self._view(hit.section, item), hit.score, hit.snippet)
+                )
+                reads.setdefault(hit.session, {}).setdefault(hit.section, []).append(item.id)
+            made = [
+                commands.read_items(state.sessions[(tenant, sid)], by_section, reader, "search")
+                for sid, by_section in reads.items()
+            ]
+            return [c for c in made if c is not None]
+
+        if self._commit(decide) is None:
+            self._writer.wait_for(seen[0])  # show only durable state
+        views = self._filled([hit.item for hit in found])
+        return [replace(hit, item=view) for hit, view in zip(found, views, strict=True)]
+
+    async def search_async(self, query: str, **options: object) -> list[SearchHit]:
+        return await asyncio.to_thread(self.search, query, **options)  # type: ignore[arg-type]
+
+    def observe(
+        self,
+        type: str,
+        title: str,
+        content: str,
+        *,
+        tags: list[str] | tuple[str, ...] = (),
+        topic_key: str | None = None,
+        tenant: str | None = None,
+        session: str | None = None,
+    ) -> observations.Outcome:
+        """Record an observation: tenant-wide, or in `session`'s own `observations` section.
+        Deduplicated in one atomic command (sections/observations.py): a revision of the same
+        topic, a duplicate of recent identical content, or a new item."""
+        tenant = tenant or self.tenant
+        obs = Observation.of(type, title, content, tags, topic_key)
+        session_id = TENANT_SESSION if session is None else session
+        if session is None:
+            self._tenant_session(tenant)
+        touched: list[Item | None] = []
+        tier: list[str] = []
+
+        def decide(state: MemoryState) -> Command:
+            target = commands.get_session(state, tenant, session_id)
+            command, chose, item = observations.decide(
+                target, obs, self._decision_ts, self.dedup_window_us, self.counter,
+                self.history.content_of,
+            )  # fmt: skip
+            touched[:], tier[:] = [item], [chose]
+            return command
+
+        record = self._commit(decide)
+        payload = record.payload  # type: ignore[union-attr]
+        item = touched[0]
+        if item is None:
+            id_, meta = item_id(record.seq, 0), payload["items"][0]["metadata"]  # type: ignore[union-attr]
+        else:
+            id_, meta = item.id, payload["set"]["metadata"]
+        return observations.Outcome(id_, session_id, tier[0], meta["revision"], meta["duplicates"])
+
+    async def observe_async(self, type: str, title: str, content: str, **options: object):
+        return await asyncio.to_thread(self.observe, type, title, content, **options)  # type: ignore[arg-type]
+
+    def _tenant_session(self, tenant: str) -> None:
+        """Create the session that holds the tenant's observations, once."""
+
+        def decide(state: MemoryState) -> Command | None:
+            if (tenant, TENANT_SESSION) in state.sessions:
+                return None
+            metadata = {"reserved": "tenant-wide observations"}
+            return commands.create_session(
+                state, tenant, TENANT_SESSION, self.config, self.counter, metadata
+            )
+
+        self._commit(decide)
+
+    def _summarize(self, tenant: str, session_id: str) -> Record | None:
+        """Append the summary of a session that has just ended (sections/summaries.py)."""
+
+        def decide(state: MemoryState) -> Command | None:
+            session = state.sessions.get((tenant, session_id))
+            if session is None or session.ended_seq is None:
+                return None
+            return summaries.summarize(session, lambda id_: self._message(session, id_))
+
+        return self._commit(decide)
+
+    def _message(self, session: SessionState, id_: str) -> object:
+        """A message's content: live, or from the record that added it (None if erased)."""
+        section = session.sections.get("messages")
+        item = section.items.get(id_) if section is not None else None
+        if item is not None:
+            return self.history.content_of(item)
+        seq = parse_item_id(id_)[0]
+        self._writer.wait_for(seq)
+        return self.history.logged_content(id_, seq)
+
+    def summaries(self, tenant: str | None = None, limit: int = 10) -> list[dict]:
+        """The newest session summaries of a tenant, newest first."""
+        tenant = tenant or self.tenant
+        with self._lock:
+            recent = summaries.recent(self._state, tenant, TENANT_SESSION, limit)
+            return [
+                {"session": s.id, "seq": s.summary_at[0], **s.summary}  # type: ignore[index]
+                for s in recent
+            ]
+
     def close(self) -> None:
         """Snapshot, then close the log (log.close and the final checkpoint)."""
         if self._writer.closed:
@@ -423,6 +625,46 @@ class Memory:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _check_not_reserved(session_id: str) -> None:
+    if session_id == TENANT_SESSION:
+        raise InvalidInput(
+            f"session id {TENANT_SESSION!r} is reserved for tenant-wide observations: observe() "
+            "writes there"
+        )
+
+
+def _query(
+    text: object, sessions, sections, tags, since, until, top_k, reader, markers
+) -> Query:  # fmt: skip
+    """A search's arguments, checked: bad ones raise InvalidInput naming the argument."""
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidInput("give a search query: a non-empty string")
+    for name, value in (("sessions", sessions), ("sections", sections), ("tags", tags)):
+        if value is not None and (
+            isinstance(value, str) or not all(isinstance(v, str) for v in value)
+        ):
+            raise InvalidInput(f"{name} must be a list of strings")
+    for name, value in (("since", since), ("until", until)):
+        if value is not None and type(value) is not int:
+            raise InvalidInput(f"{name} must be an integer of microseconds since the epoch")
+    if type(top_k) is not int or not 1 <= top_k <= MAX_TOP_K:
+        raise InvalidInput(f"top_k must be an integer from 1 to {MAX_TOP_K}")
+    if reader not in commands.READERS:
+        raise InvalidInput(f"reader must be one of {', '.join(commands.READERS)}")
+    if len(markers) != 2 or not all(isinstance(m, str) for m in markers):
+        raise InvalidInput("markers must be two strings: before and after each matched word")
+    return Query(
+        text,
+        tuple(sessions) if sessions is not None else None,
+        tuple(sections) if sections is not None else None,
+        tuple(tags or ()),
+        since,
+        until,
+        top_k,
+        (markers[0], markers[1]),
+    )
 
 
 def _session_summary(session: SessionState) -> dict:
@@ -615,8 +857,9 @@ class Session:
     async def end_async(
         self, *, idempotency_key: str | None = None, expected_version: int | None = None
     ) -> Record:
-        decide = self._simple(commands.end_session, idempotency_key, expected_version)
-        return await self.memory._commit_async(decide, self._idem(idempotency_key, "session.ended"))  # type: ignore[return-value]
+        return await asyncio.to_thread(
+            self.end, idempotency_key=idempotency_key, expected_version=expected_version
+        )
 
     async def delete_async(
         self, *, idempotency_key: str | None = None, expected_version: int | None = None
@@ -635,8 +878,42 @@ class Session:
     def end(
         self, *, idempotency_key: str | None = None, expected_version: int | None = None
     ) -> Record:
+        """End the session, then append its summary (`session.summarized`)."""
         decide = self._simple(commands.end_session, idempotency_key, expected_version)
-        return self.memory._commit(decide, self._idem(idempotency_key, "session.ended"))  # type: ignore[return-value]
+        record = self.memory._commit(decide, self._idem(idempotency_key, "session.ended"))
+        with self.memory._lock:
+            summarized = self._state().summary_at
+        if summarized is None or summarized[0] < record.seq:  # type: ignore[union-attr]
+            self.memory._summarize(self.tenant, self.id)
+        return record  # type: ignore[return-value]
+
+    def summary(self) -> dict | None:
+        """The summary appended when the session last ended, or None."""
+        with self.memory._lock:
+            session = self._state()
+            if session.summary_at is None:
+                return None
+            return {"session": self.id, "seq": session.summary_at[0], **session.summary}  # type: ignore[dict-item]
+
+    def search(self, query: str, **options: object) -> list[SearchHit]:
+        """Search this session's searchable sections (see `Memory.search`)."""
+        return self.memory.search(query, tenant=self.tenant, sessions=[self.id], **options)  # type: ignore[arg-type]
+
+    async def search_async(self, query: str, **options: object) -> list[SearchHit]:
+        return await asyncio.to_thread(self.search, query, **options)
+
+    def observe(self, type: str, title: str, content: str, *, scope: str = "session",
+                **options: object) -> observations.Outcome:  # fmt: skip
+        """Record an observation in this session (scope "session") or for the whole tenant."""
+        if scope not in observations.SCOPES:
+            raise InvalidInput(f"scope must be one of {', '.join(observations.SCOPES)}")
+        session = self.id if scope == "session" else None
+        return self.memory.observe(
+            type, title, content, tenant=self.tenant, session=session, **options
+        )  # type: ignore[arg-type]
+
+    async def observe_async(self, type: str, title: str, content: str, **options: object):
+        return await asyncio.to_thread(self.observe, type, title, content, **options)  # type: ignore[arg-type]
 
     def delete(
         self, *, idempotency_key: str | None = None, expected_version: int | None = None
@@ -684,11 +961,34 @@ class Session:
             await asyncio.to_thread(self.memory._writer.wait_for, self.version)
         return await asyncio.to_thread(self.memory._filled, views)
 
-    def _assemble(self, budget: int, sections: list[str] | None, reader: str, messages: list[dict]):
+    def _assemble(self, budget: int, sections: list[str] | None, reader: str, messages: list[dict],
+                  extra: Extra) -> Decide:  # fmt: skip
+        memory = self.memory
+        hits = []
+        if extra.query and extra.observations:  # ranked outside the memory's lock
+            query = Query(
+                extra.query[: inject.QUERY_CHARS],
+                sessions=(self.id, TENANT_SESSION),
+                sections=(observations.SECTION,),
+                top_k=extra.observations,
+            )
+            hits = [(h.session, h.id) for h in memory.search_index.search(self.tenant, query)]
+
         def decide(state: MemoryState) -> Command:
             session = commands.get_session(state, self.tenant, self.id)
+            injection = None
+            if extra.observations or extra.summaries:
+                pool = inject.observation_pool(state, self.tenant, self.id)
+                chosen = inject.choose_observations(pool, hits, extra.observations)
+                recent = summaries.recent(state, self.tenant, self.id, extra.summaries)
+                settings = {"observations": extra.observations, "summaries": extra.summaries,
+                            "observation_chars": extra.observation_chars}  # fmt: skip
+                injection = inject.build(
+                    chosen, recent, extra.observation_chars, memory.history.content_of,
+                    memory.counter, budget, settings,
+                )  # fmt: skip
             command, rendered = commands.assemble_context(
-                session, sections, budget, self.memory.history.content_of, reader
+                session, sections, budget, memory.history.content_of, reader, injection
             )
             messages.extend(rendered)
             return command
@@ -696,30 +996,37 @@ class Session:
         return decide
 
     def assemble(
-        self, budget: int = 8000, sections: list[str] | None = None, *, reader: str = "agent"
-    ) -> tuple[Record, list[dict]]:
-        """The context messages and the `context.assembled` record that traces them."""
+        self, budget: int = 8000, sections: list[str] | None = None, *, reader: str = "agent",
+        **extra: object,
+    ) -> tuple[Record, list[dict]]:  # fmt: skip
+        """The context messages and the `context.assembled` record that traces them.
+        `query=`, `observations=N`, `summaries=M`, `observation_chars=C`: see sections/inject.py."""
         messages: list[dict] = []
-        record = self.memory._commit(self._assemble(budget, sections, reader, messages))
+        decide = self._assemble(budget, sections, reader, messages, Extra.of(**extra))
+        record = self.memory._commit(decide)
         return record, messages  # type: ignore[return-value]
 
     async def assemble_async(
-        self, budget: int = 8000, sections: list[str] | None = None, *, reader: str = "agent"
-    ) -> tuple[Record, list[dict]]:
+        self, budget: int = 8000, sections: list[str] | None = None, *, reader: str = "agent",
+        **extra: object,
+    ) -> tuple[Record, list[dict]]:  # fmt: skip
         messages: list[dict] = []
-        record = await self.memory._commit_async(self._assemble(budget, sections, reader, messages))
+        decide = self._assemble(budget, sections, reader, messages, Extra.of(**extra))
+        record = await self.memory._commit_async(decide)
         return record, messages  # type: ignore[return-value]
 
     def context(
-        self, budget: int = 8000, sections: list[str] | None = None, *, reader: str = "agent"
-    ) -> list[dict]:
+        self, budget: int = 8000, sections: list[str] | None = None, *, reader: str = "agent",
+        **extra: object,
+    ) -> list[dict]:  # fmt: skip
         """OpenAI-style messages within `budget` tokens; records a `context.assembled` manifest."""
-        return self.assemble(budget, sections, reader=reader)[1]
+        return self.assemble(budget, sections, reader=reader, **extra)[1]
 
     async def context_async(
-        self, budget: int = 8000, sections: list[str] | None = None, *, reader: str = "agent"
-    ) -> list[dict]:
-        return (await self.assemble_async(budget, sections, reader=reader))[1]
+        self, budget: int = 8000, sections: list[str] | None = None, *, reader: str = "agent",
+        **extra: object,
+    ) -> list[dict]:  # fmt: skip
+        return (await self.assemble_async(budget, sections, reader=reader, **extra))[1]
 
     def stats(self) -> dict:
         return self.memory.stats(self.tenant, self.id)

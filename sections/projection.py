@@ -103,6 +103,7 @@ def _make_item(record: Record, k: int, data: dict, content_seq: int | None = Non
         get("group"),
         get("extra", {}),
         seq,  # last_use
+        ts=record.ts,
     )
 
 
@@ -195,6 +196,14 @@ def _added(state: MemoryState, session: SessionState, record: Record, payload: d
     for k, data in enumerate(payload["items"]):
         section.add(_make_item(record, k, data))
     session.version = record.seq
+    session.touch(record.section)
+    if record.section == "messages":
+        session.messages += len(payload["items"])
+        for k, data in enumerate(payload["items"]):
+            if data.get("role") == "user":
+                session.last_user = item_id(record.seq, k)
+                if session.first_user is None:
+                    session.first_user = session.last_user
 
 
 @handles("item.updated")
@@ -215,26 +224,40 @@ def _updated(state: MemoryState, session: SessionState, record: Record, payload:
         item.content = _inline(changes["content"])
         item.content_seq = record.seq
         item.h = record.h
+        item.ts = record.ts
     for field_name in ("tags", "priority", "metadata", "kind", "role"):
         if field_name in changes:
             value = changes[field_name]
             setattr(item, field_name, tuple(value) if field_name == "tags" else value)
     item.last_use = record.seq
     session.version = record.seq
+    session.touch(record.section)
 
 
 @handles("item.removed")
 def _removed(state: MemoryState, session: SessionState, record: Record, payload: dict) -> None:
     _remove_by_section(session, payload["items"])
     session.version = record.seq
+    for name in payload["items"]:
+        session.touch(name)
+
+
+@handles("session.summarized")
+def _summarized(state: MemoryState, session: SessionState, record: Record, payload: dict) -> None:
+    session.summary = payload["summary"]
+    session.summary_at = (record.seq, record.h)
 
 
 @handles("items.erased")
 def _erased(state: MemoryState, session: SessionState, record: Record, payload: dict) -> None:
     _remove_by_section(session, payload["items"])
     session.version = record.seq
-    if payload.get("restate"):
-        state.pending_erasures[record.seq] = sorted(int(seq) for seq in payload["restate"])
+    restated = payload.get("restate")
+    if restated:
+        state.pending_erasures[record.seq] = sorted(int(seq) for seq in restated)
+        # A summary quoting an erased message loses the quote, live exactly as in replay.
+        if session.summary_at is not None and str(session.summary_at[0]) in restated:
+            session.summary = restated[str(session.summary_at[0])]["summary"]
 
 
 @handles("items.read")
@@ -245,7 +268,8 @@ def _read(state: MemoryState, session: SessionState, record: Record, payload: di
     if "manifest" in payload:
         reads: dict[str, list[str]] = {}
         for entry in payload["manifest"]:
-            reads.setdefault(entry["section"], []).append(entry["id"])
+            if "inject" not in entry:  # injected observations and summaries are not this session's
+                reads.setdefault(entry["section"], []).append(entry["id"])
     else:
         reads = payload["items"]
     for name, ids in reads.items():

@@ -14,6 +14,7 @@ the model see" can be rebuilt with the same rules later.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import orjson
 
@@ -24,6 +25,16 @@ RENDERER = "ledgermem.render/1"
 CONVERSATION = "messages"
 
 ContentOf = Callable[[Item], object]
+
+
+@dataclass
+class Injection:
+    """Messages added before the conversation (sections/inject.py), paid for first."""
+
+    entries: list[dict] = field(default_factory=list)  # their manifest entries
+    messages: list[dict] = field(default_factory=list)
+    tokens: int = 0
+    settings: dict | None = None  # what was asked for, kept in the record
 
 
 def _keep_order(policy: str, units: list[list[Item]]) -> list[list[Item]]:
@@ -63,10 +74,15 @@ def _text(content: object) -> str:
     return content if isinstance(content, str) else orjson.dumps(content).decode()
 
 
-def render(chosen: list[tuple[str, list[Item]]], content_of: ContentOf) -> list[dict]:
+def render(
+    chosen: list[tuple[str, list[Item]]], content_of: ContentOf, injected: list[dict] = ()
+) -> list[dict]:
+    """The messages: the sections' system messages, then `injected` ones, then the conversation."""
     messages: list[dict] = []
     for name, items in chosen:
         if name == CONVERSATION:
+            messages.extend(injected)
+            injected = ()
             for item in items:
                 message = {"role": item.role or "user", "content": _text(content_of(item))}
                 message.update(item.extra)
@@ -78,6 +94,7 @@ def render(chosen: list[tuple[str, list[Item]]], content_of: ContentOf) -> list[
         else:
             lines = "\n".join("- " + _text(content_of(i)) for i in items)
             messages.append({"role": "system", "content": f"## {name}\n{lines}"})
+    messages.extend(injected)  # when no conversation was chosen
     return messages
 
 

@@ -21,7 +21,7 @@ import orjson
 from eventstore import layout
 from eventstore.reader import LogReader
 
-FORMAT = "ledgermem.snapshot/1"
+FORMAT = "ledgermem.snapshot/2"  # 2: items carry `ts`
 KEEP = 2
 log = logging.getLogger("ledgermem.snapshot")
 

@@ -49,6 +49,7 @@ class Item:
     last_use: int = 0  # seq of the last write or agent read: the lru clock
     reads: int = 0  # agent reads: the lfu count
     committed: bool = False
+    ts: int = 0  # `ts` of the record that set the content: search's time filter, dedup windows
 
     @property
     def order(self) -> tuple[int, int]:
@@ -75,6 +76,7 @@ class Item:
             "last_use": self.last_use,
             "reads": self.reads,
             "committed": self.committed,
+            "ts": self.ts,
         }
         if self.extra:
             data["extra"] = self.extra
@@ -90,7 +92,7 @@ class Item:
             id_, seq, k, data["content"], data["content_seq"], data["h"], data["tokens"],
             data["kind"], data["role"], tuple(data["tags"]), data["priority"], data["metadata"],
             data["group"], data.get("extra", {}), data["last_use"], data["reads"],
-            data["committed"],
+            data["committed"], data["ts"],
         )  # fmt: skip
 
 
@@ -137,6 +139,17 @@ class SessionState:
     idempotency: dict[str, tuple[int, int, str]] = field(
         default_factory=dict
     )  # key -> (seq, ts, type)
+    # What a summary reports (sections/summaries.py), counted as records are applied.
+    messages: int = 0  # items ever added to `messages`
+    first_user: str | None = None  # ids of the first and last user messages
+    last_user: str | None = None
+    touched: list[str] = field(default_factory=list)  # sections written, in first-write order
+    summary: dict | None = None  # the newest `session.summarized`, and where it is
+    summary_at: tuple[int, str] | None = None  # (seq, h)
+
+    def touch(self, section: str) -> None:
+        if section not in self.touched:
+            self.touched.append(section)
 
     def to_json(self) -> dict:
         return {
@@ -150,6 +163,12 @@ class SessionState:
             "turn": self.turn,
             "ended_seq": self.ended_seq,
             "idempotency": {k: list(v) for k, v in self.idempotency.items()},
+            "messages": self.messages,
+            "first_user": self.first_user,
+            "last_user": self.last_user,
+            "touched": self.touched,
+            "summary": self.summary,
+            "summary_at": list(self.summary_at) if self.summary_at else None,
             "sections": {name: s.to_json() for name, s in self.sections.items()},
         }
 
@@ -171,6 +190,9 @@ class SessionState:
             version=data["version"], last_seq=data["last_seq"], turn=data["turn"],
             ended_seq=data["ended_seq"],
             idempotency={k: tuple(v) for k, v in data["idempotency"].items()},
+            messages=data["messages"], first_user=data["first_user"], last_user=data["last_user"],
+            touched=data["touched"], summary=data["summary"],
+            summary_at=tuple(data["summary_at"]) if data["summary_at"] else None,
         )  # fmt: skip
 
 

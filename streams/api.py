@@ -31,6 +31,8 @@ Handler = Callable[[Request], Awaitable[Response]]
 # Writes with bodies larger than this run on a worker thread: encoding megabytes of JSON (JCS) takes
 # long enough to stall every stream and request sharing the event loop.
 LARGE_BODY = 256 * 1024
+# Context injection (sections/inject.py): observations for a query, recent sessions' summaries.
+CONTEXT_EXTRAS = ("query", "observations", "summaries", "observation_chars")
 
 
 async def read_json(request: Request, limit: int, required: bool = True) -> dict:
@@ -316,8 +318,11 @@ class Api:
         ):
             raise ApiError(400, "invalid_input", "sections must be a list of section names")
         reader = body.get("reader", "agent")
+        extra = {k: body[k] for k in CONTEXT_EXTRAS if k in body}
         with self.service.write():
-            record, messages = await session.assemble_async(budget, sections, reader=reader)
+            record, messages = await session.assemble_async(
+                budget, sections, reader=reader, **extra
+            )
         return json_response({"record": record_json(record), "messages": messages})
 
     async def state_at(self, request: Request) -> Response:

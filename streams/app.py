@@ -6,7 +6,7 @@ import contextlib
 
 from starlette.applications import Starlette
 
-from . import api, openapi, status
+from . import api, openapi, search_api, status
 from .errors import EXCEPTION_HANDLERS
 from .service import Service
 from .settings import Settings
@@ -26,7 +26,11 @@ def create_app(settings: Settings, service: Service | None = None) -> Starlette:
             await service.shutdown()
 
     routes = (
-        status.routes(service) + api.routes(service) + channels.routes(service) + openapi.routes()
+        status.routes(service)
+        + api.routes(service)
+        + search_api.routes(service)
+        + channels.routes(service)
+        + openapi.routes()
     )
     app = Starlette(routes=routes, exception_handlers=EXCEPTION_HANDLERS, lifespan=lifespan)
     app.state.service = service

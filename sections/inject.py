@@ -1,0 +1,120 @@
+"""Context injection, pure: observations for a query and recent sessions' summaries.
+
+`context(query=..., observations=N, summaries=M)` adds up to two system messages before the
+conversation: the top N observations for the query (the session's own and the tenant's, ranked by
+BM25, then backfilled newest first when the search finds fewer than N), each truncated to a set
+number of characters, and the summaries of the M sessions of the tenant that ended most recently.
+They are paid for first out of the budget, and each entry goes into the `context.assembled`
+manifest (marked `inject`), so `context_at` renders them again byte for byte.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from . import summaries
+from .observations import SECTION, TENANT_SESSION
+from .render import Injection
+from .state import Item, MemoryState, SessionState
+from .tokens import TokenCounter
+
+QUERY_CHARS = 1000  # of the prompt, as the search query
+OBSERVATION_CHARS = 500  # of each observation's content, by default
+
+
+def observation_line(item: Item, content: object, chars: int) -> str:
+    title = item.metadata.get("title", "")
+    return f"- [{item.kind}] {title}: {summaries.truncate(summaries.as_text(content), chars)}"
+
+
+def block(title: str, lines: list[str]) -> dict:
+    return {"role": "system", "content": f"## {title}\n" + "\n".join(lines)}
+
+
+def observation_pool(state: MemoryState, tenant: str, session_id: str) -> list[tuple[str, Item]]:
+    """Every live observation the session may see: its own and the tenant's."""
+    pool = []
+    for sid in (session_id, TENANT_SESSION):
+        session = state.sessions.get((tenant, sid))
+        section = session.sections.get(SECTION) if session is not None else None
+        if section is not None:
+            pool.extend((sid, item) for item in section.items.values())
+    return pool
+
+
+def choose_observations(
+    pool: list[tuple[str, Item]], hits: list[tuple[str, str]], limit: int
+) -> list[tuple[str, Item]]:
+    """The live hits in rank order, then the newest of the rest, up to `limit`."""
+    by_key = {(sid, item.id): (sid, item) for sid, item in pool}
+    chosen = [by_key[h] for h in dict.fromkeys(hits) if h in by_key][:limit]
+    if len(chosen) < limit:
+        taken = {(sid, item.id) for sid, item in chosen}
+        rest = [p for p in pool if (p[0], p[1].id) not in taken]
+        rest.sort(key=lambda p: (p[1].ts, p[1].order), reverse=True)
+        chosen.extend(rest[: limit - len(chosen)])
+    return chosen
+
+
+def build(
+    observations: list[tuple[str, Item]],
+    recent: list[SessionState],
+    chars: int,
+    content_of: Callable[[Item], object],
+    counter: TokenCounter,
+    budget: int,
+    settings: dict,
+) -> Injection:
+    """The injected messages that fit `budget`, taken in order, and their manifest entries."""
+    out = Injection(settings=settings)
+    lines = []
+    for sid, item in observations:
+        text = observation_line(item, content_of(item), chars)
+        tokens = counter.count(text)
+        if out.tokens + tokens > budget:
+            break
+        out.tokens += tokens
+        lines.append(text)
+        out.entries.append({"inject": "observation", "session": sid, "section": SECTION,
+                            "id": item.id, "h": item.h, "tokens": tokens})  # fmt: skip
+    if lines:
+        out.messages.append(block("observations", lines))
+    lines = []
+    for session in recent:
+        text = summaries.line(session.id, session.summary)  # type: ignore[arg-type]
+        tokens = counter.count(text)
+        if out.tokens + tokens > budget:
+            break
+        out.tokens += tokens
+        lines.append(text)
+        seq, h = session.summary_at  # type: ignore[misc]
+        out.entries.append({"inject": "summary", "session": session.id, "seq": seq, "h": h,
+                            "tokens": tokens})  # fmt: skip
+    if lines:
+        out.messages.append(block("recent sessions", lines))
+    return out
+
+
+def replay(
+    state: MemoryState, tenant: str, entries: list[dict], chars: int,
+    content_of: Callable[[Item], object],
+) -> list[dict]:  # fmt: skip
+    """The injected messages a manifest's `inject` entries name, from the state at its seq."""
+    observations, recent = [], []
+    for entry in entries:
+        session = state.sessions[(tenant, entry["session"])]
+        if entry["inject"] == "observation":
+            item = session.sections[SECTION].items[entry["id"]]
+            if item.h != entry["h"]:
+                raise LookupError(f"observation {entry['id']} has changed since")
+            observations.append(observation_line(item, content_of(item), chars))
+        else:
+            if session.summary_at != (entry["seq"], entry["h"]):
+                raise LookupError(f"the summary of session {entry['session']} has changed since")
+            recent.append(summaries.line(session.id, session.summary))  # type: ignore[arg-type]
+    messages = []
+    if observations:
+        messages.append(block("observations", observations))
+    if recent:
+        messages.append(block("recent sessions", recent))
+    return messages

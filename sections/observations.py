@@ -1,0 +1,126 @@
+"""Observations, pure: long-term knowledge that updates in place instead of piling up duplicates.
+
+An observation is an item of the `observations` section: its `kind` is the observation's type,
+its metadata holds the title, the optional topic key and two counters. Scope `session` keeps it in
+the session's own section; scope `tenant` in the reserved session `_tenant`.
+
+Writing one is a single command decided under the memory's lock, in three tiers:
+1. same `topic_key` in the same scope: an `item.updated` that replaces it and bumps `revision`
+   (earlier revisions stay in the log);
+2. same normalized content (lowercased, whitespace collapsed) written within the window: an
+   `item.updated` that bumps `duplicates` and adds nothing;
+3. otherwise an `item.added`.
+
+The window compares integer `ts` values: the time the new record will carry (read before
+deciding, and stamped on the record) minus the `ts` of the record that last set the existing
+observation's content. The wall clock can step back, so that difference can be negative; it then
+counts as zero: by the log's order the existing observation came first, so it is a duplicate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from eventstore.errors import InvalidInput
+
+from . import commands
+from .commands import Command
+from .config import OBSERVATIONS
+from .state import Item, SessionState
+from .tokens import TokenCounter
+
+SECTION = OBSERVATIONS
+TENANT_SESSION = "_tenant"  # holds tenant-wide observations; clients cannot create it
+TYPES = (
+    "decision", "discovery", "bugfix", "pattern", "architecture", "config", "learning",
+    "preference",
+)  # fmt: skip
+SCOPES = ("session", "tenant")
+DEFAULT_WINDOW_US = 15 * 60 * 1_000_000
+TITLE_MAX = 500
+
+
+@dataclass(frozen=True)
+class Observation:
+    type: str
+    title: str
+    content: str
+    tags: tuple[str, ...] = ()
+    topic_key: str | None = None
+
+    @classmethod
+    def of(
+        cls, type: str, title: str, content: str, tags=(), topic_key: str | None = None
+    ) -> Observation:
+        if type not in TYPES:
+            raise InvalidInput(f"observation type {type!r} is not one of {', '.join(TYPES)}")
+        if not isinstance(title, str) or not title.strip() or len(title) > TITLE_MAX:
+            raise InvalidInput(
+                f"an observation needs a title: a non-empty string of at most {TITLE_MAX} characters"
+            )
+        if not isinstance(content, str) or not content.strip():
+            raise InvalidInput("an observation needs content: a non-empty string")
+        if isinstance(tags, str) or not all(isinstance(t, str) for t in tags):
+            raise InvalidInput("tags must be a list of strings")
+        if topic_key is not None and (not isinstance(topic_key, str) or not topic_key):
+            raise InvalidInput("topic_key must be a non-empty string")
+        return cls(type, title, content, tuple(tags), topic_key)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a write did: `tier` is "revised", "duplicate" or "inserted"."""
+
+    id: str
+    session: str
+    tier: str
+    revision: int
+    duplicates: int
+
+
+def normalize(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+def decide(
+    session: SessionState,
+    obs: Observation,
+    now: int,
+    window_us: int,
+    counter: TokenCounter,
+    content_of: Callable[[Item], object],
+) -> tuple[Command, str, Item | None]:
+    """The one record that writes `obs`, which tier it is, and the observation it touches."""
+    section = commands.get_section(session, SECTION)
+    if obs.topic_key is not None:
+        for item in section.items.values():
+            if item.metadata.get("topic_key") == obs.topic_key:
+                meta = {
+                    **item.metadata,
+                    "title": obs.title,
+                    "revision": item.metadata.get("revision", 1) + 1,
+                }
+                changes = {
+                    "content": obs.content,
+                    "kind": obs.type,
+                    "tags": list(obs.tags),
+                    "metadata": meta,
+                }
+                command = commands.update_item(session, SECTION, item.id, changes, counter)
+                return command, "revised", item
+    wanted = normalize(obs.content)
+    for item in reversed(section.items.values()):
+        elapsed = max(0, now - item.ts)  # a clock stepped back counts as no time at all
+        if elapsed > window_us:
+            continue
+        content = content_of(item)
+        if isinstance(content, str) and normalize(content) == wanted:
+            meta = {**item.metadata, "duplicates": item.metadata.get("duplicates", 0) + 1}
+            command = commands.update_item(session, SECTION, item.id, {"metadata": meta}, counter)
+            return command, "duplicate", item
+    meta = {"title": obs.title, "revision": 1, "duplicates": 0}
+    if obs.topic_key is not None:
+        meta["topic_key"] = obs.topic_key
+    data = {"content": obs.content, "kind": obs.type, "tags": list(obs.tags), "metadata": meta}
+    return commands.add_items(session, SECTION, [data], counter), "inserted", None

@@ -1,0 +1,112 @@
+"""Search, observations and summaries over HTTP (sections/search.py, observations.py, summaries.py).
+
+    GET  /v1/search?q=...                      the tenant's memory
+    GET  /v1/sessions/{session}/search?q=...   one session
+    POST /v1/observations                      tenant-wide, or {"session": id} for one session
+    POST /v1/sessions/{session}/observations   in that session
+    GET  /v1/summaries?limit=N                 the newest session summaries
+    GET  /v1/sessions/{session}/summary        one session's
+
+Search filters are query parameters: `session`, `section` and `tag` (each repeatable), `since`
+and `until` (microseconds or ISO-8601; the item's time, since <= ts < until), `top_k`, `reader`.
+Each hit carries its item, score and snippet; hits are reads and leave `items.read` records.
+"""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from eventstore.errors import InvalidInput
+from eventstore.timestamps import parse_time
+from sections.observations import Outcome
+
+from .api import Api, Handler, _int_param, _reader, _wrap
+from .errors import ApiError
+from .responses import json_response
+from .routing import RawRoute
+from .service import Service
+
+OBSERVATION_FIELDS = frozenset(("type", "title", "content", "tags", "topic_key", "session"))
+
+
+class SearchApi(Api):
+    def _search_options(self, request: Request) -> dict:
+        params = request.query_params
+        query = params.get("q")
+        if not query:
+            raise ApiError(400, "invalid_input", "give the search query as ?q=")
+        times = {k: parse_time(params[k]) for k in ("since", "until") if params.get(k)}
+        return {
+            "sections": params.getlist("section") or None,
+            "tags": params.getlist("tag") or None,
+            "top_k": _int_param(request, "top_k", 10),
+            "reader": _reader(request),
+            **times,
+        }
+
+    async def search(self, request: Request) -> Response:
+        p = self.service.principal(request, "read")
+        options = self._search_options(request)
+        wanted = request.path_params.get("session")
+        sessions = [wanted] if wanted else request.query_params.getlist("session") or None
+        if wanted:
+            self._session(p, request)  # 404 for an unknown session
+        query = request.query_params["q"]
+        with self.service.write():  # hits are reads: they append
+            hits = await self.memory.search_async(
+                query, tenant=p.tenant, sessions=sessions, **options
+            )
+        return json_response({"hits": [hit.to_json() for hit in hits]})
+
+    async def observe(self, request: Request) -> Response:
+        p = self.service.principal(request, "write")
+        body = await self._body(request)
+        unknown = set(body) - OBSERVATION_FIELDS
+        if unknown:
+            raise InvalidInput(f"unknown observation fields {sorted(unknown)}")
+        session = request.path_params.get("session") or body.get("session")
+        if session is not None:
+            if type(session) is not str:
+                raise InvalidInput("session must be a string")
+            self.memory.session(session, tenant=p.tenant, create=False)  # 404 if unknown
+        with self.service.write():
+            outcome: Outcome = await self.memory.observe_async(
+                body.get("type"), body.get("title"), body.get("content"),
+                tags=body.get("tags", ()), topic_key=body.get("topic_key"),
+                tenant=p.tenant, session=session,
+            )  # fmt: skip
+        status = 201 if outcome.tier == "inserted" else 200
+        return json_response(
+            {"id": outcome.id, "session": outcome.session, "tier": outcome.tier,
+             "revision": outcome.revision, "duplicates": outcome.duplicates},
+            status,
+        )  # fmt: skip
+
+    async def summaries(self, request: Request) -> Response:
+        p = self.service.principal(request, "read")
+        limit = _int_param(request, "limit", 10)
+        if not 1 <= limit <= 1000:  # type: ignore[operator]
+            raise InvalidInput("limit must be from 1 to 1000")
+        return json_response({"summaries": self.memory.summaries(p.tenant, limit)})  # type: ignore[arg-type]
+
+    async def summary(self, request: Request) -> Response:
+        session = self._session(self.service.principal(request, "read"), request)
+        summary = session.summary()
+        if summary is None:
+            raise ApiError(404, "not_found", f"session {session.id!r} has not ended yet")
+        return json_response(summary)
+
+
+def routes(service: Service) -> list[RawRoute]:
+    api = SearchApi(service)
+    s = "/v1/sessions/{session}"
+    table: list[tuple[str, dict[str, Handler]]] = [
+        ("/v1/search", {"GET": api.search}),
+        (s + "/search", {"GET": api.search}),
+        ("/v1/observations", {"POST": api.observe}),
+        (s + "/observations", {"POST": api.observe}),
+        ("/v1/summaries", {"GET": api.summaries}),
+        (s + "/summary", {"GET": api.summary}),
+    ]
+    return [RawRoute(p, {m: _wrap(h) for m, h in endpoints.items()}) for p, endpoints in table]
