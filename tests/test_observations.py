@@ -1,0 +1,205 @@
+"""Observations: the three dedup tiers, the window to the microsecond, clocks that step back,
+concurrent writers, and the projection rebuilt from the log."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from test_search import Clock
+
+from eventstore.errors import InvalidInput
+from sections.memory import Memory
+from sections.observations import DEFAULT_WINDOW_US, TENANT_SESSION
+
+WINDOW = DEFAULT_WINDOW_US
+
+
+@pytest.fixture
+def clock():
+    return Clock()
+
+
+@pytest.fixture
+def mem(tmp_path, clock):
+    memory = Memory.open(tmp_path / "data", clock=clock)
+    yield memory
+    memory.close()
+
+
+def observations(mem: Memory, session: str = TENANT_SESSION, tenant: str = "default"):
+    with mem._lock:
+        return list(mem._state.sessions[(tenant, session)].sections["observations"].items.values())
+
+
+def test_a_new_observation_is_inserted_tenant_wide(mem):
+    out = mem.observe("decision", "Search engine", "Use SQLite FTS5", tags=["search"])
+    assert (out.tier, out.session, out.revision, out.duplicates) == (
+        "inserted",
+        TENANT_SESSION,
+        1,
+        0,
+    )
+    [item] = observations(mem)
+    assert item.id == out.id and item.kind == "decision" and item.tags == ("search",)
+    assert item.metadata == {"title": "Search engine", "revision": 1, "duplicates": 0}
+    assert item.content == "Use SQLite FTS5"
+
+
+def test_tier1_same_topic_key_updates_in_place_and_keeps_history(mem):
+    first = mem.observe("config", "Pool size", "pool=10", topic_key="db.pool")
+    second = mem.observe("config", "Pool size", "pool=50", topic_key="db.pool", tags=["db"])
+    third = mem.observe("bugfix", "Pool size fix", "pool=80", topic_key="db.pool")
+    assert first.id == second.id == third.id
+    assert [o.tier for o in (first, second, third)] == ["inserted", "revised", "revised"]
+    assert third.revision == 3
+    [item] = observations(mem)
+    assert item.content == "pool=80" and item.kind == "bugfix"
+    assert item.metadata["title"] == "Pool size fix" and item.metadata["topic_key"] == "db.pool"
+    # Every revision is in the log.
+    mem.writer.wait_for(mem.writer.next_seq - 1)
+    writes = [
+        r
+        for r in mem.reader.records()
+        if r.session == TENANT_SESSION and r.type.startswith("item.")
+    ]
+    contents = [
+        r.payload["items"][0]["content"] if r.type == "item.added" else r.payload["set"]["content"]
+        for r in writes
+    ]
+    assert contents == ["pool=10", "pool=50", "pool=80"]
+
+
+def test_topic_keys_are_per_scope(mem):
+    s = mem.session("s")
+    tenant = mem.observe("pattern", "t", "tenant-wide text", topic_key="k")
+    session = s.observe("pattern", "t", "session text", topic_key="k")
+    assert tenant.id != session.id and session.session == "s"
+    assert session.tier == "inserted"
+    assert [i.content for i in observations(mem, "s")] == ["session text"]
+
+
+def test_tier2_same_normalized_content_within_the_window(mem, clock):
+    first = mem.observe("learning", "a", "Retry  the\tRequest\n with backoff")
+    clock.us += 60_000_000
+    again = mem.observe("learning", "another title", "retry the request with BACKOFF ")
+    assert again.tier == "duplicate" and again.id == first.id and again.duplicates == 1
+    assert len(observations(mem)) == 1
+    different = mem.observe("learning", "a", "retry the request without backoff")
+    assert different.tier == "inserted"
+
+
+def test_tier2_window_boundary_to_the_microsecond(tmp_path):
+    for offset, expected in (
+        (WINDOW - 1, "duplicate"),
+        (WINDOW, "duplicate"),
+        (WINDOW + 1, "inserted"),
+    ):
+        clock = Clock()
+        mem = Memory.open(tmp_path / f"d{offset}", clock=clock)
+        first = mem.observe("discovery", "t", "same content")
+        written = mem.reader.get(int(first.id)).ts
+        assert written == clock.us
+        clock.us = written + offset
+        second = mem.observe("discovery", "t", "same content")
+        assert second.tier == expected, offset
+        ts = mem.reader.get(mem.writer.next_seq - 1).ts
+        assert ts - written == offset  # the record carries the time the decision used
+        mem.close()
+
+
+def test_the_window_is_measured_from_the_last_content_write(mem, clock):
+    first = mem.observe("discovery", "t", "same content")
+    clock.us += WINDOW - 10
+    assert mem.observe("discovery", "t", "same content").tier == "duplicate"
+    clock.us += 20  # WINDOW + 10 after the content was written: duplicates do not extend it
+    assert mem.observe("discovery", "t", "same content").tier == "inserted"
+    assert first.id != observations(mem)[-1].id
+
+
+def test_a_clock_stepping_back_counts_as_no_time(mem, clock):
+    first = mem.observe("discovery", "t", "stepped")
+    clock.us -= 3_600_000_000  # an hour back
+    second = mem.observe("discovery", "t", "stepped")
+    assert second.tier == "duplicate" and second.id == first.id
+
+
+def test_custom_window(tmp_path):
+    clock = Clock()
+    mem = Memory.open(tmp_path / "d", clock=clock, dedup_window_us=0)
+    mem.observe("discovery", "t", "same")
+    assert mem.observe("discovery", "t", "same").tier == "duplicate"  # same microsecond
+    clock.us += 1
+    assert mem.observe("discovery", "t", "same").tier == "inserted"
+    mem.close()
+    with pytest.raises(InvalidInput):
+        Memory.open(tmp_path / "e", dedup_window_us=-1)
+
+
+@pytest.mark.parametrize("topic_key", [None, "shared.topic"])
+def test_concurrent_identical_writes_make_one_item(mem, topic_key):
+    threads, n = 16, 10
+    outcomes = []
+    barrier = threading.Barrier(threads)
+
+    def write() -> None:
+        barrier.wait()
+        for _ in range(n):
+            outcomes.append(mem.observe("decision", "t", "the same decision", topic_key=topic_key))
+
+    workers = [threading.Thread(target=write) for _ in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    [item] = observations(mem)
+    assert {o.id for o in outcomes} == {item.id}
+    if topic_key is None:
+        assert sorted(o.duplicates for o in outcomes) == list(range(threads * n))
+        assert item.metadata["duplicates"] == threads * n - 1
+    else:
+        assert sorted(o.revision for o in outcomes) == list(range(1, threads * n + 1))
+        assert item.metadata["revision"] == threads * n
+    assert mem.rebuild().state_hash() == mem.state_hash()
+
+
+def test_bad_observations_are_refused_and_append_nothing(mem):
+    mem.observe("decision", "t", "c")
+    start = mem.writer.next_seq
+    bad = [
+        ("opinion", "t", "c", {}),
+        ("decision", "", "c", {}),
+        ("decision", "t", "  ", {}),
+        ("decision", "t", 42, {}),
+        ("decision", "t", "c", {"tags": "x"}),
+        ("decision", "t", "c", {"topic_key": ""}),
+    ]
+    for type_, title, content, options in bad:
+        with pytest.raises(InvalidInput):
+            mem.observe(type_, title, content, **options)
+    with pytest.raises(InvalidInput):
+        mem.session("s").observe("decision", "t", "c", scope="galaxy")
+    with pytest.raises(InvalidInput):
+        mem.create_session(TENANT_SESSION)
+    assert mem.writer.next_seq == start + 1  # only the session "s"
+
+
+def test_observations_are_searchable_and_rebuilt_from_the_log(tmp_path, clock):
+    mem = Memory.open(tmp_path / "d", clock=clock)
+    s = mem.session("s")
+    a = mem.observe("architecture", "Event log", "every change is one appended record")
+    b = s.observe("preference", "Style", "plain modules, comments that say why")
+    c = mem.observe(
+        "architecture", "Event log", "every change is one appended, hash-chained record"
+    )
+    assert c.tier == "inserted"  # different content: no dedup
+    hits = mem.search("appended record", sections=["observations"])
+    assert {h.item.id for h in hits} == {a.id, c.id}
+    assert {h.session for h in mem.search("modules comments")} == {"s"}
+    assert b.id in {h.item.id for h in s.search("comments")}
+    live = mem.state_hash()
+    mem.close()
+    again = Memory.open(tmp_path / "d", clock=clock)
+    assert again.state_hash() == live
+    assert again.rebuild().state_hash() == live
+    again.close()

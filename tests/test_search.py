@@ -1,0 +1,335 @@
+"""Search: BM25 relevance, deterministic order, filters, isolation, reads as records, and an
+index that follows every change and is rebuilt identically from the log."""
+
+from __future__ import annotations
+
+import contextlib
+import random
+
+import pytest
+
+from eventstore.errors import InvalidInput
+from sections.config import SectionConfig
+from sections.errors import ItemNotFound
+from sections.memory import Memory
+from sections.search import SearchIndex
+
+
+class Clock:
+    """A settable clock in nanoseconds, as `time.time_ns`."""
+
+    def __init__(self, us: int = 1_790_000_000_000_000) -> None:
+        self.us = us
+
+    def __call__(self) -> int:
+        return self.us * 1000
+
+
+@pytest.fixture
+def mem(tmp_path):
+    memory = Memory.open(tmp_path / "data", seg_bits=6)
+    yield memory
+    memory.close()
+
+
+def ids(hits) -> list[str]:
+    return [h.item.id for h in hits]
+
+
+def results(memory: Memory, query: str, **options) -> list[tuple]:
+    return [
+        (h.session, h.item.section, h.item.id, h.score, h.snippet)
+        for h in memory.search(query, reader="operator", **options)
+    ]
+
+
+# A small corpus checked by hand. "database" is in 4 of 12 documents, "timeout" (stemmed from
+# "Timeouts") in 1, so both have a positive IDF. Expected for "database timeout":
+#   d3 holds both words; d7 holds "database" three times; d1 and d0 hold it once, and d1 is
+#   the shorter document, so BM25's length normalisation puts it before d0.
+CORPUS = [
+    "The database connection timed out after thirty seconds",  # d0
+    "Connection pooling reduces database load",  # d1
+    "The cat sat on the mat",  # d2
+    "Timeouts in the payment service were caused by a slow database query",  # d3
+    "We deployed the new frontend build",  # d4
+    "Kubernetes pods restarted during the night",  # d5
+    "Lunch menu: pasta and salad",  # d6
+    "database database database migrations are running",  # d7
+    "The marketing team met on Tuesday",  # d8
+    "Café prices went up again",  # d9
+    "Runners were running in the park",  # d10
+    "A quarterly report was filed",  # d11
+]
+
+
+@pytest.fixture
+def corpus(mem):
+    s = mem.session("corpus")
+    views = [s.add("documents", text) for text in CORPUS]
+    return s, [v.id for v in views]
+
+
+def test_relevance_on_a_hand_checked_corpus(corpus):
+    s, doc = corpus
+    hits = s.search("database timeout")
+    assert ids(hits) == [doc[3], doc[7], doc[1], doc[0]]
+    scores = [h.score for h in hits]
+    assert scores == sorted(scores, reverse=True) and scores[-1] > 0
+    assert hits[0].snippet.count("[") == 2  # both matched words are marked
+    assert "[Timeouts]" in hits[0].snippet and "[database]" in hits[0].snippet
+
+
+def test_stemming_and_unicode_folding(corpus):
+    s, doc = corpus
+    # Porter: "running" and "runs" stem to "run"; "Runners" to "runner", another word.
+    assert set(ids(s.search("run"))) == {doc[10], doc[7]}
+    assert set(ids(s.search("runs"))) == {doc[10], doc[7]}
+    assert ids(s.search("runner")) == [doc[10]]
+    assert ids(s.search("cafe")) == [doc[9]]  # diacritics folded
+    assert ids(s.search("CAFÉ")) == [doc[9]]
+    assert s.search("zeppelin") == []
+    assert s.search("!!! ???") == []  # no word at all
+
+
+def test_query_words_are_never_operators(corpus):
+    s, doc = corpus
+    # FTS5 syntax in a query is taken as words: no error, no NEAR/AND/column filter.
+    assert ids(s.search('database AND "cat" NEAR(mat) text:foo *')) != []
+    assert doc[2] in ids(s.search("cat OR"))
+
+
+def test_order_is_deterministic_and_ties_break_by_seq(mem):
+    s = mem.session("ties")
+    same = [s.add("findings", "identical words here").id for _ in range(5)]
+    s.add("findings", "other text entirely")
+    s.add("findings", "yet another unrelated line")
+    first = results(mem, "identical words")
+    assert [r[2] for r in first] == same  # equal scores: oldest first
+    assert len({r[3] for r in first}) == 1
+    for _ in range(10):
+        assert results(mem, "identical words") == first
+
+
+def test_top_k_and_filters(tmp_path):
+    clock = Clock()
+    mem = Memory.open(tmp_path / "d", clock=clock)
+    a, b = mem.session("a"), mem.session("b")
+    early = a.add("messages", "deploy the billing service", role="user")
+    clock.us += 1_000_000
+    tagged = a.add("findings", "billing deploy failed", tags=["ops", "billing"])
+    clock.us += 1_000_000
+    other = b.add("actions", "billing deploy rolled back", tags=["ops"])
+    b.add("working", "billing deploy scratch")  # not a searchable section
+    everyone = ids(mem.search("billing deploy", reader="operator"))
+    assert set(everyone) == {early.id, tagged.id, other.id}
+    assert len(ids(mem.search("billing deploy", top_k=2))) == 2
+    assert ids(mem.search("billing", sessions=["b"])) == [other.id]
+    assert ids(a.search("billing")) and set(ids(a.search("billing"))) == {early.id, tagged.id}
+    assert ids(mem.search("billing", sections=["findings", "actions"], tags=["ops"])) in (
+        [tagged.id, other.id],
+        [other.id, tagged.id],
+    )
+    assert ids(mem.search("billing", tags=["ops", "billing"])) == [tagged.id]
+    t0 = early.seq and mem.reader.get(early.seq).ts
+    assert set(ids(mem.search("billing", since=t0 + 1))) == {tagged.id, other.id}
+    assert ids(mem.search("billing", until=t0 + 1)) == [early.id]
+    assert ids(mem.search("billing", since=t0, until=t0 + 1)) == [early.id]
+    mem.close()
+
+
+def test_hits_are_reads_recorded_before_they_are_returned(mem):
+    a, b = mem.session("a"), mem.session("b")
+    x = a.add("findings", "shared keyword alpha")
+    y = b.add("documents", "shared keyword beta")
+    start = mem.writer.next_seq
+    hits = mem.search("shared keyword")
+    records = [r for r in mem.reader.records(after=start - 1) if r.type == "items.read"]
+    assert {(r.session, r.payload["purpose"]) for r in records} == {
+        ("a", "search"),
+        ("b", "search"),
+    }
+    assert {r.session: r.payload["items"] for r in records} == {
+        "a": {"findings": [x.id]},
+        "b": {"documents": [y.id]},
+    }
+    assert all(r.payload["reader"] == "agent" for r in records)
+    assert mem.writer.size > max(r.seq for r in records)  # durable when returned
+    assert len(hits) == 2
+    # An agent's read moves the lru/lfu clocks exactly as a get does; an operator's does not.
+    state = mem.state_at(mem.writer.next_seq - 1)
+    assert state.sessions[("default", "a")].sections["findings"].items[x.id].reads == 1
+
+
+def test_a_search_without_hits_appends_nothing(mem):
+    mem.session("a").add("findings", "something")
+    start = mem.writer.next_seq
+    assert mem.search("nothing matches this") == []
+    assert mem.writer.next_seq == start
+
+
+def test_bad_queries_are_refused_and_append_nothing(mem):
+    s = mem.session("a")
+    s.add("findings", "x")
+    start = mem.writer.next_seq
+    for kwargs in (
+        {"query": ""},
+        {"query": "   "},
+        {"query": "x", "top_k": 0},
+        {"query": "x", "top_k": 5000},
+        {"query": "x", "top_k": "3"},
+        {"query": "x", "since": "yesterday"},
+        {"query": "x", "tags": "ops"},
+        {"query": "x", "reader": "robot"},
+    ):
+        query = kwargs.pop("query")
+        with pytest.raises(InvalidInput):
+            mem.search(query, **kwargs)
+    assert mem.writer.next_seq == start
+
+
+def test_changes_leave_the_index_at_once(tmp_path):
+    config_sections = {"messages": {"budget_tokens": 30}}
+    mem = Memory.open(tmp_path / "d")
+    s = mem.session("s", sections=config_sections)
+    first = s.add("messages", "aardvark one two three four", role="user")
+    assert ids(s.search("aardvark")) == [first.id]
+    for i in range(8):  # the fifo section overflows and evicts the first message
+        s.add("messages", f"filler message number {i} with several words", role="user")
+    assert ids(s.search("aardvark")) == []
+    gone = s.add("findings", "bandicoot sighting")
+    s.remove("findings", gone.id)
+    assert s.search("bandicoot") == []
+    changed = s.add("findings", "capybara notes")
+    s.update("findings", changed.id, content="dugong notes")
+    assert s.search("capybara") == [] and ids(s.search("dugong")) == [changed.id]
+    erased = s.add("documents", "echidna secret")
+    s.erase(erased.id, reason="test")
+    assert s.search("echidna") == []
+    s.configure("findings", searchable=False)
+    assert s.search("dugong") == []
+    s.configure("findings", searchable=True)
+    assert ids(s.search("dugong")) == [changed.id]
+    other = mem.session("t")
+    other.add("documents", "flamingo facts")
+    other.delete()
+    assert mem.search("flamingo") == []
+    mem.close()
+
+
+def test_tenants_are_isolated_in_results_and_scores(tmp_path):
+    mem = Memory.open(tmp_path / "d")
+    a = mem.session("s", tenant="acme")
+    for text in ["gamma ray burst", "gamma radiation", "alpha beta", "delta wing"]:
+        a.add("documents", text)
+    before = results(mem, "gamma ray", tenant="acme")
+    b = mem.session("s", tenant="globex")  # same session id, other tenant
+    for i in range(50):
+        b.add("documents", f"gamma gamma ray {i}")
+    after = results(mem, "gamma ray", tenant="acme")
+    assert after == before  # exactly the same scores: globex's documents changed nothing
+    assert all(r[0] == "s" for r in after) and len(after) == 2
+    assert {h.item.id for h in mem.search("gamma", tenant="acme", top_k=100)} <= {
+        v.id for v in a.get("documents")
+    }
+    assert len(mem.search("gamma", tenant="globex", top_k=100)) == 50
+    assert mem.search("gamma", tenant="initech") == []
+    mem.close()
+
+
+QUERIES = ["alpha", "beta gamma", "delta", "epsilon zeta", "word", "number 3", "eta theta iota"]
+WORDS = [
+    "alpha",
+    "beta",
+    "gamma",
+    "delta",
+    "epsilon",
+    "zeta",
+    "eta",
+    "theta",
+    "iota",
+    "kappa",
+    "word",
+    "number",
+]
+
+
+def _workload(mem: Memory, rng: random.Random, steps: int) -> None:
+    sessions = [
+        mem.session(f"s{i}", sections={"messages": {"budget_tokens": 200}}) for i in range(3)
+    ]
+    live: list[tuple] = []
+    for _ in range(steps):
+        s = rng.choice(sessions)
+        roll = rng.random()
+        text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 9)))
+        if roll < 0.45:
+            section = rng.choice(["messages", "findings", "documents", "working"])
+            item = s.add(section, text, tags=[rng.choice(["x", "y"])], role="user")
+            if section != "working":
+                live.append((s, section, item.id))
+        elif roll < 0.6 and live:
+            owner, section, id_ = rng.choice(live)
+            with contextlib.suppress(ItemNotFound):  # evicted meanwhile
+                owner.update(section, id_, content=text)
+        elif roll < 0.7 and live:
+            owner, section, id_ = live.pop(rng.randrange(len(live)))
+            with contextlib.suppress(ItemNotFound):
+                owner.remove(section, id_)
+        elif roll < 0.75 and live:
+            owner, section, id_ = live.pop(rng.randrange(len(live)))
+            owner.erase(id_, reason="test")
+        elif roll < 0.85:
+            s.end_turn()
+        else:
+            mem.observe("learning", "note", text, topic_key=rng.choice([None, "k1", "k2"]))
+
+
+def _all_results(mem: Memory) -> list:
+    out = []
+    for tenant in ("default",):
+        for q in QUERIES:
+            out.append(results(mem, q, tenant=tenant, top_k=50))
+            out.append(results(mem, q, tenant=tenant, tags=["x"], top_k=50))
+    return out
+
+
+def _index_dump(index: SearchIndex) -> list:
+    with index.lock:
+        return sorted(index._db.execute("SELECT * FROM docs").fetchall())
+
+
+def test_rebuild_from_the_log_gives_identical_results(tmp_path):
+    rng = random.Random(7)
+    mem = Memory.open(tmp_path / "d", seg_bits=6, snapshot_every=150)
+    _workload(mem, rng, 400)
+    live = _all_results(mem)
+    fresh = SearchIndex()
+    with mem._lock:
+        fresh.build(mem._state, mem.history.content_of)
+    assert _index_dump(fresh) == _index_dump(mem.search_index)  # incremental == built anew
+    mem.close()
+    for use_snapshots in (True, False):
+        if not use_snapshots:
+            for path in (tmp_path / "d" / "snapshots").glob("*.json"):
+                path.unlink()
+        again = Memory.open(tmp_path / "d", seg_bits=6)
+        assert _all_results(again) == live
+        again.close()
+
+
+def test_large_contents_are_indexed_and_found_after_a_restart(tmp_path):
+    mem = Memory.open(tmp_path / "d")
+    s = mem.session("s")
+    big = s.add("documents", "needle " + "hay " * 3000)  # kept in the log, not in memory
+    mem.close()
+    mem = Memory.open(tmp_path / "d")
+    hits = mem.search("needle")
+    assert ids(hits) == [big.id] and hits[0].item.content.startswith("needle hay")
+    mem.close()
+
+
+def test_a_section_added_as_searchable_is_searched(mem):
+    s = mem.session("s", sections={"notes": SectionConfig("notes", searchable=True).to_json()})
+    note = s.add("notes", "hippopotamus")
+    assert ids(s.search("hippopotamus")) == [note.id]

@@ -1,0 +1,177 @@
+"""Search, observations and summaries through a real `ledgermem serve` with per-tenant tokens."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from server import Server
+
+A = {"Authorization": "Bearer tok-a"}
+B = {"Authorization": "Bearer tok-b"}
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory):
+    root = tmp_path_factory.mktemp("search-http")
+    config = root / "settings.toml"
+    config.write_text(
+        '[[tokens]]\ntoken = "tok-a"\ntenant = "acme"\nscopes = ["read", "write", "admin"]\n'
+        '[[tokens]]\ntoken = "tok-b"\ntenant = "globex"\nscopes = ["read", "write"]\n'
+    )
+    with (
+        Server(root / "data", "--config", str(config)) as server,
+        httpx.Client(base_url=server.url, timeout=30) as client,
+    ):
+        yield client
+
+
+def head(client: httpx.Client) -> int:
+    return client.get("/readyz").json()["head"]
+
+
+def add(client, session, section, content, headers=A, **fields) -> str:
+    client.put(f"/v1/sessions/{session}", headers=headers)
+    response = client.post(
+        f"/v1/sessions/{session}/sections/{section}/items",
+        json={"items": [{"content": content, **fields}]},
+        headers=headers,
+    )
+    assert response.status_code == 201, response.text
+    return str(response.json()["record"]["seq"])
+
+
+def test_search_returns_items_scores_and_snippets(client):
+    first = add(client, "s1", "findings", "The billing export failed at midnight", tags=["ops"])
+    second = add(client, "s2", "messages", "billing export retried", role="user")
+    add(client, "s2", "documents", "unrelated onboarding guide")
+    response = client.get("/v1/search", params={"q": "billing export"}, headers=A)
+    assert response.status_code == 200
+    hits = response.json()["hits"]
+    assert {h["item"]["id"] for h in hits} == {first, second}
+    assert all(h["score"] > 0 and "[billing]" in h["snippet"] for h in hits)
+    assert [h["score"] for h in hits] == sorted((h["score"] for h in hits), reverse=True)
+    assert {h["session"] for h in hits} == {"s1", "s2"}
+    hit = next(h for h in hits if h["item"]["id"] == first)
+    assert hit["item"]["content"] == "The billing export failed at midnight"
+    assert hit["item"]["tags"] == ["ops"] and hit["item"]["section"] == "findings"
+
+    only_s1 = client.get("/v1/sessions/s1/search", params={"q": "billing"}, headers=A).json()
+    assert [h["item"]["id"] for h in only_s1["hits"]] == [first]
+    tagged = client.get("/v1/search", params={"q": "billing", "tag": "ops"}, headers=A).json()
+    assert [h["item"]["id"] for h in tagged["hits"]] == [first]
+    sections = client.get(
+        "/v1/search", params=[("q", "billing"), ("section", "messages")], headers=A
+    ).json()
+    assert [h["item"]["id"] for h in sections["hits"]] == [second]
+    future = client.get(
+        "/v1/search", params={"q": "billing", "since": "2999-01-01T00:00:00Z"}, headers=A
+    ).json()
+    assert future["hits"] == []
+
+
+def test_search_is_isolated_per_tenant(client):
+    add(client, "iso", "documents", "quasar telescope notes")
+    add(client, "iso", "documents", "a note on nebulae")
+    before = client.get("/v1/search", params={"q": "quasar telescope"}, headers=A).json()["hits"]
+    for i in range(20):
+        add(client, "iso", "documents", f"quasar quasar telescope {i}", headers=B)
+    after = client.get("/v1/search", params={"q": "quasar telescope"}, headers=A).json()["hits"]
+    assert [(h["item"]["id"], h["score"]) for h in after] == [
+        (h["item"]["id"], h["score"]) for h in before
+    ]
+    theirs = client.get("/v1/search", params={"q": "quasar", "top_k": 100}, headers=B).json()
+    assert len(theirs["hits"]) == 20
+    assert not {h["item"]["id"] for h in theirs["hits"]} & {h["item"]["id"] for h in after}
+
+
+def test_observations_dedup_over_http(client):
+    body = {"type": "decision", "title": "Queue", "content": "Use NATS for fan-out"}
+    first = client.post("/v1/observations", json=body, headers=A)
+    assert first.status_code == 201 and first.json()["tier"] == "inserted"
+    again = client.post(
+        "/v1/observations", json={**body, "content": "use  nats for FAN-OUT"}, headers=A
+    )
+    assert again.status_code == 200
+    assert again.json() == {**first.json(), "tier": "duplicate", "duplicates": 1}
+    client.put("/v1/sessions/obs", headers=A)
+    keyed = {"type": "config", "title": "t", "content": "v1", "topic_key": "cfg"}
+    one = client.post("/v1/sessions/obs/observations", json=keyed, headers=A).json()
+    two = client.post("/v1/sessions/obs/observations", json={**keyed, "content": "v2"}, headers=A)
+    assert two.json() == {**one, "tier": "revised", "revision": 2}
+    assert one["session"] == "obs"
+    found = client.get("/v1/search", params={"q": "nats", "section": "observations"}, headers=A)
+    assert [h["item"]["id"] for h in found.json()["hits"]] == [first.json()["id"]]
+
+
+def test_summaries_and_context_injection_over_http(client):
+    add(client, "ending", "messages", "please summarise the incident", role="user")
+    assert client.post("/v1/sessions/ending/end", headers=A).status_code == 200
+    summary = client.get("/v1/sessions/ending/summary", headers=A).json()
+    assert (
+        summary["messages"] == 1
+        and summary["first_user"]["text"] == "please summarise the incident"
+    )
+    listed = client.get("/v1/summaries", params={"limit": 5}, headers=A).json()["summaries"]
+    assert listed[0] == summary
+    assert client.get("/v1/summaries", headers=B).json()["summaries"] == []
+    client.post("/v1/observations", json={"type": "learning", "title": "Incidents",
+                                          "content": "write the timeline first"}, headers=A)  # fmt: skip
+    add(client, "next", "messages", "an incident happened again", role="user")
+    response = client.post(
+        "/v1/sessions/next/context",
+        json={"budget": 2000, "query": "incident timeline", "observations": 2, "summaries": 1},
+        headers=A,
+    )
+    assert response.status_code == 200
+    messages = response.json()["messages"]
+    assert messages[0]["content"].startswith("## observations\n- [learning] Incidents: write the")
+    assert messages[1]["content"].startswith("## recent sessions\n- ending: 1 messages")
+    assert messages[-1] == {"role": "user", "content": "an incident happened again"}
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "kwargs", "status"),
+    [
+        ("GET", "/v1/search", {}, 400),
+        ("GET", "/v1/search", {"params": {"q": "x", "top_k": "0"}}, 400),
+        ("GET", "/v1/search", {"params": {"q": "x", "top_k": "ten"}}, 400),
+        ("GET", "/v1/search", {"params": {"q": "x", "since": "last week"}}, 400),
+        ("GET", "/v1/search", {"params": {"q": "x", "reader": "bot"}}, 400),
+        ("GET", "/v1/sessions/nope/search", {"params": {"q": "x"}}, 404),
+        (
+            "POST",
+            "/v1/observations",
+            {"json": {"type": "rumour", "title": "t", "content": "c"}},
+            400,
+        ),
+        ("POST", "/v1/observations", {"json": {"type": "decision", "title": "t"}}, 400),
+        (
+            "POST",
+            "/v1/observations",
+            {"json": {"type": "decision", "title": "t", "content": "c", "colour": "red"}},
+            400,
+        ),  # fmt: skip
+        ("POST", "/v1/observations", {"content": b"not json"}, 400),
+        (
+            "POST",
+            "/v1/sessions/nope/observations",
+            {"json": {"type": "decision", "title": "t", "content": "c"}},
+            404,
+        ),  # fmt: skip
+        ("GET", "/v1/summaries", {"params": {"limit": "0"}}, 400),
+        ("GET", "/v1/sessions/nope/summary", {}, 404),
+        ("POST", "/v1/sessions/s1/context", {"json": {"observations": -1}}, 400),
+        ("POST", "/v1/sessions/s1/context", {"json": {"observations": 2, "query": 7}}, 400),
+        ("PUT", "/v1/sessions/_tenant", {}, 400),
+    ],
+)
+def test_bad_requests_get_a_json_4xx_and_append_nothing(client, method, path, kwargs, status):
+    add(client, "s1", "findings", "seed")
+    # globex has written no observation, so it has no tenant session for PUT to find.
+    headers = B if path.endswith("/_tenant") else A
+    start = head(client)
+    response = client.request(method, path, headers=headers, **kwargs)
+    assert head(client) == start
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == "application/json"
+    assert response.json()["error"]["message"]
