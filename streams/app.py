@@ -6,7 +6,7 @@ import contextlib
 
 from starlette.applications import Starlette
 
-from . import api, openapi, search_api, status
+from . import api, openapi, search_api, status, ui
 from .errors import EXCEPTION_HANDLERS
 from .service import Service
 from .settings import Settings
@@ -31,6 +31,7 @@ def create_app(settings: Settings, service: Service | None = None) -> Starlette:
         + search_api.routes(service)
         + channels.routes(service)
         + openapi.routes()
+        + ui.routes(service)
     )
     app = Starlette(routes=routes, exception_handlers=EXCEPTION_HANDLERS, lifespan=lifespan)
     app.state.service = service
