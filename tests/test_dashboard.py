@@ -538,6 +538,7 @@ def test_a_phone_width_needs_no_sideways_scrolling_and_every_control_is_labelled
 def test_a_screenshot_of_the_populated_dashboard(browser, server, api, tmp_path):
     """Writes docs/dashboard.png when LEDGERMEM_UPDATE_SCREENSHOT=1, else a copy under tmp."""
     session = "acme-buyside-2026"
+    api.put("/v1/sessions/support-ticket-4711", json={"metadata": {"app": "support", "user": "bo"}})
     api.put(
         f"/v1/sessions/{session}",
         json={
