@@ -380,6 +380,8 @@ def test_filter_chips_and_pause_show_every_matching_record_once(browser, server,
         assert page.locator("#feed-list").get_attribute("data-duplicates") == "0"
 
         page.get_by_role("button", name="Remove filter type item.added").click()
+        # The keyboard is not lost with the chip: it moves to the chip that is left.
+        assert page.evaluate("document.activeElement.dataset.value") == "chips-1"
         page.locator('#feed-list > li[data-type="items.read"]').first.wait_for(timeout=LIVE)
         assert set(
             page.locator("#feed-list > li").evaluate_all("r => r.map(x => x.dataset.session)")

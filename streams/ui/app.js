@@ -241,6 +241,7 @@ function backToLive() {
 const feed = new Feed({
   list: $("feed-list"),
   chips: $("chips"),
+  chipInput: $("chip-value"),
   conn: $("feed-conn"),
   pause: $("feed-pause"),
   onRecord: (record) => {

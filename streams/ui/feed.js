@@ -19,9 +19,10 @@ export const TYPES = [
 ];
 
 export class Feed {
-  constructor({ list, chips, conn, pause, onRecord, onReconnect }) {
+  constructor({ list, chips, chipInput, conn, pause, onRecord, onReconnect }) {
     this.list = list;
     this.chips = chips;
+    this.chipInput = chipInput;
     this.conn = conn;
     this.pauseButton = pause;
     this.onRecord = onRecord || (() => {});
@@ -131,6 +132,8 @@ export class Feed {
   removeFilter(field, value) {
     this.filters[field] = this.filters[field].filter((v) => v !== value);
     this.changed();
+    // The chip that had the keyboard is gone: hand it to the next chip, or the filter input.
+    (this.chips.querySelector("button") || this.chipInput).focus();
   }
 
   changed() {
