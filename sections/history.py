@@ -6,6 +6,7 @@ use it on a copy of the files. Snapshots speed it up when a snapshot directory i
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from eventstore.reader import LogReader
@@ -18,6 +19,7 @@ from .snapshot import newest_snapshot
 from .state import Item, MemoryState, parse_item_id
 
 ERASE_PREFIX = "items.erased@"
+log = logging.getLogger("ledgermem.snapshot")
 
 
 class History:
@@ -32,9 +34,12 @@ class History:
             snapshot = newest_snapshot(
                 self.snapshot_dir, self.reader.origin, self.reader, at_most=upto
             )
-        state = (
-            MemoryState.from_json(snapshot.projections["sections"]) if snapshot else MemoryState()
-        )
+        state = MemoryState()
+        if snapshot is not None:
+            try:
+                state = MemoryState.from_json(snapshot.projections["sections"])
+            except (KeyError, TypeError, ValueError) as exc:  # written by other code: a cache miss
+                log.warning("ignoring snapshot at seq %d: unreadable state (%r)", snapshot.seq, exc)
         for record in self.reader.records(after=state.seq, until=upto + 1):
             apply(state, record, self.restate)
         return state

@@ -49,6 +49,25 @@ _ITEM_BODY = {
     },
 }  # fmt: skip
 
+_SEARCH = [{"name": "q", "in": "query", "required": True, "schema": {"type": "string"}}] + [
+    {"name": name, "in": "query", "schema": {"type": "array", "items": {"type": "string"}},
+     "style": "form", "explode": True, "description": f"filter on {name}; may repeat"}
+    for name in ("session", "section", "tag")
+] + [
+    {"name": "since", "in": "query", "schema": {"type": "string"}, "description": "item time >= (µs or ISO-8601)"},
+    {"name": "until", "in": "query", "schema": {"type": "string"}, "description": "item time < (µs or ISO-8601)"},
+    {"name": "top_k", "in": "query", "schema": {"type": "integer", "default": 10}},
+    {"name": "reader", "in": "query", "schema": {"type": "string", "enum": ["agent", "operator"]}},
+]  # fmt: skip
+_OBSERVATION = {
+    "type": "object", "required": ["type", "title", "content"],
+    "properties": {
+        "type": {"enum": ["decision", "discovery", "bugfix", "pattern", "architecture", "config", "learning", "preference"]},
+        "title": {"type": "string"}, "content": {"type": "string"}, "tags": {"type": "array", "items": {"type": "string"}},
+        "topic_key": {"type": "string"}, "session": {"type": "string", "description": "omit for tenant-wide"},
+    },
+}  # fmt: skip
+
 
 def _op(
     summary: str,
@@ -84,7 +103,11 @@ def document() -> dict:
         "/v1/sessions/{session}/turns/end": {"post": _op("end the turn: clears turn-lifetime sections", s + w, write=True)},
         "/v1/sessions/{session}/commit": {"post": _op("commit commit-lifetime sections (or {section})", s + w, {"type": "object"}, write=True)},
         "/v1/sessions/{session}/context": {"post": _op("assemble context within {budget} tokens; records the manifest", s,
-                                                       {"type": "object", "properties": {"budget": {"type": "integer"}, "sections": {"type": "array"}, "reader": {"type": "string"}}}, write=True)},
+                                                       {"type": "object", "properties": {"budget": {"type": "integer"}, "sections": {"type": "array"}, "reader": {"type": "string"},
+                                                        "query": {"type": "string", "description": "the prompt: ranks observations"},
+                                                        "observations": {"type": "integer", "description": "inject up to N observations"},
+                                                        "summaries": {"type": "integer", "description": "inject the M newest session summaries"},
+                                                        "observation_chars": {"type": "integer", "default": 500}}}, write=True)},
         "/v1/sessions/{session}/state": {"get": _op("the session as it was at ?at=SEQ", s)},
         "/v1/sessions/{session}/erase": {"post": _op("erase items ({ids, reason}) or the session ({all: true, reason}); admin", s,
                                                      {"type": "object"}, write=True)},
@@ -99,6 +122,12 @@ def document() -> dict:
             "patch": _op("update content, tags, priority, metadata, kind or role", item + w, {"type": "object"}, write=True),
             "delete": _op("remove an item", item + w, write=True),
         },
+        "/v1/search": {"get": _op("BM25 search of the tenant's searchable sections: {hits: [{session, score, snippet, item}]}; hits leave items.read records", _SEARCH)},
+        "/v1/sessions/{session}/search": {"get": _op("search one session", s + _SEARCH)},
+        "/v1/observations": {"post": _op("record an observation (tenant-wide, or {session}); dedup: revised 200, duplicate 200, inserted 201", None, _OBSERVATION, "201", write=True)},
+        "/v1/sessions/{session}/observations": {"post": _op("record an observation in this session", s, _OBSERVATION, "201", write=True)},
+        "/v1/summaries": {"get": _op("the newest session summaries (?limit=N)")},
+        "/v1/sessions/{session}/summary": {"get": _op("the summary appended when the session ended", s)},
         "/v1/stats": {"get": _op("the tenant's totals")},
         "/v1/state": {"get": _op("every session of the tenant at ?at=SEQ")},
         "/v1/log/checkpoint": {"get": _op("the newest signed checkpoint (C2SP signed note), as text")},

@@ -67,6 +67,7 @@ class Service:
             seg_bits=s.seg_bits,
             durability=durability,
             checkpoint_interval=s.checkpoint_interval,
+            dedup_window_us=s.dedup_window_us,
         )
         self.writer.add_listener(self.metrics.on_records)
         self.writer.fsync_observer = self.metrics.on_fsync

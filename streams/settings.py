@@ -10,6 +10,7 @@ max_body_bytes = 8388608
 max_batch_items = 1000
 max_subscribers_per_client = 64
 memory_config = "memory.toml"  # sections config (docs/sections.md)
+dedup_window_us = 900000000    # observations with the same content within it are one (15 min)
 
 [[tokens]]
 token = "s3cret"
@@ -57,6 +58,7 @@ class Settings:
     seg_bits: int = 16
     checkpoint_interval: float = 1.0
     unsafe_no_fsync: bool = False  # tests and benchmarks only: acknowledges before fsync
+    dedup_window_us: int = 15 * 60 * 1_000_000  # observations: identical content within it is one
     extra: dict = field(default_factory=dict)
 
     def check(self) -> Settings:

@@ -228,6 +228,24 @@ def test_broken_or_foreign_snapshots_are_ignored_with_a_warning(tmp_path, caplog
     assert "ignoring snapshot" in caplog.text
 
 
+def test_a_well_formed_snapshot_with_an_unreadable_state_is_ignored(tmp_path, caplog):
+    from sections.snapshot import Snapshot, write_snapshot
+
+    with Memory.open(tmp_path / "d") as mem:
+        mem.session("s").add("findings", "x")
+        live = mem.state_hash()
+        state = mem.rebuild().to_json()
+        origin, snapshots = mem.writer.origin, mem.snapshot_dir
+        head = mem.reader.get(state["seq"])
+    del state["sessions"][0]["messages"]  # as a build without that field would have written
+    for path in snapshots.glob("snap-*.json"):
+        path.unlink()
+    write_snapshot(snapshots, origin, Snapshot(head.seq, head.h, {"sections": state}))
+    with caplog.at_level(logging.WARNING), Memory.open(tmp_path / "d") as mem:
+        assert mem.state_hash() == live
+    assert "unreadable state" in caplog.text
+
+
 def test_state_at_a_seq_is_the_state_then(mem):
     s = mem.session("s")
     s.add("findings", "one")
