@@ -11,7 +11,8 @@ of bench/search_engines.py), a child process of its own (so peak RSS is per size
 - `update`: single adds into a searchable section and into a section that is not searchable,
   interleaved in blocks in the same run; the difference per add is what the index costs;
 - `rebuild`: building the index from the state (as at open), and a whole `Memory.open`;
-- `rss`: the child's RSS before and after building the index on reopen, and its peak;
+- `rss`: the child's RSS before and after reopening (state plus index), the index database's own
+  size, and the child's peak;
 - at the smallest size, `naive`: building a fresh index of every document for each query, as some
   peers do, against the incremental index, as a ratio of medians.
 
@@ -124,7 +125,7 @@ def child(n: int, queries: int, naive_queries: int) -> dict:
                 fresh.build(state, mem.history.content_of)
                 fresh.search("default", Query(text))
                 naive.append(time.perf_counter() - start)
-                del fresh
+                fresh.close()
             out["naive"] = {
                 "rebuild_index_per_query": pct(naive),
                 "ratio_naive_to_incremental_p50": round(
@@ -133,22 +134,24 @@ def child(n: int, queries: int, naive_queries: int) -> dict:
             }
         mem.close()
 
-        again_rss = proc_status()
+        before = proc_status()
         seconds, mem = _timed(Memory.open, data, **options)
+        after = proc_status()
         out["rebuild"] = {"memory_open_s": round(seconds, 3)}
+        out["rss"] = {
+            "before_open_mib": round(before.get("VmRSS", 0) / 1024, 1),
+            "after_open_mib": round(after.get("VmRSS", 0) / 1024, 1),
+            "index_db_mib": round(mem.search_index.size_bytes() / 2**20, 1),
+        }
         with mem._lock:
             state = mem._state
         fresh = SearchIndex()
         seconds, _ = _timed(fresh.build, state, mem.history.content_of)
         out["rebuild"]["index_build_s"] = round(seconds, 3)
         out["rebuild"]["docs_per_s"] = round(len(fresh) / seconds)
+        fresh.close()
         out["rebuild"]["same_top10_after_reopen"] = _top10(mem.search_index, qs) == first
-        status = proc_status()
-        out["rss"] = {
-            "before_reopen_mib": round(again_rss.get("VmRSS", 0) / 1024, 1),
-            "after_reopen_mib": round(status.get("VmRSS", 0) / 1024, 1),
-            "peak_mib": round(status.get("VmHWM", 0) / 1024, 1),
-        }
+        out["rss"]["peak_mib"] = round(proc_status().get("VmHWM", 0) / 1024, 1)
         mem.close()
     out["cpu_loop_end_s"] = cpu_loop()
     return out

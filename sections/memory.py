@@ -619,6 +619,7 @@ class Memory:
                 self.snapshot()
         finally:
             self._writer.close()
+            self.search_index.close()
 
     def __enter__(self) -> Memory:
         return self

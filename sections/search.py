@@ -100,6 +100,7 @@ class SearchIndex:
     def __init__(self) -> None:
         # One connection shared by the memory's threads; `lock` serialises every use of it.
         self._db = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA page_size = 16384")  # long doclists on fewer pages: ~10% faster
         self._db.execute("PRAGMA secure_delete = ON")
         # A transaction kept open across writes, committed every COMMIT_EVERY of them: FTS5
         # flushes its pending terms into a new index segment at every commit, which made each
@@ -132,26 +133,23 @@ class SearchIndex:
             self._tables[tenant] = table
         return table
 
-    def _put(
-        self, session: SessionState, section: str, item: Item, content: object, new: bool
-    ) -> None:
+    def _put(self, session: SessionState, section: str, items: list[tuple[Item, object]]) -> None:
+        """Index items (with their contents) that are not in the index."""
         table = self._table(session.tenant)
-        row = rowid(item.seq, item.k)
-        if not new:  # an update replaces the document
-            self._db.execute(f"DELETE FROM {table} WHERE rowid = ?", (row,))
-        self._db.execute(
-            f"INSERT INTO {table} (rowid, text) VALUES (?, ?)", (row, text_of(item, content))
+        rows = [(rowid(item.seq, item.k), text_of(item, content)) for item, content in items]
+        self._db.executemany(f"INSERT INTO {table} (rowid, text) VALUES (?, ?)", rows)
+        self._db.executemany(
+            "INSERT INTO docs VALUES (?, ?, ?, ?, ?, ?)",
+            [
+                (row, session.tenant, session.id, section, item.ts, _tags(item.tags))
+                for (row, _), (item, _) in zip(rows, items, strict=True)
+            ],
         )
-        tags = _TAG_SEP + _TAG_SEP.join(item.tags) + _TAG_SEP if item.tags else ""
-        self._db.execute(
-            "INSERT OR REPLACE INTO docs VALUES (?, ?, ?, ?, ?, ?)",
-            (row, session.tenant, session.id, section, item.ts, tags),
-        )
-        self._wrote()
+        self._wrote(len(rows))
 
-    def _wrote(self) -> None:
-        self._writes += 1
-        if self._writes % COMMIT_EVERY == 0:
+    def _wrote(self, count: int) -> None:
+        before, self._writes = self._writes, self._writes + count
+        if before // COMMIT_EVERY != self._writes // COMMIT_EVERY:
             self._db.execute("COMMIT")
             self._db.execute("BEGIN")
 
@@ -159,10 +157,10 @@ class SearchIndex:
         table = self._tables.get(tenant)
         if table is None:
             return
-        for row in rows:
-            self._db.execute(f"DELETE FROM {table} WHERE rowid = ?", (row,))
-            self._db.execute("DELETE FROM docs WHERE id = ?", (row,))
-            self._wrote()
+        rows = [(row,) for row in rows]
+        self._db.executemany(f"DELETE FROM {table} WHERE rowid = ?", rows)
+        self._db.executemany("DELETE FROM docs WHERE id = ?", rows)
+        self._wrote(len(rows))
 
     def _rows(self, tenant: str, session: str, section: str | None = None) -> list[int]:
         if section is None:
@@ -173,9 +171,8 @@ class SearchIndex:
 
     def _index_section(self, session: SessionState, name: str, content_of: ContentOf) -> None:
         section = session.sections[name]
-        if section.config.searchable:
-            for item in section.items.values():
-                self._put(session, name, item, content_of(item), new=True)
+        if section.config.searchable and section.items:
+            self._put(session, name, [(item, content_of(item)) for item in section.items.values()])
 
     def build(self, state: MemoryState, content_of: ContentOf) -> None:
         """Index every live item of every searchable section (at open)."""
@@ -212,14 +209,16 @@ class SearchIndex:
             by_section = payload.get("cleared" if type_ == "turn.ended" else "items")
             if isinstance(by_section, dict):
                 gone.extend(i for ids in by_section.values() for i in ids)
-            self._remove(tenant, (rowid(*parse_item_id(i)) for i in gone))
+            if type_ == "item.updated":  # the item's document is replaced
+                gone.append(payload["id"])
+            self._remove(tenant, [rowid(*parse_item_id(i)) for i in gone])
             for section, id_, content in _written(record, payload):
                 found = session.sections.get(section)
                 item = found.items.get(id_) if found is not None else None
                 if item is not None and found.config.searchable:  # type: ignore[union-attr]
-                    if content is None:
-                        content = content_of(item)
-                    self._put(session, section, item, content, new=type_ != "item.updated")
+                    self._put(
+                        session, section, [(item, content_of(item) if content is None else content)]
+                    )
 
     # ---- queries -------------------------------------------------------------------------------
 
@@ -248,16 +247,25 @@ class SearchIndex:
             table = self._tables.get(tenant)
             if table is None:
                 return []
-            filters = "".join(" AND " + w for w in where)
-            ranked = self._db.execute(
-                f"SELECT {table}.rowid, bm25({table}) AS rank, d.session, d.section"
-                f" FROM {table} JOIN docs d ON d.id = {table}.rowid"
-                f" WHERE {table} MATCH ?{filters} ORDER BY rank, {table}.rowid LIMIT ?",
-                (*args, query.top_k),
-            ).fetchall()
+            if where:  # the filters need the docs table; without them the join costs ~10%
+                filters = "".join(" AND " + w for w in where)
+                sql = (
+                    f"SELECT {table}.rowid, bm25({table}) AS rank FROM {table}"
+                    f" JOIN docs d ON d.id = {table}.rowid WHERE {table} MATCH ?{filters}"
+                    f" ORDER BY rank, {table}.rowid LIMIT ?"
+                )
+            else:
+                sql = (
+                    f"SELECT rowid, bm25({table}) AS rank FROM {table} WHERE {table} MATCH ?"
+                    " ORDER BY rank, rowid LIMIT ?"
+                )
+            ranked = self._db.execute(sql, (*args, query.top_k)).fetchall()
             hits = []
             start, end = query.markers
-            for row, rank, session, section in ranked:  # snippets for the winners only
+            for row, rank in ranked:  # where and snippets for the winners only
+                session, section = self._db.execute(
+                    "SELECT session, section FROM docs WHERE id = ?", (row,)
+                ).fetchone()
                 (snippet,) = self._db.execute(
                     f"SELECT snippet({table}, 0, ?, ?, '…', {SNIPPET_TOKENS}) FROM {table}"
                     f" WHERE {table} MATCH ? AND rowid = ?",
@@ -267,6 +275,16 @@ class SearchIndex:
                 hits.append(Hit(session, section, id_, -rank, snippet))
             return hits
 
+    def close(self) -> None:
+        with self.lock:
+            self._db.close()
+
+    def size_bytes(self) -> int:
+        """The index's database size (its pages), for benchmarks and status."""
+        with self.lock:
+            pages = self._db.execute("PRAGMA page_count").fetchone()[0]
+            return pages * self._db.execute("PRAGMA page_size").fetchone()[0]
+
 
 _FOLLOWED = frozenset(
     (
@@ -275,6 +293,11 @@ _FOLLOWED = frozenset(
         "sections.cleared",
     )
 )  # fmt: skip
+
+
+def _tags(tags: tuple[str, ...]) -> str:
+    """Tags as one string that `instr` can test for a whole tag: separators around each."""
+    return _TAG_SEP + _TAG_SEP.join(tags) + _TAG_SEP if tags else ""
 
 
 def _written(record: Record, payload: dict) -> list[tuple[str, str, object]]:
