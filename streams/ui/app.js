@@ -10,7 +10,7 @@ import { fromLive, fromState, renderSections } from "./sections.js";
 const FEED_BACKLOG = 200; // records before the head that a fresh feed starts from
 const SESSIONS_EVERY_MS = 5000;
 // Records that change no section: reads, and the control records of the log.
-const NO_CHANGE = new Set(["items.read", "context.assembled"]);
+const NO_CHANGE = new Set(["items.read", "context.assembled", "session.summarized"]);
 
 const view = {
   head: -1,

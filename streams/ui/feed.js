@@ -15,7 +15,7 @@ const FIELDS = ["session", "section", "type"];
 export const TYPES = [
   "session.created", "section.configured", "item.added", "item.updated", "item.removed",
   "items.read", "context.assembled", "turn.ended", "section.committed", "sections.cleared",
-  "session.ended", "session.deleted", "items.erased", "session.erased",
+  "session.ended", "session.summarized", "session.deleted", "items.erased", "session.erased",
 ];
 
 export class Feed {
@@ -241,6 +241,11 @@ function describe(record, p) {
       return `committed ${ids(p.items)}`;
     case "session.erased":
       return `session erased (${p.reason})`;
+    case "session.summarized": {
+      const s = p.summary || {};
+      const first = s.first_user && s.first_user.text !== null ? ` · first: ${preview(s.first_user.text, 60)}` : "";
+      return `summary · ${s.messages} messages · ${(s.sections || []).join(", ")}${first}`;
+    }
     default:
       return record.tenant === "_log" ? `log · ${preview(p, 80)}` : preview(p, 100);
   }
