@@ -6,22 +6,24 @@ about 0.24 µs and rounds, so windows and bounds computed through floats can be 
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 
 from .errors import InvalidInput
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 MICROSECOND = timedelta(microseconds=1)
+_MICROS = re.compile(r"-?[0-9]{1,18}")  # ASCII digits only: "²" is a digit to str.isdigit
 
 
 def parse_time(text: str) -> int:
     """Microseconds since the epoch, from an integer of microseconds or an ISO-8601 time (UTC if
     no offset is given)."""
-    if text.lstrip("-").isdigit():
+    if _MICROS.fullmatch(text):
         return int(text)
     try:
         moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
+    except (ValueError, OverflowError):
         raise InvalidInput(
             f"{text!r} is neither microseconds since the epoch nor an ISO-8601 time"
         ) from None

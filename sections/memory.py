@@ -36,7 +36,7 @@ from .errors import IdempotencyConflict, ItemNotFound, NotFound, SessionNotFound
 from .history import History
 from .observations import TENANT_SESSION, Observation
 from .projection import apply, redaction_done
-from .search import Query, SearchIndex
+from .search import MAX_TIME, Query, SearchIndex
 from .snapshot import Snapshot, purge_snapshots, write_snapshot
 from .state import Item, MemoryState, SessionState, item_id, parse_item_id
 from .tokens import DEFAULT_COUNTER, TokenCounter
@@ -168,7 +168,7 @@ class Memory:
             self.history = History(self._reader, self.snapshot_dir)
             self._state = self._load(self._writer.size - 1)
             self.search_index = SearchIndex()
-            self.search_index.build(self._state, self.history.content_of)
+            self.search_index.build(self._state, self._content_of)
             self._since_snapshot = 0
             self._finish_erasures()
             self._restart()
@@ -278,13 +278,19 @@ class Memory:
             batch = decided if isinstance(decided, list) else [decided]
             entries = [Entry(c.tenant, c.session, c.section, c.type, c.payload) for c in batch]
             pending = self._writer.submit(entries, ts=now)
-            for n, entry in enumerate(entries):
-                # Apply what was logged, parsed back from its JCS bytes, exactly as replay will
-                # see it: not the caller's object (key order, 1.0 vs 1, later mutation).
-                logged = replace(pending.records[n], payload=orjson.loads(entry.jcs))
-                pending.records[n] = logged
-                apply(self._state, logged, self.history.restate)
-                self.search_index.follow(self._state, logged, self.history.content_of)
+            try:
+                for n, entry in enumerate(entries):
+                    # Apply what was logged, parsed back from its JCS bytes, exactly as replay
+                    # will see it: not the caller's object (key order, 1.0 vs 1, later mutation).
+                    logged = replace(pending.records[n], payload=orjson.loads(entry.jcs))
+                    pending.records[n] = logged
+                    apply(self._state, logged, self.history.restate)
+                    self.search_index.follow(self._state, logged, self._content_of)
+            except BaseException as exc:  # the log has records the projections do not
+                self._failed = exc
+                raise WriterClosed(
+                    f"memory stopped: applying a logged record failed ({exc!r})"
+                ) from exc
             self._since_snapshot += len(entries)
             return pending
 
@@ -327,6 +333,13 @@ class Memory:
         if not record.has_payload:
             raise NotFound(f"the record this idempotency key made (seq {seq}) was erased")
         return record
+
+    def _content_of(self, item: Item) -> object:
+        """An item's content; one kept in the log is read once its record is durable (it may
+        still be on its way when a command decides under the lock)."""
+        if item.content is None:
+            self._writer.wait_for(item.content_seq)
+        return self.history.content_of(item)
 
     def _reader_get(self, seq: int) -> Record:
         self._writer.wait_for(seq)  # a record applied under the lock may still be on its way
@@ -489,6 +502,8 @@ class Memory:
         """
         tenant = tenant or self.tenant
         q = _query(query, sessions, sections, tags, since, until, top_k, reader, markers)
+        if self._writer.closed:
+            raise WriterClosed("the memory is closed")
         # The index has its own lock: a query never holds up writers. Hits whose item left
         # meanwhile are dropped under the memory's lock, where the read record is decided.
         hits = self.search_index.search(tenant, q)
@@ -503,8 +518,8 @@ class Memory:
                 session = state.sessions.get((tenant, hit.session))
                 section = session.sections.get(hit.section) if session is not None else None
                 item = section.items.get(hit.id) if section is not None else None
-                if item is None:
-                    continue
+                if item is None or (item.content_seq, item.tags) != (hit.content_seq, hit.tags):
+                    continue  # left or changed since the index was queried
                 found.append(
                     SearchHit(hit.session, self._view(hit.section, item), hit.score, hit.snippet)
                 )
@@ -549,7 +564,7 @@ class Memory:
             target = commands.get_session(state, tenant, session_id)
             command, chose, item = observations.decide(
                 target, obs, self._decision_ts, self.dedup_window_us, self.counter,
-                self.history.content_of,
+                self._content_of,
             )  # fmt: skip
             touched[:], tier[:] = [item], [chose]
             return command
@@ -595,7 +610,7 @@ class Memory:
         section = session.sections.get("messages")
         item = section.items.get(id_) if section is not None else None
         if item is not None:
-            return self.history.content_of(item)
+            return self._content_of(item)
         seq = parse_item_id(id_)[0]
         self._writer.wait_for(seq)
         return self.history.logged_content(id_, seq)
@@ -648,8 +663,10 @@ def _query(
         ):
             raise InvalidInput(f"{name} must be a list of strings")
     for name, value in (("since", since), ("until", until)):
-        if value is not None and type(value) is not int:
-            raise InvalidInput(f"{name} must be an integer of microseconds since the epoch")
+        if value is not None and (type(value) is not int or abs(value) > MAX_TIME):
+            raise InvalidInput(
+                f"{name} must be an integer of microseconds since the epoch, within ±2**62"
+            )
     if type(top_k) is not int or not 1 <= top_k <= MAX_TOP_K:
         raise InvalidInput(f"top_k must be an integer from 1 to {MAX_TOP_K}")
     if reader not in commands.READERS:
@@ -964,6 +981,8 @@ class Session:
 
     def _assemble(self, budget: int, sections: list[str] | None, reader: str, messages: list[dict],
                   extra: Extra) -> Decide:  # fmt: skip
+        if type(budget) is not int or budget <= 0:
+            raise InvalidInput("the context budget must be a positive number of tokens")
         memory = self.memory
         hits = []
         if extra.query and extra.observations:  # ranked outside the memory's lock
@@ -985,11 +1004,11 @@ class Session:
                 settings = {"observations": extra.observations, "summaries": extra.summaries,
                             "observation_chars": extra.observation_chars}  # fmt: skip
                 injection = inject.build(
-                    chosen, recent, extra.observation_chars, memory.history.content_of,
+                    chosen, recent, extra.observation_chars, memory._content_of,
                     memory.counter, budget, settings,
                 )  # fmt: skip
             command, rendered = commands.assemble_context(
-                session, sections, budget, memory.history.content_of, reader, injection
+                session, sections, budget, memory._content_of, reader, injection
             )
             messages.extend(rendered)
             return command

@@ -8,7 +8,8 @@ Writing one is a single command decided under the memory's lock, in three tiers:
 1. same `topic_key` in the same scope: an `item.updated` that replaces it and bumps `revision`
    (earlier revisions stay in the log);
 2. same normalized content (lowercased, whitespace collapsed) written within the window: an
-   `item.updated` that bumps `duplicates` and adds nothing;
+   `item.updated` that bumps `duplicates` and adds nothing (an observation with another topic
+   key is another topic, never a duplicate; one without a key takes the new write's key);
 3. otherwise an `item.added`.
 
 The window compares integer `ts` values: the time the new record will carry (read before
@@ -61,7 +62,7 @@ class Observation:
             )
         if not isinstance(content, str) or not content.strip():
             raise InvalidInput("an observation needs content: a non-empty string")
-        if isinstance(tags, str) or not all(isinstance(t, str) for t in tags):
+        if not isinstance(tags, (list, tuple)) or not all(isinstance(t, str) for t in tags):
             raise InvalidInput("tags must be a list of strings")
         if topic_key is not None and (not isinstance(topic_key, str) or not topic_key):
             raise InvalidInput("topic_key must be a non-empty string")
@@ -114,9 +115,14 @@ def decide(
         elapsed = max(0, now - item.ts)  # a clock stepped back counts as no time at all
         if elapsed > window_us:
             continue
+        other_key = item.metadata.get("topic_key")
+        if obs.topic_key is not None and other_key is not None:
+            continue  # another topic (the same one was found above)
         content = content_of(item)
         if isinstance(content, str) and normalize(content) == wanted:
             meta = {**item.metadata, "duplicates": item.metadata.get("duplicates", 0) + 1}
+            if obs.topic_key is not None:  # the duplicate takes the key: later revisions find it
+                meta["topic_key"] = obs.topic_key
             command = commands.update_item(session, SECTION, item.id, {"metadata": meta}, counter)
             return command, "duplicate", item
     meta = {"title": obs.title, "revision": 1, "duplicates": 0}

@@ -5,6 +5,11 @@ state when the memory opens, then kept in step by `follow`, which the memory cal
 record it applies (under its lock, in log order). Nothing of it is written to disk, so an erase
 leaves no copy behind, and secure_delete zeroes the pages a removed document used.
 
+`follow` never waits for a query: it turns the record into index changes (taking what they need
+from the state at that moment) and queues them; it applies the queue itself when the index is
+free, and otherwise the running query applies it when it is done. A query first applies
+everything queued, so it sees every record applied before it started.
+
 - **Tenant isolation.** Each tenant has its own FTS5 table, so the corpus statistics behind a
   BM25 score (document count, average length, document frequencies) are that tenant's alone.
 - **Determinism.** Scores depend only on the indexed documents, and ties break by the item's
@@ -18,9 +23,13 @@ from __future__ import annotations
 import re
 import sqlite3
 import threading
-from collections.abc import Callable, Iterable
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
+import orjson
+
+from eventstore.errors import WriterClosed
 from eventstore.record import Record
 
 from .state import Item, MemoryState, SessionState, item_id, parse_item_id
@@ -31,7 +40,7 @@ MAX_QUERY_TERMS = 32  # a pasted page as a query costs one OR per word: bound it
 SNIPPET_TOKENS = 16
 K_BITS = 20  # rowid = seq << K_BITS | k: ids order as (seq, k) does
 _WORD = re.compile(r"\w+")
-_TAG_SEP = "\x1f"
+MAX_TIME = 2**62  # `since`/`until` beyond this are refused (ts values stay below 2**53)
 
 
 @dataclass(frozen=True)
@@ -44,6 +53,8 @@ class Hit:
     id: str
     score: float
     snippet: str
+    content_seq: int  # the version indexed: a hit whose item changed since is stale
+    tags: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -71,12 +82,15 @@ def match_expression(text: str) -> str | None:
     return " OR ".join('"' + w.replace('"', '""') + '"' for w in words)
 
 
-def text_of(item: Item, content: object) -> str:
-    """What is indexed for an item: its title (observations have one) and its content's text."""
-    parts: list[str] = []
+def title_of(item: Item) -> str:
+    """Observations have a title; it is indexed beside the content."""
     title = item.metadata.get("title") if isinstance(item.metadata, dict) else None
-    if isinstance(title, str):
-        parts.append(title)
+    return title if isinstance(title, str) else ""
+
+
+def text_of(content: object) -> str:
+    """The text of a content: itself, or every string in a JSON value."""
+    parts: list[str] = []
     _strings(content, parts)
     return "\n".join(parts)
 
@@ -94,6 +108,22 @@ def _strings(value: object, out: list[str]) -> None:
 
 
 ContentOf = Callable[[Item], object]
+_MISSING = object()  # a record that does not set an item's content (None is a content)
+
+
+@dataclass(frozen=True)
+class _Doc:
+    """One document as the index keeps it, taken from the state when its record was applied."""
+
+    row: int
+    tenant: str
+    session: str
+    section: str
+    ts: int
+    content_seq: int
+    tags: tuple[str, ...]
+    title: str
+    text: str | None  # None: the content is unchanged (only title, tags or metadata changed)
 
 
 class SearchIndex:
@@ -107,45 +137,83 @@ class SearchIndex:
         # autocommitted add cost ~20x more. Statements on this connection see its own uncommitted
         # writes, and an in-memory index needs no rollback journal (nothing is ever rolled back).
         self._db.execute("PRAGMA journal_mode = OFF")
-        self._db.execute(
-            "CREATE TABLE docs (id INTEGER PRIMARY KEY, tenant TEXT NOT NULL, session TEXT NOT NULL,"
-            " section TEXT NOT NULL, ts INTEGER NOT NULL, tags TEXT NOT NULL)"
+        self._db.executescript(
+            """
+            CREATE TABLE docs (id INTEGER PRIMARY KEY, tenant TEXT NOT NULL, session TEXT NOT NULL,
+                section TEXT NOT NULL, ts INTEGER NOT NULL, content_seq INTEGER NOT NULL,
+                tags TEXT NOT NULL);
+            CREATE INDEX docs_by_session ON docs (tenant, session, section);
+            CREATE TABLE tags (id INTEGER NOT NULL, tag TEXT NOT NULL, PRIMARY KEY (tag, id))
+                WITHOUT ROWID;
+            """
         )
-        self._db.execute("CREATE INDEX docs_by_session ON docs (tenant, session, section)")
         self._tables: dict[str, str] = {}  # tenant -> its FTS5 table
         self._writes = 0
+        self._queue: deque[tuple] = deque()  # changes `follow` queued while a query ran
+        self._closed = False
         self._db.execute("BEGIN")
         self.lock = threading.Lock()
 
     def __len__(self) -> int:
         with self.lock:
+            self._apply_queued()
             return self._db.execute("SELECT count(*) FROM docs").fetchone()[0]
 
-    # ---- keeping in step with the state (callers hold `lock`) ----------------------------------
+    # ---- changes (applied with `lock` held) ----------------------------------------------------
 
     def _table(self, tenant: str) -> str:
         table = self._tables.get(tenant)
         if table is None:
             table = f"fts_{len(self._tables)}"
             self._db.execute(
-                f"CREATE VIRTUAL TABLE {table} USING fts5(text, tokenize = '{TOKENIZER}')"
+                f"CREATE VIRTUAL TABLE {table} USING fts5(title, text, tokenize = '{TOKENIZER}')"
             )
             self._tables[tenant] = table
         return table
 
-    def _put(self, session: SessionState, section: str, items: list[tuple[Item, object]]) -> None:
-        """Index items (with their contents) that are not in the index."""
-        table = self._table(session.tenant)
-        rows = [(rowid(item.seq, item.k), text_of(item, content)) for item, content in items]
-        self._db.executemany(f"INSERT INTO {table} (rowid, text) VALUES (?, ?)", rows)
-        self._db.executemany(
-            "INSERT INTO docs VALUES (?, ?, ?, ?, ?, ?)",
-            [
-                (row, session.tenant, session.id, section, item.ts, _tags(item.tags))
-                for (row, _), (item, _) in zip(rows, items, strict=True)
-            ],
-        )
+    def _put(self, docs: list[_Doc], replace: bool = False) -> None:
+        """Index new documents, or `replace` indexed ones (keeping the text if `text` is None)."""
+        for doc in docs:
+            table = self._table(doc.tenant)
+            text = doc.text
+            if replace:
+                if text is None:
+                    found = self._db.execute(
+                        f"SELECT text FROM {table} WHERE rowid = ?", (doc.row,)
+                    )
+                    text = (found.fetchone() or ("",))[0]
+                self._remove(doc.tenant, [doc.row])
+            self._db.execute(
+                f"INSERT INTO {table} (rowid, title, text) VALUES (?, ?, ?)",
+                (doc.row, doc.title, text),
+            )
+            self._db.execute(
+                "INSERT INTO docs VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (doc.row, doc.tenant, doc.session, doc.section, doc.ts, doc.content_seq,
+                 orjson.dumps(doc.tags).decode()),
+            )  # fmt: skip
+            self._db.executemany(
+                "INSERT OR IGNORE INTO tags VALUES (?, ?)", [(doc.row, t) for t in doc.tags]
+            )
+        self._wrote(len(docs))
+
+    def _remove(self, tenant: str, rows: list[int]) -> None:
+        table = self._tables.get(tenant)
+        if table is None or not rows:
+            return
+        params = [(row,) for row in rows]
+        self._db.executemany(f"DELETE FROM {table} WHERE rowid = ?", params)
+        self._db.executemany("DELETE FROM docs WHERE id = ?", params)
+        self._db.executemany("DELETE FROM tags WHERE id = ?", params)
         self._wrote(len(rows))
+
+    def _remove_where(self, tenant: str, session: str, section: str | None = None) -> None:
+        if section is None:
+            sql, args = "tenant = ? AND session = ?", (tenant, session)
+        else:
+            sql, args = "tenant = ? AND session = ? AND section = ?", (tenant, session, section)
+        rows = [r for (r,) in self._db.execute(f"SELECT id FROM docs WHERE {sql}", args)]
+        self._remove(tenant, rows)
 
     def _wrote(self, count: int) -> None:
         before, self._writes = self._writes, self._writes + count
@@ -153,33 +221,29 @@ class SearchIndex:
             self._db.execute("COMMIT")
             self._db.execute("BEGIN")
 
-    def _remove(self, tenant: str, rows: Iterable[int]) -> None:
-        table = self._tables.get(tenant)
-        if table is None:
-            return
-        rows = [(row,) for row in rows]
-        self._db.executemany(f"DELETE FROM {table} WHERE rowid = ?", rows)
-        self._db.executemany("DELETE FROM docs WHERE id = ?", rows)
-        self._wrote(len(rows))
-
-    def _rows(self, tenant: str, session: str, section: str | None = None) -> list[int]:
-        if section is None:
-            sql, args = "tenant = ? AND session = ?", (tenant, session)
+    def _apply(self, change: tuple) -> None:
+        kind, *args = change
+        if kind == "put":
+            self._put(*args)
+        elif kind == "replace":
+            self._put(*args, replace=True)
+        elif kind == "remove":
+            self._remove(*args)
         else:
-            sql, args = "tenant = ? AND session = ? AND section = ?", (tenant, session, section)
-        return [r for (r,) in self._db.execute(f"SELECT id FROM docs WHERE {sql}", args)]
+            self._remove_where(*args)
 
-    def _index_section(self, session: SessionState, name: str, content_of: ContentOf) -> None:
-        section = session.sections[name]
-        if section.config.searchable and section.items:
-            self._put(session, name, [(item, content_of(item)) for item in section.items.values()])
+    def _apply_queued(self) -> None:
+        while self._queue:
+            self._apply(self._queue.popleft())
+
+    # ---- keeping in step with the state --------------------------------------------------------
 
     def build(self, state: MemoryState, content_of: ContentOf) -> None:
         """Index every live item of every searchable section (at open)."""
         with self.lock:
             for _, session in sorted(state.sessions.items()):
                 for name in session.sections:
-                    self._index_section(session, name, content_of)
+                    self._put(_section_docs(session, name, content_of))
             # One merged b-tree per tenant: what queries read fastest after a bulk build.
             self._db.execute("COMMIT")
             for table in self._tables.values():
@@ -187,38 +251,17 @@ class SearchIndex:
             self._db.execute("BEGIN")
 
     def follow(self, state: MemoryState, record: Record, content_of: ContentOf) -> None:
-        """Apply to the index what `record`, just applied to `state`, changed."""
-        type_ = record.type
-        if type_ not in _FOLLOWED or record.salt is None:  # control, reads, or an erased record
+        """Queue what `record`, just applied to `state`, changes in the index, and apply the
+        queue unless a query holds the index (it applies it then)."""
+        changes = _changes(state, record, content_of)
+        if not changes:
             return
-        payload = record.payload
-        tenant = record.tenant
-        with self.lock:
-            if type_ in ("session.deleted", "session.erased"):
-                self._remove(tenant, self._rows(tenant, record.session))
-                return
-            session = state.sessions.get((tenant, record.session))
-            if session is None:
-                return
-            if type_ == "section.configured":  # `searchable` may have changed: index anew
-                self._remove(tenant, self._rows(tenant, session.id, record.section))
-                if record.section in session.sections:
-                    self._index_section(session, record.section, content_of)
-                return
-            gone = [v["id"] for v in payload.get("evicted", ())]
-            by_section = payload.get("cleared" if type_ == "turn.ended" else "items")
-            if isinstance(by_section, dict):
-                gone.extend(i for ids in by_section.values() for i in ids)
-            if type_ == "item.updated":  # the item's document is replaced
-                gone.append(payload["id"])
-            self._remove(tenant, [rowid(*parse_item_id(i)) for i in gone])
-            for section, id_, content in _written(record, payload):
-                found = session.sections.get(section)
-                item = found.items.get(id_) if found is not None else None
-                if item is not None and found.config.searchable:  # type: ignore[union-attr]
-                    self._put(
-                        session, section, [(item, content_of(item) if content is None else content)]
-                    )
+        self._queue.extend(changes)
+        if self.lock.acquire(blocking=False):
+            try:
+                self._apply_queued()
+            finally:
+                self.lock.release()
 
     # ---- queries -------------------------------------------------------------------------------
 
@@ -235,8 +278,8 @@ class SearchIndex:
             where.append(f"d.section IN ({','.join('?' * len(query.sections))})")
             args.extend(query.sections)
         for tag in query.tags:
-            where.append("instr(d.tags, ?) > 0")
-            args.append(_TAG_SEP + tag + _TAG_SEP)
+            where.append("EXISTS (SELECT 1 FROM tags t WHERE t.tag = ? AND t.id = d.id)")
+            args.append(tag)
         if query.since is not None:
             where.append("d.ts >= ?")
             args.append(query.since)
@@ -244,6 +287,9 @@ class SearchIndex:
             where.append("d.ts < ?")
             args.append(query.until)
         with self.lock:
+            if self._closed:
+                raise WriterClosed("the search index is closed")
+            self._apply_queued()
             table = self._tables.get(tenant)
             if table is None:
                 return []
@@ -260,28 +306,42 @@ class SearchIndex:
                     " ORDER BY rank, rowid LIMIT ?"
                 )
             ranked = self._db.execute(sql, (*args, query.top_k)).fetchall()
-            hits = []
+            if not ranked:
+                return []
+            rows = [row for row, _ in ranked]
+            marks = ",".join("?" * len(rows))
             start, end = query.markers
-            for row, rank in ranked:  # where and snippets for the winners only
-                session, section = self._db.execute(
-                    "SELECT session, section FROM docs WHERE id = ?", (row,)
-                ).fetchone()
-                (snippet,) = self._db.execute(
-                    f"SELECT snippet({table}, 0, ?, ?, '…', {SNIPPET_TOKENS}) FROM {table}"
-                    f" WHERE {table} MATCH ? AND rowid = ?",
-                    (start, end, expression, row),
-                ).fetchone()
-                id_ = item_id(row >> K_BITS, row & ((1 << K_BITS) - 1))
-                hits.append(Hit(session, section, id_, -rank, snippet))
-            return hits
+            snippets = dict(  # the winners only, in one pass
+                self._db.execute(
+                    f"SELECT rowid, snippet({table}, -1, ?, ?, '…', {SNIPPET_TOKENS}) FROM {table}"
+                    f" WHERE {table} MATCH ? AND rowid IN ({marks})",
+                    (start, end, expression, *rows),
+                )
+            )
+            where_is = {
+                row: rest
+                for row, *rest in self._db.execute(
+                    f"SELECT id, session, section, content_seq, tags FROM docs WHERE id IN ({marks})",
+                    rows,
+                )
+            }
+        hits = []
+        for row, rank in ranked:
+            session, section, content_seq, tags = where_is[row]
+            id_ = item_id(row >> K_BITS, row & ((1 << K_BITS) - 1))
+            tag_tuple = tuple(orjson.loads(tags))
+            hits.append(Hit(session, section, id_, -rank, snippets[row], content_seq, tag_tuple))
+        return hits
 
     def close(self) -> None:
         with self.lock:
+            self._closed = True
             self._db.close()
 
     def size_bytes(self) -> int:
         """The index's database size (its pages), for benchmarks and status."""
         with self.lock:
+            self._apply_queued()
             pages = self._db.execute("PRAGMA page_count").fetchone()[0]
             return pages * self._db.execute("PRAGMA page_size").fetchone()[0]
 
@@ -295,28 +355,69 @@ _FOLLOWED = frozenset(
 )  # fmt: skip
 
 
-def _tags(tags: tuple[str, ...]) -> str:
-    """Tags as one string that `instr` can test for a whole tag: separators around each."""
-    return _TAG_SEP + _TAG_SEP.join(tags) + _TAG_SEP if tags else ""
+def _doc(session: SessionState, section: str, item: Item, content: object) -> _Doc:
+    return _Doc(
+        rowid(item.seq, item.k), session.tenant, session.id, section, item.ts, item.content_seq,
+        item.tags, title_of(item), None if content is _MISSING else text_of(content),
+    )  # fmt: skip
+
+
+def _section_docs(session: SessionState, name: str, content_of: ContentOf) -> list[_Doc]:
+    section = session.sections[name]
+    if not section.config.searchable:
+        return []
+    return [_doc(session, name, item, content_of(item)) for item in section.items.values()]
+
+
+def _changes(state: MemoryState, record: Record, content_of: ContentOf) -> list[tuple]:
+    """The index changes of one record, with what they need taken from the state now."""
+    type_ = record.type
+    if type_ not in _FOLLOWED or record.salt is None:  # control, reads, or an erased record
+        return []
+    payload = record.payload
+    tenant = record.tenant
+    if type_ in ("session.deleted", "session.erased"):
+        return [("remove_where", tenant, record.session)]
+    session = state.sessions.get((tenant, record.session))
+    if session is None:
+        return []
+    if type_ == "section.configured":  # `searchable` may have changed: index the section anew
+        changes: list[tuple] = [("remove_where", tenant, session.id, record.section)]
+        if record.section in session.sections:
+            changes.append(("put", _section_docs(session, record.section, content_of)))
+        return changes
+    gone = [v["id"] for v in payload.get("evicted", ())]
+    by_section = payload.get("cleared" if type_ == "turn.ended" else "items")
+    if isinstance(by_section, dict):
+        gone.extend(i for ids in by_section.values() for i in ids)
+    changes = [("remove", tenant, [rowid(*parse_item_id(i)) for i in gone])] if gone else []
+    docs = []
+    for section, id_, content in _written(record, payload):
+        found = session.sections.get(section)
+        item = found.items.get(id_) if found is not None else None
+        if item is not None and found.config.searchable:  # type: ignore[union-attr]
+            docs.append(_doc(session, section, item, content))
+    if docs:
+        changes.append(("replace" if type_ == "item.updated" else "put", docs))
+    return changes
 
 
 def _written(record: Record, payload: dict) -> list[tuple[str, str, object]]:
-    """(section, item id, content or None) for each item whose indexed fields `record` set."""
+    """(section, item id, content or _MISSING) for each item whose indexed fields `record` set."""
     if record.type == "item.added":
         return [
-            (record.section, item_id(record.seq, k), data.get("content"))
+            (record.section, item_id(record.seq, k), data["content"])
             for k, data in enumerate(payload["items"])
         ]
     if record.type == "item.updated":
-        changes = payload["set"]
-        return [(record.section, payload["id"], changes.get("content"))]
+        return [(record.section, payload["id"], payload["set"].get("content", _MISSING))]
     if record.type == "session.created":
         order = payload.get("order") or sorted(payload.get("seed", {}))
         seed = payload.get("seed", {})
         written, k = [], 0
         for name in order:
             for data in seed.get(name, ()):
-                written.append((name, item_id(record.seq, k), data.get("content")))
+                written.append((name, item_id(record.seq, k), data["content"]))
                 k += 1
         return written
     return []

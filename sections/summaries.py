@@ -15,6 +15,7 @@ import orjson
 
 from .commands import Command, base_payload
 from .config import SESSION_SECTION
+from .observations import TENANT_SESSION
 from .state import MemoryState, SessionState
 
 TEXT_CHARS = 200  # of each quoted message
@@ -66,7 +67,7 @@ def recent(state: MemoryState, tenant: str, exclude: str, limit: int) -> list[Se
     found = [
         s
         for (t, sid), s in state.sessions.items()
-        if t == tenant and sid != exclude and s.summary_at is not None
+        if t == tenant and sid not in (exclude, TENANT_SESSION) and s.summary_at is not None
     ]
     found.sort(key=lambda s: s.summary_at[0], reverse=True)  # type: ignore[index]
     return found[:limit]

@@ -203,3 +203,33 @@ def test_observations_are_searchable_and_rebuilt_from_the_log(tmp_path, clock):
     assert again.state_hash() == live
     assert again.rebuild().state_hash() == live
     again.close()
+
+
+def test_concurrent_large_observations_are_never_refused(mem):
+    errors, outcomes = [], []
+
+    def write(n: int) -> None:
+        for i in range(10):
+            try:
+                outcomes.append(mem.observe("discovery", "big", f"{n}-{i} " + "x " * 3000))
+            except Exception as exc:  # noqa: BLE001 - any failure is the finding
+                errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and len(outcomes) == 80
+    assert len(observations(mem)) == 80
+
+
+def test_another_topic_is_never_a_duplicate_and_a_keyless_duplicate_takes_the_key(mem):
+    keyed = mem.observe("config", "t", "same text", topic_key="a")
+    other = mem.observe("config", "t", "same text", topic_key="b")
+    assert other.tier == "inserted" and other.id != keyed.id
+    plain = mem.observe("config", "t", "other text")
+    adopted = mem.observe("config", "t", "Other  text", topic_key="c")
+    assert adopted.tier == "duplicate" and adopted.id == plain.id
+    revised = mem.observe("config", "t", "new text", topic_key="c")
+    assert revised.tier == "revised" and revised.id == plain.id

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import threading
 
 import pytest
 
@@ -333,3 +334,65 @@ def test_a_section_added_as_searchable_is_searched(mem):
     s = mem.session("s", sections={"notes": SectionConfig("notes", searchable=True).to_json()})
     note = s.add("notes", "hippopotamus")
     assert ids(s.search("hippopotamus")) == [note.id]
+
+
+def test_null_and_large_contents_and_tag_updates_keep_the_index_exact(tmp_path):
+    mem = Memory.open(tmp_path / "d")
+    s = mem.session("s")
+    errors = []
+
+    def work(n: int) -> None:
+        try:
+            for i in range(15):
+                s.add("documents", None)
+                big = s.add("documents", f"needle{n} " + "hay " * 2000)  # kept in the log
+                s.update("documents", big.id, tags=[f"t{i}"])  # no content: text is kept
+        except Exception as exc:  # noqa: BLE001 - any failure is the finding
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    fresh = SearchIndex()
+    with mem._lock:
+        fresh.build(mem._state, mem.history.content_of)
+    assert _index_dump(fresh) == _index_dump(mem.search_index)
+    assert len(mem.search("needle3", tags=["t14"])) == 1
+    assert mem.rebuild().state_hash() == mem.state_hash()
+    mem.close()
+
+
+def test_writers_never_wait_for_a_running_query(mem):
+    s = mem.session("s")
+    s.add("findings", "before the query")
+    done = threading.Event()
+
+    def write() -> None:
+        s.add("findings", "written while the index was busy")
+        done.set()
+
+    with mem.search_index.lock:  # what a long query holds
+        writer = threading.Thread(target=write)
+        writer.start()
+        assert done.wait(30), "a write waited for the index"
+    writer.join()
+    assert ids(s.search("written while busy"))  # the queued change was applied before the query
+
+
+def test_tag_filters_match_whole_tags_only(mem):
+    s = mem.session("s")
+    split = s.add("findings", "tagged text", tags=["a", "b"])
+    joined = s.add("findings", "tagged text", tags=["a\x1fb"])
+    assert ids(s.search("tagged", tags=["a\x1fb"])) == [joined.id]
+    assert ids(s.search("tagged", tags=["a", "b"])) == [split.id]
+    assert ids(s.search("tagged", tags=["a"])) == [split.id]
+
+
+def test_times_out_of_range_are_refused(mem):
+    mem.session("s").add("findings", "x")
+    for value in (10**30, -(10**30), 2**62 + 1):
+        with pytest.raises(InvalidInput):
+            mem.search("x", since=value)

@@ -137,6 +137,30 @@ def test_summaries_and_context_injection_over_http(client):
         ("GET", "/v1/search", {"params": {"q": "x", "top_k": "ten"}}, 400),
         ("GET", "/v1/search", {"params": {"q": "x", "since": "last week"}}, 400),
         ("GET", "/v1/search", {"params": {"q": "x", "reader": "bot"}}, 400),
+        ("GET", "/v1/search", {"params": {"q": "x", "since": "²"}}, 400),
+        ("GET", "/v1/search", {"params": {"q": "x", "since": "9" * 30}}, 400),
+        ("GET", "/v1/search", {"params": {"q": "x", "until": "-" + "9" * 5000}}, 400),
+        ("GET", "/v1/search", {"params": {"q": "x", "top_k": "1001"}}, 400),
+        (
+            "POST",
+            "/v1/observations",
+            {"json": {"type": "decision", "title": "t", "content": "c", "tags": 5}},
+            400,
+        ),  # fmt: skip
+        (
+            "POST",
+            "/v1/observations",
+            {"json": {"type": "decision", "title": "t", "content": "c", "tags": None}},
+            400,
+        ),  # fmt: skip
+        (
+            "POST",
+            "/v1/observations",
+            {"json": {"type": "decision", "title": "t", "content": "c", "tags": {"a": 1}}},
+            400,
+        ),  # fmt: skip
+        ("POST", "/v1/sessions/s1/context", {"json": {"budget": "8000", "observations": 1}}, 400),
+        ("POST", "/v1/sessions/s1/context", {"json": {"budget": None, "summaries": 1}}, 400),
         ("GET", "/v1/sessions/nope/search", {"params": {"q": "x"}}, 404),
         (
             "POST",

@@ -156,3 +156,15 @@ def test_injection_counts_against_the_budget(mem):
     assert record.payload["tokens"] <= 80
     tokens = {e.get("inject", "item"): e["tokens"] for e in record.payload["manifest"]}
     assert "observation" in tokens and sum(tokens.values()) <= 80
+
+
+def test_the_tenant_session_is_never_among_recent_summaries(mem):
+    mem.observe("learning", "t", "lesson")
+    mem.session("_tenant", create=False).end()
+    other = mem.session("other")
+    other.add("messages", "hi", role="user")
+    other.end()
+    messages = mem.session("s").context(4000, summaries=5)
+    assert messages[0]["content"].splitlines()[1:] == [
+        '- other: 1 messages; sections messages; first user message: "hi"; last: "hi"'
+    ]
