@@ -3,9 +3,8 @@ concurrent writers, and the projection rebuilt from the log."""
 
 from __future__ import annotations
 
-import threading
-
 import pytest
+from helpers.threads import run_threads
 from test_search import Clock
 
 from eventstore.errors import InvalidInput
@@ -140,18 +139,12 @@ def test_custom_window(tmp_path):
 def test_concurrent_identical_writes_make_one_item(mem, topic_key):
     threads, n = 16, 10
     outcomes = []
-    barrier = threading.Barrier(threads)
 
-    def write() -> None:
-        barrier.wait()
+    def write(_: int) -> None:
         for _ in range(n):
             outcomes.append(mem.observe("decision", "t", "the same decision", topic_key=topic_key))
 
-    workers = [threading.Thread(target=write) for _ in range(threads)]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
+    assert run_threads(write, threads) == []
     [item] = observations(mem)
     assert {o.id for o in outcomes} == {item.id}
     if topic_key is None:
@@ -206,21 +199,13 @@ def test_observations_are_searchable_and_rebuilt_from_the_log(tmp_path, clock):
 
 
 def test_concurrent_large_observations_are_never_refused(mem):
-    errors, outcomes = [], []
+    outcomes = []
 
     def write(n: int) -> None:
         for i in range(10):
-            try:
-                outcomes.append(mem.observe("discovery", "big", f"{n}-{i} " + "x " * 3000))
-            except Exception as exc:  # noqa: BLE001 - any failure is the finding
-                errors.append(exc)
+            outcomes.append(mem.observe("discovery", "big", f"{n}-{i} " + "x " * 3000))
 
-    threads = [threading.Thread(target=write, args=(n,)) for n in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == [] and len(outcomes) == 80
+    assert run_threads(write, 8) == [] and len(outcomes) == 80
     assert len(observations(mem)) == 80
 
 
