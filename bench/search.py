@@ -8,6 +8,8 @@ of bench/search_engines.py), a child process of its own (so peak RSS is per size
   `query_filtered`: the same restricted to one session; `memory_search`: `Memory.search`,
   which also appends the `items.read` records of the hits (no fsync: the log is opened with
   UNSAFE_NO_FSYNC so the figure is the search, not the disk);
+- `query_after_reopen`: `query` again on the index built at open (one merged b-tree per
+  tenant) rather than the one that grew add by add;
 - `update`: single adds into a searchable section and into a section that is not searchable,
   interleaved in blocks in the same run; the difference per add is what the index costs;
 - `rebuild`: building the index from the state (as at open), and a whole `Memory.open`;
@@ -151,6 +153,9 @@ def child(n: int, queries: int, naive_queries: int) -> dict:
         out["rebuild"]["docs_per_s"] = round(len(fresh) / seconds)
         fresh.close()
         out["rebuild"]["same_top10_after_reopen"] = _top10(mem.search_index, qs) == first
+        out["query_after_reopen"] = pct(  # the index as built at open (merged), not as it grew
+            [_timed(mem.search_index.search, "default", Query(t))[0] for t, _ in qs]
+        )
         out["rss"]["peak_mib"] = round(proc_status().get("VmHWM", 0) / 1024, 1)
         mem.close()
     out["cpu_loop_end_s"] = cpu_loop()

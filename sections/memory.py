@@ -355,10 +355,13 @@ class Memory:
             redaction = self._writer.redact(chunk, reason, tag)
             with self._lock:  # the writer appended it, not a command: mark the erase done
                 redaction_done(self._state, redaction.payload)
+        # Purge the projections' copies before the snapshots, under the snapshot lock, so no
+        # snapshot taken meanwhile can hold what the erase removed.
         with self._snapshot_lock:
+            self.search_index.purge()
+            for hook in self.erase_hooks:
+                hook()
             purge_snapshots(self.snapshot_dir)
-        for hook in self.erase_hooks:
-            hook()
 
     def _maybe_snapshot(self) -> None:
         if self._since_snapshot >= self.snapshot_every:

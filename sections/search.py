@@ -232,6 +232,12 @@ class SearchIndex:
         else:
             self._remove_where(*args)
 
+    def _optimize(self) -> None:
+        self._db.execute("COMMIT")
+        for table in self._tables.values():
+            self._db.execute(f"INSERT INTO {table} ({table}) VALUES ('optimize')")
+        self._db.execute("BEGIN")
+
     def _apply_queued(self) -> None:
         while self._queue:
             self._apply(self._queue.popleft())
@@ -244,11 +250,7 @@ class SearchIndex:
             for _, session in sorted(state.sessions.items()):
                 for name in session.sections:
                     self._put(_section_docs(session, name, content_of))
-            # One merged b-tree per tenant: what queries read fastest after a bulk build.
-            self._db.execute("COMMIT")
-            for table in self._tables.values():
-                self._db.execute(f"INSERT INTO {table} ({table}) VALUES ('optimize')")
-            self._db.execute("BEGIN")
+            self._optimize()  # one merged b-tree per tenant: what queries read fastest
 
     def follow(self, state: MemoryState, record: Record, content_of: ContentOf) -> None:
         """Queue what `record`, just applied to `state`, changes in the index, and apply the
@@ -332,6 +334,14 @@ class SearchIndex:
             tag_tuple = tuple(orjson.loads(tags))
             hits.append(Hit(session, section, id_, -rank, snippets[row], content_seq, tag_tuple))
         return hits
+
+    def purge(self) -> None:
+        """After an erase: merge every table into one b-tree. FTS5 deletes by adding delete
+        markers, so a removed document's terms stay in older segments until they are merged;
+        `optimize` drops them (and secure_delete zeroes the freed pages)."""
+        with self.lock:
+            self._apply_queued()
+            self._optimize()
 
     def close(self) -> None:
         with self.lock:

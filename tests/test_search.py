@@ -388,3 +388,27 @@ def test_times_out_of_range_are_refused(mem):
     for value in (10**30, -(10**30), 2**62 + 1):
         with pytest.raises(InvalidInput):
             mem.search("x", since=value)
+
+
+def _index_bytes(mem: Memory) -> bytes:
+    """Every byte the index database holds for tenant `default`: its FTS5 segments and rows."""
+    with mem.search_index.lock:
+        db = mem.search_index._db
+        table = mem.search_index._tables["default"]
+        blocks = [b for (b,) in db.execute(f"SELECT block FROM {table}_data") if b]
+        texts = [t.encode() for (t,) in db.execute(f"SELECT c1 FROM {table}_content") if t]
+    return b"".join(blocks + texts)
+
+
+def test_an_erased_item_leaves_no_term_in_the_index(mem):
+    s = mem.session("s")
+    for i in range(40):
+        s.add("documents", f"ordinary words {i}")
+    removed = s.add("documents", "zyzzogeton removed")
+    s.remove("documents", removed.id)
+    assert b"zyzzogeton" in _index_bytes(mem)  # a plain removal leaves a delete marker only
+    erased = s.add("documents", "quixotically private")
+    s.erase(erased.id, reason="gdpr")
+    held = _index_bytes(mem)
+    assert b"quixot" not in held and b"zyzzogeton" not in held
+    assert ids(s.search("ordinary")) != []
