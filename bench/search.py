@@ -12,7 +12,8 @@ of bench/search_engines.py), a child process of its own (so peak RSS is per size
   tenant) rather than the one that grew add by add;
 - `update`: single adds into a searchable section and into a section that is not searchable,
   interleaved in blocks in the same run; the difference per add is what the index costs;
-- `rebuild`: building the index from the state (as at open), and a whole `Memory.open`;
+- `rebuild`: a whole `Memory.open` (state and index from the snapshot that close wrote), and
+  building the index from the state instead, as an open without a usable snapshot does;
 - `rss`: the child's RSS before and after reopening (state plus index), the index database's own
   size, and the child's peak;
 - at the smallest size, `naive`: building a fresh index of every document for each query, as some
@@ -139,7 +140,7 @@ def child(n: int, queries: int, naive_queries: int) -> dict:
         before = proc_status()
         seconds, mem = _timed(Memory.open, data, **options)
         after = proc_status()
-        out["rebuild"] = {"memory_open_s": round(seconds, 3)}
+        out["rebuild"] = {"memory_open_s": round(seconds, 3), "index_from": mem.search_index_source}
         out["rss"] = {
             "before_open_mib": round(before.get("VmRSS", 0) / 1024, 1),
             "after_open_mib": round(after.get("VmRSS", 0) / 1024, 1),

@@ -15,7 +15,7 @@ from eventstore.record import Record
 from . import inject, render
 from .errors import NotFound
 from .projection import apply
-from .snapshot import newest_snapshot
+from .snapshot import Snapshot, newest_snapshot
 from .state import Item, MemoryState, parse_item_id
 
 ERASE_PREFIX = "items.erased@"
@@ -29,6 +29,13 @@ class History:
 
     def state_at(self, upto: int, use_snapshots: bool = True) -> MemoryState:
         """The state right after record `upto`: a snapshot at or before it, plus the tail."""
+        return self.load(upto, use_snapshots)[0]
+
+    def load(
+        self, upto: int, use_snapshots: bool = True
+    ) -> tuple[MemoryState, Snapshot | None, set[tuple[str, str]]]:
+        """`state_at`, with the snapshot it started from and the (tenant, session) keys of the
+        records replayed after it: what another projection loaded from that snapshot must redo."""
         snapshot = None
         if use_snapshots and self.snapshot_dir is not None:
             snapshot = newest_snapshot(
@@ -40,9 +47,13 @@ class History:
                 state = MemoryState.from_json(snapshot.projections["sections"])
             except (KeyError, TypeError, ValueError) as exc:  # written by other code: a cache miss
                 log.warning("ignoring snapshot at seq %d: unreadable state (%r)", snapshot.seq, exc)
+                snapshot = None
+        touched: set[tuple[str, str]] = set()
         for record in self.reader.records(after=state.seq, until=upto + 1):
             apply(state, record, self.restate)
-        return state
+            if not record.is_control:
+                touched.add((record.tenant, record.session))
+        return state, snapshot, touched
 
     def restate(self, record: Record) -> dict | None:
         """The content-free restatement of an erased record, kept by the erase that removed it."""

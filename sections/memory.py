@@ -11,7 +11,9 @@ same way and returns content only once that record is durable (fail closed).
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
+import sqlite3
 import threading
 import time
 import uuid
@@ -37,13 +39,15 @@ from .history import History
 from .observations import TENANT_SESSION, Observation
 from .projection import apply, redaction_done
 from .search import MAX_TIME, Query, SearchIndex
-from .snapshot import Snapshot, purge_snapshots, write_snapshot
+from .snapshot import Snapshot, purge_snapshots, read_attachment, write_snapshot
 from .state import Item, MemoryState, SessionState, item_id, parse_item_id
 from .tokens import DEFAULT_COUNTER, TokenCounter
 
 SNAPSHOT_EVERY = 100_000  # records between automatic snapshots
 REDACTION_CHUNK = 50_000  # targets per redaction record (about 90 bytes each)
 Decide = Callable[[MemoryState], Command | list[Command] | None]
+SEARCH_ATTACHMENT = "search.db"  # the search index's database, beside each snapshot
+log = logging.getLogger("ledgermem.memory")
 
 
 @dataclass(frozen=True)
@@ -166,9 +170,8 @@ class Memory:
         try:
             self._reader = LogReader(self.data.log, index_dir=self.data.root / "index")
             self.history = History(self._reader, self.snapshot_dir)
-            self._state = self._load(self._writer.size - 1)
-            self.search_index = SearchIndex()
-            self.search_index.build(self._state, self._content_of)
+            self._state, snapshot, touched = self.history.load(self._writer.size - 1)
+            self.search_index = self._open_index(snapshot, touched)
             self._since_snapshot = 0
             self._finish_erasures()
             self._restart()
@@ -193,6 +196,26 @@ class Memory:
 
     def _load(self, upto: int, use_snapshots: bool = True) -> MemoryState:
         return self.history.state_at(upto, use_snapshots)
+
+    def _open_index(self, snapshot: Snapshot | None, touched: set) -> SearchIndex:
+        """The search index as the snapshot saved it, brought up to date for the sessions the
+        log's tail touched; or, without a usable one, built from the state."""
+        image = (
+            read_attachment(self.snapshot_dir, snapshot, SEARCH_ATTACHMENT) if snapshot else None
+        )
+        if image is not None:
+            try:
+                index = SearchIndex(image)
+            except sqlite3.DatabaseError as exc:
+                log.warning("ignoring the snapshot's search index: %s", exc)
+            else:
+                index.resync(self._state, touched, self._content_of)
+                self.search_index_source = "snapshot"
+                return index
+        index = SearchIndex()
+        index.build(self._state, self._content_of)
+        self.search_index_source = "built"
+        return index
 
     def rebuild(self, upto: int | None = None, use_snapshots: bool = False) -> MemoryState:
         """The projection rebuilt from the files alone (from zero unless `use_snapshots`)."""
@@ -242,9 +265,13 @@ class Memory:
             with self._lock:
                 state_json = self._state.to_json()
                 snapshot = Snapshot(self._state.seq, self._state.h, {"sections": state_json})
+                # The same point of the log: waits for a query running on the index, if any.
+                image = self.search_index.serialize()
                 self._since_snapshot = 0
             self._writer.wait_for(snapshot.seq)
-            return write_snapshot(self.snapshot_dir, self._writer.origin, snapshot)
+            return write_snapshot(
+                self.snapshot_dir, self._writer.origin, snapshot, {SEARCH_ATTACHMENT: image}
+            )
 
     # ---- running commands ----------------------------------------------------------------------
 

@@ -127,27 +127,36 @@ class _Doc:
 
 
 class SearchIndex:
-    def __init__(self) -> None:
+    def __init__(self, image: bytes | None = None) -> None:
+        """An empty index, or the one a snapshot saved (`image`, from `serialize`)."""
         # One connection shared by the memory's threads; `lock` serialises every use of it.
         self._db = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA page_size = 16384")  # long doclists on fewer pages: ~10% faster
+        if image is not None:
+            self._db.deserialize(image)
+        else:
+            self._db.execute(
+                "PRAGMA page_size = 16384"
+            )  # long doclists on fewer pages: ~10% faster
         self._db.execute("PRAGMA secure_delete = ON")
         # A transaction kept open across writes, committed every COMMIT_EVERY of them: FTS5
         # flushes its pending terms into a new index segment at every commit, which made each
         # autocommitted add cost ~20x more. Statements on this connection see its own uncommitted
         # writes, and an in-memory index needs no rollback journal (nothing is ever rolled back).
         self._db.execute("PRAGMA journal_mode = OFF")
-        self._db.executescript(
-            """
-            CREATE TABLE docs (id INTEGER PRIMARY KEY, tenant TEXT NOT NULL, session TEXT NOT NULL,
-                section TEXT NOT NULL, ts INTEGER NOT NULL, content_seq INTEGER NOT NULL,
-                tags TEXT NOT NULL);
-            CREATE INDEX docs_by_session ON docs (tenant, session, section);
-            CREATE TABLE tags (id INTEGER NOT NULL, tag TEXT NOT NULL, PRIMARY KEY (tag, id))
-                WITHOUT ROWID;
-            """
-        )
-        self._tables: dict[str, str] = {}  # tenant -> its FTS5 table
+        if image is None:
+            self._db.executescript(
+                """
+                CREATE TABLE docs (id INTEGER PRIMARY KEY, tenant TEXT NOT NULL,
+                    session TEXT NOT NULL, section TEXT NOT NULL, ts INTEGER NOT NULL,
+                    content_seq INTEGER NOT NULL, tags TEXT NOT NULL);
+                CREATE INDEX docs_by_session ON docs (tenant, session, section);
+                CREATE TABLE tags (id INTEGER NOT NULL, tag TEXT NOT NULL, PRIMARY KEY (tag, id))
+                    WITHOUT ROWID;
+                CREATE TABLE tenants (tenant TEXT PRIMARY KEY, fts TEXT NOT NULL);
+                """
+            )
+        # tenant -> its FTS5 table
+        self._tables: dict[str, str] = dict(self._db.execute("SELECT tenant, fts FROM tenants"))
         self._writes = 0
         self._queue: deque[tuple] = deque()  # changes `follow` queued while a query ran
         self._closed = False
@@ -168,6 +177,7 @@ class SearchIndex:
             self._db.execute(
                 f"CREATE VIRTUAL TABLE {table} USING fts5(title, text, tokenize = '{TOKENIZER}')"
             )
+            self._db.execute("INSERT INTO tenants VALUES (?, ?)", (tenant, table))
             self._tables[tenant] = table
         return table
 
@@ -251,6 +261,28 @@ class SearchIndex:
                 for name in session.sections:
                     self._put(_section_docs(session, name, content_of))
             self._optimize()  # one merged b-tree per tenant: what queries read fastest
+
+    def resync(self, state: MemoryState, keys: set[tuple[str, str]], content_of: ContentOf) -> None:
+        """Index these sessions anew from the state: after loading a snapshot's index, the
+        sessions the log's tail touched."""
+        with self.lock:
+            self._apply_queued()
+            for tenant, session_id in sorted(keys):
+                self._remove_where(tenant, session_id)
+                session = state.sessions.get((tenant, session_id))
+                if session is not None:
+                    for name in session.sections:
+                        self._put(_section_docs(session, name, content_of))
+
+    def serialize(self) -> bytes:
+        """The whole index as a database image, for a snapshot (`SearchIndex(image)`)."""
+        with self.lock:
+            self._apply_queued()
+            self._db.execute("COMMIT")
+            try:
+                return self._db.serialize()
+            finally:
+                self._db.execute("BEGIN")
 
     def follow(self, state: MemoryState, record: Record, content_of: ContentOf) -> None:
         """Queue what `record`, just applied to `state`, changes in the index, and apply the

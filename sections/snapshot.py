@@ -2,10 +2,14 @@
 
     DATA/snapshots/snap-<seq, 16 digits>.json
 
+    DATA/snapshots/snap-<seq, 16 digits>.<name>    attachments (the search index's database)
+
 A snapshot is a cache: start-up loads the newest one that is valid for this log (right format,
 same origin, and the log's record at its seq has its h) and replays the tail. A broken or foreign
-snapshot is ignored with a warning. `projections` holds one entry per projection, so the search
-index can be added beside the sections state without a new format.
+snapshot is ignored with a warning. `projections` holds one entry per projection in the JSON;
+a projection that is not JSON (the search index) goes in an attachment, a file of its own named
+in the snapshot with its sha256 and written before it, so a snapshot never names a missing or
+partial attachment.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import orjson
@@ -31,6 +35,16 @@ class Snapshot:
     seq: int
     h: str
     projections: dict
+    attachments: dict = field(default_factory=dict)  # name -> sha256 hex
+
+
+def _write_file(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
 
 
 def snapshot_paths(directory: Path) -> list[Path]:
@@ -39,8 +53,15 @@ def snapshot_paths(directory: Path) -> list[Path]:
     return sorted(directory.glob("snap-*.json"), reverse=True)
 
 
-def write_snapshot(directory: Path, origin: str, snapshot: Snapshot) -> Path:
+def write_snapshot(
+    directory: Path, origin: str, snapshot: Snapshot, attachments: dict[str, bytes] | None = None
+) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
+    stem = f"snap-{snapshot.seq:016d}"
+    digests = {}
+    for name, data in (attachments or {}).items():
+        _write_file(directory / f"{stem}.{name}", data)
+        digests[name] = hashlib.sha256(data).hexdigest()
     body = orjson.dumps(
         {
             "format": FORMAT,
@@ -48,20 +69,34 @@ def write_snapshot(directory: Path, origin: str, snapshot: Snapshot) -> Path:
             "seq": snapshot.seq,
             "h": snapshot.h,
             "projections": snapshot.projections,
+            "attachments": digests,
         }
     )
     digest = hashlib.sha256(body).hexdigest().encode()
-    path = directory / f"snap-{snapshot.seq:016d}.json"
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(digest + b"\n" + body)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    path = directory / f"{stem}.json"
+    _write_file(path, digest + b"\n" + body)
     layout.fsync_dir(directory)
     for old in snapshot_paths(directory)[KEEP:]:
-        old.unlink(missing_ok=True)
+        for file in directory.glob(old.stem + ".*"):
+            file.unlink(missing_ok=True)
     return path
+
+
+def read_attachment(directory: Path, snapshot: Snapshot, name: str) -> bytes | None:
+    """A snapshot's attachment, if it is there and intact (else None, with a warning)."""
+    expected = snapshot.attachments.get(name)
+    if expected is None:
+        return None
+    path = directory / f"snap-{snapshot.seq:016d}.{name}"
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        log.warning("ignoring snapshot attachment %s: %s", path, exc)
+        return None
+    if hashlib.sha256(data).hexdigest() != expected:
+        log.warning("ignoring snapshot attachment %s: its checksum does not match", path)
+        return None
+    return data
 
 
 def read_snapshot(
@@ -85,7 +120,7 @@ def read_snapshot(
     except (OSError, ValueError, KeyError, TypeError) as exc:
         log.warning("ignoring snapshot %s: %s", path, exc)
         return None
-    return Snapshot(seq, h, data["projections"])
+    return Snapshot(seq, h, data["projections"], data.get("attachments", {}))
 
 
 def newest_snapshot(
@@ -99,8 +134,7 @@ def newest_snapshot(
 
 
 def purge_snapshots(directory: Path) -> None:
-    """Delete every snapshot (erasure: they may hold erased content)."""
-    for path in list(snapshot_paths(directory)) + list(
-        directory.glob("*.tmp") if directory.is_dir() else []
-    ):
-        path.unlink(missing_ok=True)
+    """Delete every snapshot and attachment (erasure: they may hold erased content)."""
+    if directory.is_dir():
+        for path in [*directory.glob("snap-*"), *directory.glob("*.tmp")]:
+            path.unlink(missing_ok=True)

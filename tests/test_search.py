@@ -4,10 +4,13 @@ index that follows every change and is rebuilt identically from the log."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import random
+import shutil
 import threading
 
 import pytest
+from helpers.crashlog import files_containing
 from helpers.threads import run_threads
 
 from eventstore.errors import InvalidInput
@@ -412,3 +415,57 @@ def test_an_erased_item_leaves_no_term_in_the_index(mem):
     held = _index_bytes(mem)
     assert b"quixot" not in held and b"zyzzogeton" not in held
     assert ids(s.search("ordinary")) != []
+
+
+def _open_copy(src, dst, *, without_snapshots: bool = False) -> Memory:
+    """Open a copy of a live data directory, as a crash would leave it."""
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("LOCK"))
+    if without_snapshots:
+        shutil.rmtree(dst / "snapshots", ignore_errors=True)
+    return Memory.open(dst, seg_bits=6)
+
+
+def test_the_index_comes_from_the_snapshot_and_the_tail_is_redone(tmp_path):
+    mem = Memory.open(tmp_path / "d", seg_bits=6)
+    _workload(mem, random.Random(11), 250)
+    mem.snapshot()
+    a, b = mem.session("s0", create=False), mem.session("s1", create=False)
+    a.add("documents", "tail alpha document")  # the tail after the snapshot
+    live_ids = [v.id for v in b.get("findings", reader="operator")]
+    if live_ids:
+        b.update("findings", live_ids[0], content="tail beta rewrite")
+    mem.session("s2", create=False).delete()
+    mem.observe("learning", "tail", "tail gamma observation")
+    expected = _all_results(mem)
+    loaded = _open_copy(tmp_path / "d", tmp_path / "copy")
+    built = _open_copy(tmp_path / "d", tmp_path / "plain", without_snapshots=True)
+    assert (loaded.search_index_source, built.search_index_source) == ("snapshot", "built")
+    assert _index_dump(loaded.search_index) == _index_dump(built.search_index)
+    assert _all_results(loaded) == _all_results(built) == expected
+    for m in (mem, loaded, built):
+        m.close()
+
+
+def test_a_damaged_index_attachment_is_ignored(tmp_path, caplog):
+    mem = Memory.open(tmp_path / "d")
+    mem.session("s").add("documents", "kept words")
+    mem.close()
+    (attachment,) = (tmp_path / "d" / "snapshots").glob("snap-*.search.db")
+    attachment.write_bytes(attachment.read_bytes()[:-10] + b"0123456789")
+    with caplog.at_level(logging.WARNING):
+        again = Memory.open(tmp_path / "d")
+    assert again.search_index_source == "built" and "checksum" in caplog.text
+    assert ids(again.search("kept")) != []
+    again.close()
+
+
+def test_an_erase_removes_every_snapshot_attachment(tmp_path):
+    mem = Memory.open(tmp_path / "d")
+    s = mem.session("s")
+    secret = s.add("documents", "snapshotted secret words")
+    mem.snapshot()
+    assert list((tmp_path / "d" / "snapshots").glob("snap-*.search.db"))
+    s.erase(secret.id, reason="gdpr")
+    assert list((tmp_path / "d" / "snapshots").iterdir()) == []
+    mem.close()
+    assert files_containing(tmp_path / "d", b"snapshotted secret") == []
