@@ -9,6 +9,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 
+from helpers.searchindex import fresh_index_dump, index_dump
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -18,14 +19,14 @@ from sections.errors import MemoryError_
 from sections.memory import Memory
 
 SECTIONS = (
-    SectionConfig("fifo_turn", 40, "fifo", "turn"),
+    SectionConfig("fifo_turn", 40, "fifo", "turn", searchable=True),
     SectionConfig("lifo_durable", 40, "lifo", "durable"),
     SectionConfig("lru_process", 40, "lru", "process"),
     SectionConfig("lfu_commit", 40, "lfu", "commit"),
-    SectionConfig("priority_durable", 40, "priority", "durable"),
+    SectionConfig("priority_durable", 40, "priority", "durable", searchable=True),
     SectionConfig("refuse_commit", 30, "refuse", "commit"),
     SectionConfig("unbounded", None, "none", "durable", searchable=True),
-    SectionConfig("messages", 60, "fifo", "durable"),
+    SectionConfig("messages", 60, "fifo", "durable", searchable=True),
 )
 CONFIG = MemoryConfig(sections=SECTIONS, seed_items=None)
 NAMES = [s.name for s in SECTIONS]
@@ -165,6 +166,10 @@ class MemoryMachine(RuleBasedStateMachine):
         live = self.mem.state_hash()
         assert self.mem.rebuild(use_snapshots=False).state_hash() == live
         assert self.mem.rebuild(use_snapshots=True).state_hash() == live
+
+    @invariant()
+    def search_index_is_the_state_indexed(self):
+        assert index_dump(self.mem.search_index) == fresh_index_dump(self.mem)
 
     @invariant()
     def budgets_hold(self):

@@ -11,13 +11,13 @@ import threading
 
 import pytest
 from helpers.crashlog import files_containing
+from helpers.searchindex import fresh_index_dump, index_dump
 from helpers.threads import run_threads
 
 from eventstore.errors import InvalidInput
 from sections.config import SectionConfig
 from sections.errors import ItemNotFound
 from sections.memory import Memory
-from sections.search import SearchIndex
 
 
 class Clock:
@@ -299,20 +299,12 @@ def _all_results(mem: Memory) -> list:
     return out
 
 
-def _index_dump(index: SearchIndex) -> list:
-    with index.lock:
-        return sorted(index._db.execute("SELECT * FROM docs").fetchall())
-
-
 def test_rebuild_from_the_log_gives_identical_results(tmp_path):
     rng = random.Random(7)
     mem = Memory.open(tmp_path / "d", seg_bits=6, snapshot_every=150)
     _workload(mem, rng, 400)
     live = _all_results(mem)
-    fresh = SearchIndex()
-    with mem._lock:
-        fresh.build(mem._state, mem.history.content_of)
-    assert _index_dump(fresh) == _index_dump(mem.search_index)  # incremental == built anew
+    assert index_dump(mem.search_index) == fresh_index_dump(mem)  # incremental == built anew
     mem.close()
     for use_snapshots in (True, False):
         if not use_snapshots:
@@ -351,10 +343,7 @@ def test_null_and_large_contents_and_tag_updates_keep_the_index_exact(tmp_path):
             s.update("documents", big.id, tags=[f"t{i}"])  # no content: text is kept
 
     assert run_threads(work, 6) == []
-    fresh = SearchIndex()
-    with mem._lock:
-        fresh.build(mem._state, mem.history.content_of)
-    assert _index_dump(fresh) == _index_dump(mem.search_index)
+    assert index_dump(mem.search_index) == fresh_index_dump(mem)
     assert len(mem.search("needle3", tags=["t14"])) == 1
     assert mem.rebuild().state_hash() == mem.state_hash()
     mem.close()
@@ -440,7 +429,7 @@ def test_the_index_comes_from_the_snapshot_and_the_tail_is_redone(tmp_path):
     loaded = _open_copy(tmp_path / "d", tmp_path / "copy")
     built = _open_copy(tmp_path / "d", tmp_path / "plain", without_snapshots=True)
     assert (loaded.search_index_source, built.search_index_source) == ("snapshot", "built")
-    assert _index_dump(loaded.search_index) == _index_dump(built.search_index)
+    assert index_dump(loaded.search_index) == index_dump(built.search_index)
     assert _all_results(loaded) == _all_results(built) == expected
     for m in (mem, loaded, built):
         m.close()
