@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hashlib
-import math
 import os
 import platform
 import random
@@ -40,6 +39,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import orjson
+from machine import cpu_times, disk_noise, idle_fraction, percentile
 
 import eventstore
 from eventstore import layout
@@ -105,27 +105,8 @@ def make_payloads(count: int, seed: int = 20261121) -> list[dict]:
 # ---- statistics and machine noise ------------------------------------------------------------
 
 
-def percentile(sorted_values: list[int] | list[float], q: float) -> float:
-    """Nearest-rank percentile of an ascending list."""
-    if not sorted_values:
-        return float("nan")
-    return sorted_values[min(len(sorted_values) - 1, max(0, math.ceil(q * len(sorted_values)) - 1))]
-
-
 def ms(ns: float) -> float:
     return round(ns / 1e6, 4)
-
-
-def cpu_times() -> tuple[int, int]:
-    """(idle incl. iowait, total) jiffies of the whole machine from /proc/stat."""
-    with open("/proc/stat") as f:
-        fields = [int(x) for x in f.readline().split()[1:]]
-    return fields[3] + fields[4], sum(fields[:8])
-
-
-def idle_fraction(before: tuple[int, int], after: tuple[int, int]) -> float:
-    total = after[1] - before[1]
-    return round((after[0] - before[0]) / total, 3) if total else float("nan")
 
 
 def thread_cpu_seconds(native_id: int) -> float:
@@ -133,31 +114,6 @@ def thread_cpu_seconds(native_id: int) -> float:
     with open(f"/proc/self/task/{native_id}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def disk_noise(directory: Path, count: int) -> dict:
-    """`count` bare write + fdatasync of 300 bytes: how fast this filesystem flushes right now."""
-    path = directory / "disk-noise.bin"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
-    data = b"x" * 299 + b"\n"
-    lat = []
-    try:
-        for _ in range(count):
-            t0 = time.perf_counter_ns()
-            os.write(fd, data)
-            os.fdatasync(fd)
-            lat.append(time.perf_counter_ns() - t0)
-    finally:
-        os.close(fd)
-        path.unlink()
-    lat.sort()
-    return {
-        "syncs": count,
-        "p50_ms": ms(percentile(lat, 0.50)),
-        "p99_ms": ms(percentile(lat, 0.99)),
-        "max_ms": ms(lat[-1]),
-        "syncs_per_s": round(count / (sum(lat) / 1e9)),
-    }
 
 
 # ---- the CPU floor ---------------------------------------------------------------------------

@@ -45,7 +45,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import os
 import platform
 import random
@@ -59,6 +58,8 @@ import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+
+from machine import TICK, busy_neighbours, cpu_times, percentile
 
 ROOT = Path(__file__).resolve().parent.parent
 CONNECTIONS = 32
@@ -126,13 +127,6 @@ def log(message: str) -> None:
 # ---- statistics and machine noise ------------------------------------------------------------
 
 
-def percentile(sorted_values: list, q: float) -> float:
-    """Nearest-rank percentile of an ascending list."""
-    if not sorted_values:
-        return float("nan")
-    return sorted_values[min(len(sorted_values) - 1, max(0, math.ceil(q * len(sorted_values)) - 1))]
-
-
 def latency_ms(values_ns: list[int]) -> dict:
     values = sorted(values_ns)
     return {
@@ -142,9 +136,6 @@ def latency_ms(values_ns: list[int]) -> dict:
         "max": round(values[-1] / 1e6, 3) if values else None,
         "n": len(values),
     }
-
-
-TICK = os.sysconf("SC_CLK_TCK")
 
 
 def proc_times(pid: int, tid: int | None = None) -> tuple[float, float]:
@@ -173,48 +164,12 @@ def proc_rss_mib(pid: int) -> float:
     return float("nan")
 
 
-def cpu_times() -> tuple[int, int]:
-    """(idle incl. iowait, total) jiffies of the whole machine from /proc/stat."""
-    with open("/proc/stat") as f:
-        fields = [int(x) for x in f.readline().split()[1:]]
-    return fields[3] + fields[4], sum(fields[:8])
-
-
 def busy_cores(before: tuple[int, int], after: tuple[int, int], seconds: float) -> float:
     """Cores busy on the whole machine between two cpu_times() samples."""
     total = after[1] - before[1]
     if not total:
         return float("nan")
     return round((1 - (after[0] - before[0]) / total) * os.cpu_count(), 2)  # type: ignore[operator]
-
-
-def busy_neighbours(exclude: set[int], limit: int = 5, window: float = 0.5) -> list[dict]:
-    """The processes (other than `exclude`) that used the most CPU over `window` seconds."""
-
-    def sample() -> dict[int, tuple[str, float]]:
-        found = {}
-        for entry in os.scandir("/proc"):
-            if not entry.name.isdigit() or int(entry.name) in exclude:
-                continue
-            try:
-                with open(f"/proc/{entry.name}/stat") as f:
-                    text = f.read()
-            except OSError:
-                continue
-            fields = text.rsplit(")", 1)[1].split()
-            name = text[text.index("(") + 1 : text.rindex(")")]
-            found[int(entry.name)] = (name, (int(fields[11]) + int(fields[12])) / TICK)
-        return found
-
-    first = sample()
-    time.sleep(window)
-    second = sample()
-    used = [
-        {"pid": pid, "name": name, "cores": round((cpu - first[pid][1]) / window, 2)}
-        for pid, (name, cpu) in second.items()
-        if pid in first and cpu > first[pid][1]
-    ]
-    return sorted(used, key=lambda p: -p["cores"])[:limit]
 
 
 def machine_noise(quick: bool) -> dict:

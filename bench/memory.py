@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import math
 import os
 import platform
 import random
@@ -48,6 +47,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import orjson
+from machine import busy_neighbours, cpu_times, disk_noise, idle_fraction, percentile
 
 from eventstore import layout
 from eventstore.jcs import canonical
@@ -119,13 +119,6 @@ def make_contents(count: int, seed: int = 20261121) -> list[str]:
 # ---- statistics and machine noise ------------------------------------------------------------
 
 
-def percentile(sorted_values: list[int], q: float) -> float:
-    """Nearest-rank percentile of an ascending list."""
-    if not sorted_values:
-        return float("nan")
-    return sorted_values[min(len(sorted_values) - 1, max(0, math.ceil(q * len(sorted_values)) - 1))]
-
-
 def ms(ns: float) -> float:
     return round(ns / 1e6, 3)
 
@@ -185,74 +178,8 @@ def writer_thread_cpu() -> float:
     return total
 
 
-def cpu_times() -> tuple[int, int]:
-    """(idle incl. iowait, total) jiffies of the whole machine from /proc/stat."""
-    with open("/proc/stat") as f:
-        fields = [int(x) for x in f.readline().split()[1:]]
-    return fields[3] + fields[4], sum(fields[:8])
-
-
-def idle_fraction(before: tuple[int, int], after: tuple[int, int]) -> float:
-    total = after[1] - before[1]
-    return round((after[0] - before[0]) / total, 3) if total else float("nan")
-
-
 def loadavg() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
-
-
-def busy_neighbours(limit: int = 5) -> list[dict]:
-    """The processes (other than this one) that used the most CPU over the last 0.5 s."""
-
-    def sample() -> dict[int, tuple[str, int]]:
-        found = {}
-        for entry in os.scandir("/proc"):
-            if not entry.name.isdigit() or int(entry.name) == os.getpid():
-                continue
-            try:
-                with open(f"/proc/{entry.name}/stat") as f:
-                    text = f.read()
-            except OSError:
-                continue
-            name = text[text.index("(") + 1 : text.rindex(")")]
-            fields = text.rsplit(")", 1)[1].split()
-            found[int(entry.name)] = (name, int(fields[11]) + int(fields[12]))
-        return found
-
-    first = sample()
-    time.sleep(0.5)
-    second = sample()
-    tick = os.sysconf("SC_CLK_TCK")
-    used = [
-        {"pid": pid, "name": name, "cores": round((ticks - first[pid][1]) / tick / 0.5, 2)}
-        for pid, (name, ticks) in second.items()
-        if pid in first and ticks > first[pid][1]
-    ]
-    return sorted(used, key=lambda p: -p["cores"])[:limit]
-
-
-def disk_noise(directory: Path, count: int) -> dict:
-    """`count` bare write + fdatasync of 300 bytes: how fast this filesystem flushes right now."""
-    path = directory / "disk-noise.bin"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
-    data = b"x" * 299 + b"\n"
-    lat = []
-    try:
-        for _ in range(count):
-            t0 = time.perf_counter_ns()
-            os.write(fd, data)
-            os.fdatasync(fd)
-            lat.append(time.perf_counter_ns() - t0)
-    finally:
-        os.close(fd)
-        path.unlink()
-    lat.sort()
-    return {
-        "syncs": count,
-        "p50_ms": ms(percentile(lat, 0.50)),
-        "p99_ms": ms(percentile(lat, 0.99)),
-        "max_ms": ms(lat[-1]),
-    }
 
 
 def machine_noise(quick: bool) -> dict:
@@ -261,7 +188,7 @@ def machine_noise(quick: bool) -> dict:
     return {
         "loadavg": loadavg(),
         "cpu_idle": idle_fraction(idle0, cpu_times()),
-        "busiest_other_processes": busy_neighbours(),
+        "busiest_other_processes": busy_neighbours({os.getpid()}),
     }
 
 
