@@ -182,11 +182,14 @@ def parse_subscribe_frame(text: str | None) -> tuple[int, dict[str, list[str]]]:
 # ---- the adapters ----------------------------------------------------------------------------
 
 
-async def _until_disconnect(receive: Receive, work: Awaitable[None]) -> None:
-    """Run `work` until it ends or the client goes away, whichever comes first."""
+async def _until_disconnect(
+    receive: Receive, work: Awaitable[None], disconnect: str = "http.disconnect"
+) -> None:
+    """Run `work` until it ends or the client goes away, whichever comes first. Anything else
+    the client sends meanwhile (a WebSocket's frames after the first) is ignored."""
 
     async def disconnected() -> None:
-        while (await receive())["type"] != "http.disconnect":
+        while (await receive())["type"] != disconnect:
             pass
 
     tasks = [asyncio.ensure_future(work), asyncio.ensure_future(disconnected())]
@@ -375,21 +378,8 @@ class Channels:
                     await send({"type": "websocket.send", "text": item.text()})
             await _close(send, WS_GOING_AWAY, "the server is shutting down; resume with after")
 
-        async def listen() -> None:
-            while (await receive())["type"] != "websocket.disconnect":
-                pass  # frames after the first are ignored
-
         with subscription:
-            tasks = [asyncio.ensure_future(pump()), asyncio.ensure_future(listen())]
-            try:
-                await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for task in tasks:
-                    task.cancel()
-                results = await asyncio.gather(*tasks, return_exceptions=True)
-        for result in results:
-            if isinstance(result, Exception) and not isinstance(result, OSError):
-                raise result
+            await _until_disconnect(receive, pump(), "websocket.disconnect")
 
 
 async def _close(send: Send, code: int, reason: str) -> None:
