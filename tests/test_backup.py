@@ -5,11 +5,8 @@ writes, even when the checkpoint changes during the copy. A naive copy (segments
 
 from __future__ import annotations
 
-import os
 import shutil
 import stat
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -17,7 +14,8 @@ from pathlib import Path
 import httpx
 import orjson
 import pytest
-from server import ROOT, Server
+from helpers.cli import ledgermem
+from server import Server
 
 from eventstore import layout
 from eventstore.checkpoint import VerifierKey
@@ -25,17 +23,6 @@ from eventstore.store import open_log
 from eventstore.verify import verify_log
 from replay import cli_backup
 from sections.memory import Memory
-
-ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
-
-
-def ledgermem(*args: object) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "ledgermem_cli", *map(str, args)],
-        capture_output=True,
-        env=ENV,
-        timeout=60,
-    )
 
 
 def checkpoint_size(log_dir: Path) -> int:

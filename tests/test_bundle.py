@@ -11,14 +11,12 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import orjson
 import pytest
+from helpers.cli import ledgermem
 
 from eventstore.checkpoint import SigningKey, sign_checkpoint
 from eventstore.reader import LogReader
@@ -38,7 +36,6 @@ from sections.config import MemoryConfig, SectionConfig
 from sections.history import History
 from sections.memory import Memory
 
-ROOT = Path(__file__).parent.parent
 CONFIG = MemoryConfig(
     sections=(
         SectionConfig("role", 200, "none", "durable", mutable=False),
@@ -51,16 +48,6 @@ CONFIG = MemoryConfig(
     seed_items={"role": ({"content": "You are an auditor.", "kind": "instruction"},)},
 )
 CALL = {"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}
-
-
-def ledgermem(*args: object, stdin: bytes | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "ledgermem_cli", *map(str, args)],
-        capture_output=True,
-        input=stdin,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        timeout=120,
-    )
 
 
 @pytest.fixture(scope="module")

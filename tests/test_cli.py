@@ -8,18 +8,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).parent.parent
+from helpers import cli
 
 
 def ledgermem(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "ledgermem_cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        timeout=120,
-    )
+    return cli.ledgermem(*args, text=True, cwd=cwd)
+
+
+ROOT = Path(__file__).parent.parent
 
 
 def test_demo_creates_a_private_key_writes_reads_and_verifies(tmp_path):

@@ -4,32 +4,20 @@ VALID-LOCAL, the service still starts on it, and both refuse while a server hold
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import orjson
 import pytest
-from server import ROOT, Server
+from helpers.cli import ledgermem
+from server import Server
 
 from eventstore import layout
 from eventstore.reader import LogReader
 from sections.memory import Memory
 
-ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 ALICE = ("ALICE-ADDRESS-1", "ALICE-PHONE-2", "ALICE-UPDATED-3")
 BOB = ("BOB-PASSPORT-4", "BOB-SIBLING-5")
 CAROL = "CAROL-KEEP-6"
-
-
-def ledgermem(*args: object) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "ledgermem_cli", *map(str, args)],
-        capture_output=True,
-        env=ENV,
-        timeout=60,
-    )
 
 
 @pytest.fixture

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import os
 import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import orjson
 import pytest
+from helpers.cli import ledgermem
 
 from eventstore import layout
 from eventstore.checkpoint import CheckpointError, SigningKey, VerifierKey
@@ -30,18 +27,6 @@ from replay.bundle import (
     verify_tlog_proof,
 )
 from sections.memory import Memory
-
-ROOT = Path(__file__).parent.parent
-
-
-def ledgermem(*args: object, stdin: bytes | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "ledgermem_cli", *map(str, args)],
-        capture_output=True,
-        input=stdin,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        timeout=120,
-    )
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from helpers.cli import ledgermem
 
 from sections.config import MemoryConfig, SectionConfig
 from sections.memory import Memory
@@ -22,15 +23,6 @@ CONFIG = MemoryConfig(
         SectionConfig("findings", 100, "priority", "durable"),
     )
 )
-
-
-def ledgermem(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "ledgermem_cli", *map(str, args)],
-        capture_output=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        timeout=120,
-    )
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import orjson
 import pytest
+from helpers.cli import ledgermem
 from server import ROOT, Server
 
 from eventstore import layout
@@ -24,15 +25,6 @@ from replay.mirror import Mirror, MirrorError
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 TOKEN = "tok-tail"
 TOKENS = {"LEDGERMEM_TOKENS": f"{TOKEN}:default:read+write+admin"}
-
-
-def ledgermem(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "ledgermem_cli", *map(str, args)],
-        capture_output=True,
-        env={**ENV, **(env or {})},
-        timeout=60,
-    )
 
 
 def spawn_tail(*args: str, stdout=subprocess.DEVNULL) -> subprocess.Popen:

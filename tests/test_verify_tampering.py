@@ -12,16 +12,21 @@ import base64
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from helpers.cli import ledgermem
 
 from eventstore import jcs, merkle, record
 from eventstore.checkpoint import SigningKey, sign_checkpoint
 from eventstore.layout import segment_name
 from eventstore.verify import FAIL, INTACT_UNANCHORED, VALID_LOCAL, VerifyInputError, verify_log
 from eventstore.writer import Durability, LogWriter
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return ledgermem("verify", *args, text=True, cwd=REPO)
+
 
 VECTORS_DIR = Path(__file__).parent / "vectors"
 SAMPLE = VECTORS_DIR / "sample-log"
@@ -120,16 +125,6 @@ def forge(tmp_path: Path) -> Forge:
 def verify(forge: Forge, **kwargs):
     kwargs.setdefault("vkey", VKEY)
     return verify_log(forge.dir, **kwargs)
-
-
-def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "ledgermem_cli", "verify", *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=60,
-    )
 
 
 def place(report) -> tuple:

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.cli import ledgermem
 
 from eventstore.verify import (
     FAIL,
@@ -18,6 +19,11 @@ from eventstore.verify import (
     VerifyInputError,
     verify_log,
 )
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return ledgermem("verify", *args, text=True, cwd=REPO)
+
 
 VECTORS_DIR = Path(__file__).parent / "vectors"
 SAMPLE = VECTORS_DIR / "sample-log"
@@ -235,16 +241,6 @@ def test_the_text_report_puts_the_verdict_first_and_the_error_at_a_glance():
 
 
 # -- the command line, in a real subprocess
-
-
-def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "ledgermem_cli", "verify", *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=120,
-    )
 
 
 def test_cli_exits_0_and_prints_the_verdict_for_a_valid_log():
