@@ -5,10 +5,10 @@ state when the memory opens, then kept in step by `follow`, which the memory cal
 record it applies (under its lock, in log order). Nothing of it is written to disk, so an erase
 leaves no copy behind, and secure_delete zeroes the pages a removed document used.
 
-`follow` never waits for a query: it turns the record into index changes (taking what they need
-from the state at that moment) and queues them; it applies the queue itself when the index is
-free, and otherwise the running query applies it when it is done. A query first applies
-everything queued, so it sees every record applied before it started.
+`follow` never touches the database: it turns the record into index changes (taking what they
+need from the state at that moment) and queues them, and the index's own thread applies the
+queue. A query first applies everything still queued, so it sees every record applied before it
+started.
 
 - **Tenant isolation.** Each tenant has its own FTS5 table, so the corpus statistics behind a
   BM25 score (document count, average length, document frequencies) are that tenant's alone.
@@ -162,6 +162,9 @@ class SearchIndex:
         self._closed = False
         self._db.execute("BEGIN")
         self.lock = threading.Lock()
+        self._queued = threading.Event()
+        self._applier = threading.Thread(target=self._apply_loop, name="search-index", daemon=True)
+        self._applier.start()
 
     def __len__(self) -> int:
         with self.lock:
@@ -285,17 +288,23 @@ class SearchIndex:
                 self._db.execute("BEGIN")
 
     def follow(self, state: MemoryState, record: Record, content_of: ContentOf) -> None:
-        """Queue what `record`, just applied to `state`, changes in the index, and apply the
-        queue unless a query holds the index (it applies it then)."""
+        """Queue what `record`, just applied to `state`, changes in the index; the index's own
+        thread applies the queue (and a query applies what is left before it runs)."""
         changes = _changes(state, record, content_of)
-        if not changes:
-            return
-        self._queue.extend(changes)
-        if self.lock.acquire(blocking=False):
-            try:
+        if changes:
+            self._queue.extend(changes)
+            self._queued.set()
+
+    def _apply_loop(self) -> None:
+        # Off the memory's lock: under it each FTS5 insert took ~200 µs of wall time against
+        # 20-27 µs in a bare loop (SQLite releases the GIL around every statement).
+        while True:
+            self._queued.wait()
+            self._queued.clear()
+            with self.lock:
+                if self._closed:
+                    return
                 self._apply_queued()
-            finally:
-                self.lock.release()
 
     # ---- queries -------------------------------------------------------------------------------
 
@@ -379,6 +388,9 @@ class SearchIndex:
         with self.lock:
             self._closed = True
             self._db.close()
+        self._queued.set()  # the applier sees `_closed` and ends
+        if self._applier is not threading.current_thread():
+            self._applier.join()
 
     def size_bytes(self) -> int:
         """The index's database size (its pages), for benchmarks and status."""

@@ -385,6 +385,7 @@ def test_times_out_of_range_are_refused(mem):
 def _index_bytes(mem: Memory) -> bytes:
     """Every byte the index database holds for tenant `default`: its FTS5 segments and rows."""
     with mem.search_index.lock:
+        mem.search_index._apply_queued()
         db = mem.search_index._db
         table = mem.search_index._tables["default"]
         blocks = [b for (b,) in db.execute(f"SELECT block FROM {table}_data") if b]
