@@ -105,7 +105,7 @@ class History:
             settings = record.payload.get("inject") or {}
             chars = settings.get("observation_chars", inject.OBSERVATION_CHARS)
             messages = inject.replay(state, record.tenant, injected, chars, self.content_of)
-        except (KeyError, LookupError) as exc:
+        except LookupError as exc:  # KeyError included
             raise NotFound(
                 f"the context at seq {seq} cites what the log no longer holds: {exc}"
             ) from None
