@@ -1,5 +1,6 @@
 """Adds through `Memory` into the default sections (three of the four used are searchable), from
-64 asyncio callers: what the search index costs on the write path, durable and not.
+64 asyncio callers, durable and not, and from one caller in a loop, durable: what the search
+index costs on the write path.
 
 Prints one JSON object. Give another checkout's root to measure that code instead, and run the
 two alternately to compare them side by side:
@@ -69,9 +70,26 @@ def run(durability: Durability) -> dict:
     return {"adds_per_s": round(ADDS / elapsed), "cpu_us_per_add": round(cpu / ADDS * 1e6, 1)}
 
 
+def sequential(adds: int = 1500) -> dict:
+    """One caller, durable adds alternating a searchable section and one that is not."""
+    with tempfile.TemporaryDirectory(prefix="ledgermem-bench-adds-") as tmp:
+        mem = Memory.open(tmp)
+        session = mem.session("s")
+        contents = texts()
+        for i in range(200):  # warm-up
+            session.add("documents", contents[i])
+        start = time.perf_counter()
+        for i in range(adds):
+            session.add("documents" if i % 2 else "working", contents[i])
+        elapsed = time.perf_counter() - start
+        mem.close()
+    return {"adds": adds, "us_per_add": round(elapsed / adds * 1e6)}
+
+
 if __name__ == "__main__":
-    print(
-        json.dumps(
-            {"fsync": run(Durability.FSYNC), "unsafe_no_fsync": run(Durability.UNSAFE_NO_FSYNC)}
-        )
-    )
+    result = {
+        "fsync": run(Durability.FSYNC),
+        "unsafe_no_fsync": run(Durability.UNSAFE_NO_FSYNC),
+        "sequential_fsync": sequential(),
+    }
+    print(json.dumps(result))
