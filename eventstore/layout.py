@@ -46,29 +46,6 @@ def list_segments(log_dir: Path) -> list[tuple[int, Path]]:
     return found
 
 
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_atomically(path: Path, data: bytes, mode: int = 0o644) -> None:
-    """Write `path.tmp` whole, fsync it, rename it over `path`, fsync the directory: all or nothing."""
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
-
-
 def quarantine_name(segment: int, offset: int, existing: set[str]) -> str:
     base = f"seg-{segment:012d}.{offset}.torn"
     name, n = base, 0

@@ -22,6 +22,7 @@ from pathlib import Path
 import orjson
 
 from . import layout, segfile
+from .atomic import write_atomically
 from .errors import CorruptLog, InvalidInput
 from .filters import MATCH_ALL, RecordFilter
 from .merkle import CompactRange, consistency_proof, inclusion_proof, root
@@ -223,11 +224,12 @@ class LogReader:
             return
         try:
             index_path.parent.mkdir(exist_ok=True)
-            tmp = index_path.with_name(index_path.name + ".tmp")
-            tmp.write_bytes(
-                array("Q", [index.size, INDEX_STRIDE]).tobytes() + index.offsets.tobytes()
+            # A cache, checked against the lines it points at when loaded: no fsync needed.
+            write_atomically(
+                index_path,
+                array("Q", [index.size, INDEX_STRIDE]).tobytes() + index.offsets.tobytes(),
+                durable=False,
             )
-            os.replace(tmp, index_path)
         except OSError:
             pass  # the index is a cache: without it, seeks scan one segment
 

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from .atomic import write_atomically
 from .checkpoint import SigningKey, check_origin
 from .errors import BadKey
 from .layout import DataDir
@@ -43,9 +44,7 @@ def load_or_create_key(data: DataDir, origin: str | None = None, create: bool = 
     key = SigningKey.generate(origin)
     data.keys.mkdir(parents=True, exist_ok=True, mode=0o700)
     os.chmod(data.keys, 0o700)
-    tmp = origin_file.with_name("origin.tmp")
-    tmp.write_text(origin + "\n", "utf-8")
-    os.replace(tmp, origin_file)
+    write_atomically(origin_file, (origin + "\n").encode())
     key.save(data.signing_key)
     return KeyInfo(key, data.signing_key, True)
 

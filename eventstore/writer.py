@@ -16,7 +16,6 @@ import contextlib
 import errno
 import hashlib
 import os
-import struct
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -26,37 +25,17 @@ from pathlib import Path
 import orjson
 
 from . import layout, segfile
+from .atomic import fsync_dir
 from .checkpoint import CheckpointError, SigningKey, parse_checkpoint, sign_checkpoint
 from .errors import BadKey, CorruptLog, InvalidInput, InvalidPayload, StalePosition, WriterClosed
 from .identifiers import CONTROL_TENANT, check_event_identifiers
 from .jcs import canonical
 from .lockfile import WriterLock
 from .merkle import CompactRange
-from .record import FORMAT_NAME, MAX_LINE_BYTES, PAY_TAG, REC_TAG, Record, genesis
+from .record import FORMAT_NAME, MAX_LINE_BYTES, Record, genesis, new_record
 from .recovery import scan_tail
 
 _sha256 = hashlib.sha256
-_u64_i64 = struct.Struct(">Qq").pack
-_u16 = struct.Struct(">H").pack
-# encode_line's bytes for a record with a payload, newline included, formatted in one step.
-_LINE = b'{"v":1,"seq":%d,"ts":%d,%b,"prev":"%b","h":"%b","pd":"%b","salt":"%b","payload":%b}\n'
-_names: dict[tuple[str, str, str, str], tuple[bytes, bytes]] = {}
-
-
-def _identifier_bytes(tenant: str, session: str, section: str, type_: str) -> tuple[bytes, bytes]:
-    """The identifiers as they enter the preimage (length-prefixed) and the line; cached."""
-    key = (tenant, session, section, type_)
-    cached = _names.get(key)
-    if cached is None:
-        t, s, c, y = tenant.encode(), session.encode(), section.encode(), type_.encode()
-        cached = (
-            _u16(len(t)) + t + _u16(len(s)) + s + _u16(len(c)) + c + _u16(len(y)) + y,
-            b'"tenant":"%b","session":"%b","section":"%b","type":"%b"' % (t, s, c, y),
-        )
-        if len(_names) >= 4096:
-            _names.clear()
-        _names[key] = cached
-    return cached
 
 
 DEFAULT_SEG_BITS = 16
@@ -303,7 +282,7 @@ class LogWriter:
         if fragment:
             self._quarantine(0, 0, fragment)
         path.unlink()
-        layout.fsync_dir(self.log_dir)
+        fsync_dir(self.log_dir)
         self._create(seg_bits)
 
     def _recover(self, segments: list[tuple[int, Path]], seg_bits: int) -> None:
@@ -475,7 +454,7 @@ class LogWriter:
         qdir = self.log_dir / layout.QUARANTINE
         if not qdir.is_dir():
             qdir.mkdir()
-            layout.fsync_dir(self.log_dir)  # else a power loss can drop the new directory
+            fsync_dir(self.log_dir)  # else a power loss can drop the new directory
         name = layout.quarantine_name(segment, offset, set(os.listdir(qdir)))
         fd = os.open(qdir / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
@@ -485,7 +464,7 @@ class LogWriter:
             os.fsync(fd)
         finally:
             os.close(fd)
-        layout.fsync_dir(qdir)
+        fsync_dir(qdir)
 
     def _last_event(self, scan, segments: list[tuple[int, Path]]) -> dict | None:
         """The last record that is not segment.seal/open, parsed."""
@@ -702,22 +681,9 @@ class LogWriter:
     def _encode(self, entry: Entry, ts: int) -> tuple[bytes, Record, bytes]:
         """The next record's line (with newline), the record and its leaf hash; advances the chain."""
         seq = self._size
-        salt = self._salt()
-        pd = _sha256(PAY_TAG + salt + entry.jcs).digest()
-        preimage_names, line_names = _identifier_bytes(
-            entry.tenant, entry.session, entry.section, entry.type
-        )
-        h = _sha256(
-            b"\x00" + REC_TAG + self._prev + _u64_i64(seq, ts) + preimage_names + pd
-        ).digest()
-        prev_hex, h_hex, pd_hex, salt_hex = self._prev.hex(), h.hex(), pd.hex(), salt.hex()
-        line = _LINE % (
-            seq, ts, line_names, prev_hex.encode(), h_hex.encode(), pd_hex.encode(),
-            salt_hex.encode(), entry.jcs,
-        )  # fmt: skip
-        record = Record(
-            seq, ts, entry.tenant, entry.session, entry.section, entry.type,
-            prev_hex, h_hex, pd_hex, salt_hex, entry.payload, None, line[:-1],
+        record, line, h = new_record(
+            self._prev, seq, ts, entry.tenant, entry.session, entry.section, entry.type,
+            self._salt(), entry.payload, entry.jcs,
         )  # fmt: skip
         self._tree.append(h)
         self._seg_tree.append(h)
@@ -886,7 +852,7 @@ class LogWriter:
         """Open segment `op.number` with its segment.open line, durably (log-format.md §5)."""
         self._open_segment_file(op.number, existing=not op.create)
         self._write_durable([op.line], [op.leaf])
-        layout.fsync_dir(self.log_dir)
+        fsync_dir(self.log_dir)
         if op.checkpoint is not None:
             self._install_checkpoint(op.checkpoint, op.record.seq)
 
@@ -938,7 +904,7 @@ class LogWriter:
             os.close(fd)
         os.replace(tmp, self.log_dir / layout.CHECKPOINT)
         if self.durability is Durability.FSYNC:
-            layout.fsync_dir(self.log_dir)
+            fsync_dir(self.log_dir)
         self._cp_size = max(size, self._cp_size)
         self._cp_time = time.monotonic()
 
@@ -967,7 +933,7 @@ class LogWriter:
             dst.flush()
             os.fsync(dst.fileno())
         os.replace(tmp, path)
-        layout.fsync_dir(self.log_dir)
+        fsync_dir(self.log_dir)
         # Readers notice the new file by its inode and size and rebuild their seek index.
         if n == self._file_segment:
             self._open_segment_file(n, existing=True)  # appends must go to the new file

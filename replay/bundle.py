@@ -178,10 +178,6 @@ def read_bundle(path: str | os.PathLike[str]) -> tuple[Bundle, bytes]:
     return Bundle.from_bytes(data), data
 
 
-def write_atomically(path: str | os.PathLike[str], data: bytes) -> None:
-    layout.write_atomically(Path(path), data)
-
-
 # ---------------------------------------------------------------------------------------------
 # One record line, checked the full way (log-format.md sections 2 to 4)
 

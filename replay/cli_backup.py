@@ -25,6 +25,7 @@ from pathlib import Path
 import orjson
 
 from eventstore import layout, segfile
+from eventstore.atomic import fsync_dir, write_atomically
 from eventstore.checkpoint import Checkpoint, CheckpointError, VerifierKey, parse_checkpoint
 from eventstore.errors import CorruptLog, InvalidInput
 from eventstore.merkle import CompactRange
@@ -90,18 +91,17 @@ def backup(data_dir: Path, out: Path) -> Summary:
         copy.extend_to(newer)
         checkpoint = newer
     copy.finish()
-    _write_file(target.log / layout.CHECKPOINT, checkpoint.text.encode())
-    _fsync(target.log / layout.CHECKPOINT)
+    write_atomically(target.log / layout.CHECKPOINT, checkpoint.text.encode())
     if copy.redactions:
         summary.redacted = redact_segments(target.log, copy.seg_bits, copy.redactions)
     _copy_tree(source.log / layout.QUARANTINE, target.log / layout.QUARANTINE)
-    layout.fsync_dir(target.log)
+    fsync_dir(target.log)
 
     _copy_tree(source.keys, target.keys)
     summary.snapshots = _copy_snapshots(
         source.root / "snapshots", target.root / "snapshots", copy.snapshot_floor, copy.records
     )
-    layout.fsync_dir(target.root)
+    fsync_dir(target.root)
     summary.records = copy.records
     summary.segments = len(copy.leaves)
     summary.checkpoint_size = checkpoint.size
@@ -113,7 +113,7 @@ def _make_out(source: Path, out: Path) -> None:
         raise InvalidInput(f"{out} exists and is not an empty directory: back up into a new one")
     out.mkdir(parents=True, exist_ok=True)
     os.chmod(out, stat.S_IMODE(source.stat().st_mode))
-    layout.fsync_dir(out.parent)
+    fsync_dir(out.parent)
 
 
 def _read_checkpoint(log_dir: Path, vkey: VerifierKey) -> Checkpoint:
@@ -226,7 +226,7 @@ def _copy_tree(source: Path, target: Path) -> None:
         if entry.is_file() and not entry.name.endswith(".tmp"):
             shutil.copy2(entry, target / entry.name)
             _fsync(target / entry.name)
-    layout.fsync_dir(target)
+    fsync_dir(target)
 
 
 def _copy_snapshots(source: Path, target: Path, floor: int, records: int) -> int:
@@ -250,7 +250,7 @@ def _copy_snapshots(source: Path, target: Path, floor: int, records: int) -> int
         _fsync(target / path.name)
         copied += 1
     if copied:
-        layout.fsync_dir(target)
+        fsync_dir(target)
     return copied
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from eventstore.atomic import write_atomically
 from eventstore.checkpoint import CheckpointError, parse_checkpoint
 from eventstore.errors import CorruptLog, InvalidInput
 from eventstore.identifiers import CONTROL_TENANT, check_identifier
@@ -22,7 +23,6 @@ from .bundle import (
     newest_checkpoint,
     session_lines,
     verify_bundle,
-    write_atomically,
 )
 from .options import open_reader, progress
 

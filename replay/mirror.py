@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from eventstore import layout, segfile
+from eventstore.atomic import fsync_dir, write_atomically
 from eventstore.checkpoint import CheckpointError, VerifierKey, parse_checkpoint
 from eventstore.errors import LedgerError
 from eventstore.lockfile import WriterLock
@@ -96,7 +97,7 @@ class Mirror:
                 if n == 0:
                     raise MirrorError(f"{seg_path} is empty")
                 seg_path.unlink()  # created, then stopped before its first line was written
-                layout.fsync_dir(self.path)
+                fsync_dir(self.path)
                 continue
             record = Record.from_line(tail[0])
             if record.seq >> self.seg_bits != n:  # type: ignore[operator]
@@ -177,7 +178,7 @@ class Mirror:
         """Make everything appended durable: the segment, and the directory for new files."""
         self._sync_file()
         if self._new_files:
-            layout.fsync_dir(self.path)
+            fsync_dir(self.path)
             self._new_files = False
 
     def _sync_file(self) -> None:
@@ -216,7 +217,7 @@ class Mirror:
         if size > self.size or size <= self.checkpoint_size:
             return False
         self.sync()
-        write_file_atomically(self.path / layout.CHECKPOINT, text.encode())
+        write_atomically(self.path / layout.CHECKPOINT, text.encode())
         self.checkpoint_size = size
         return True
 
@@ -256,13 +257,9 @@ def redact_segments(log_dir: Path, seg_bits: int, targets: dict[int, int]) -> in
                     lines[k] = record.redacted_line(wanted[record.seq])
                     changed += 1
         if changed:
-            write_file_atomically(path, b"\n".join(lines))
+            write_atomically(path, b"\n".join(lines))
             removed += changed
     return removed
-
-
-def write_file_atomically(path: Path, data: bytes, mode: int = 0o644) -> None:
-    layout.write_atomically(path, data, mode)
 
 
 def _seq_of(line: bytes) -> int:
@@ -288,4 +285,4 @@ def _drop_partial_line(path: Path) -> None:
             os.fsync(f.fileno())
 
 
-__all__ = ["Mirror", "MirrorError", "redact_segments", "write_file_atomically"]
+__all__ = ["Mirror", "MirrorError", "redact_segments"]

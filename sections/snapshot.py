@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import orjson
 
-from eventstore import layout
+from eventstore.atomic import fsync_dir, write_atomically
 from eventstore.reader import LogReader
 
 FORMAT = "ledgermem.snapshot/2"  # 2: items carry `ts`
@@ -38,15 +37,6 @@ class Snapshot:
     attachments: dict = field(default_factory=dict)  # name -> sha256 hex
 
 
-def _write_file(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def snapshot_paths(directory: Path) -> list[Path]:
     if not directory.is_dir():
         return []
@@ -60,7 +50,7 @@ def write_snapshot(
     stem = f"snap-{snapshot.seq:016d}"
     digests = {}
     for name, data in (attachments or {}).items():
-        _write_file(directory / f"{stem}.{name}", data)
+        write_atomically(directory / f"{stem}.{name}", data)
         digests[name] = hashlib.sha256(data).hexdigest()
     body = orjson.dumps(
         {
@@ -74,8 +64,8 @@ def write_snapshot(
     )
     digest = hashlib.sha256(body).hexdigest().encode()
     path = directory / f"{stem}.json"
-    _write_file(path, digest + b"\n" + body)
-    layout.fsync_dir(directory)
+    write_atomically(path, digest + b"\n" + body)
+    fsync_dir(directory)
     for old in snapshot_paths(directory)[KEEP:]:
         for file in directory.glob(old.stem + ".*"):
             file.unlink(missing_ok=True)
