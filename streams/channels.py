@@ -13,11 +13,13 @@ import contextlib
 import math
 import re
 from collections.abc import AsyncIterator, Awaitable
+from typing import NamedTuple
 from urllib.parse import parse_qsl
 
 import orjson
 from sse_starlette import EventSourceResponse
 from starlette.requests import HTTPConnection
+from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from eventstore.filters import RecordFilter
@@ -25,6 +27,7 @@ from eventstore.identifiers import is_identifier
 
 from .auth import Principal
 from .errors import ApiError, error_response
+from .fanout_errors import FanoutError, HubClosed, TooManySubscribers
 from .hub import EncodedRecord, Hub, Slot
 from .responses import dumps
 from .routing import RawRoute
@@ -39,6 +42,40 @@ WS_TRY_AGAIN_LATER = 1013
 _INTEGER = re.compile(r"-?[0-9]{1,19}")
 STREAM_HEADERS = [(b"cache-control", b"no-store"), (b"x-accel-buffering", b"no")]
 JSONL_HEADERS = [(b"content-type", b"application/x-ndjson"), *STREAM_HEADERS]
+
+
+class Refusal(NamedTuple):
+    status: int  # the HTTP status, also of a refused WebSocket handshake
+    close_code: int  # a WebSocket's close code once it is open
+
+
+# How the hub's refusals reach a client, whatever the channel. A refusal not named here answers
+# as its nearest base class does.
+REFUSALS: dict[type[FanoutError], Refusal] = {
+    HubClosed: Refusal(503, WS_TRY_AGAIN_LATER),
+    TooManySubscribers: Refusal(429, WS_POLICY_VIOLATION),
+    FanoutError: Refusal(503, WS_TRY_AGAIN_LATER),
+}
+
+
+def refusal(exc: FanoutError) -> Refusal:
+    for kind in type(exc).__mro__:
+        if kind in REFUSALS:
+            return REFUSALS[kind]
+    raise TypeError(f"{type(exc).__name__} is not a FanoutError")
+
+
+def api_error(exc: ApiError | FanoutError) -> ApiError:
+    """The HTTP error to answer: an `ApiError` as it is; a hub's refusal with its status from
+    REFUSALS and its own code and message."""
+    if isinstance(exc, FanoutError):
+        return ApiError(refusal(exc).status, exc.code, exc.message)
+    return exc
+
+
+def _error_response(exc: ApiError | FanoutError) -> Response:
+    error = api_error(exc)
+    return error_response(error.status, error.code, error.message)
 
 
 def _bad(message: str) -> ApiError:
@@ -242,8 +279,8 @@ class Channels:
                 after = parse_cursor(_single(params, "after") or "-1")
             typed = _flag(params, "typed", False)
             subscription = self.hub.subscribe(after, where, "sse", client=client_address(scope))
-        except ApiError as exc:
-            await error_response(exc.status, exc.code, exc.message)(scope, receive, send)
+        except (ApiError, FanoutError) as exc:
+            await _error_response(exc)(scope, receive, send)
             return
         frame = EncodedRecord.sse_typed if typed else EncodedRecord.sse
 
@@ -276,8 +313,8 @@ class Channels:
                 client=client_address(scope),
                 stop_after=None if follow else self.hub.head,
             )
-        except ApiError as exc:
-            await error_response(exc.status, exc.code, exc.message)(scope, receive, send)
+        except (ApiError, FanoutError) as exc:
+            await _error_response(exc)(scope, receive, send)
             return
 
         async def stream() -> None:
@@ -305,8 +342,8 @@ class Channels:
             subscription = self.hub.subscribe(
                 after, where, "longpoll", client=client_address(scope), batch=int(limit)
             )
-        except ApiError as exc:
-            await error_response(exc.status, exc.code, exc.message)(scope, receive, send)
+        except (ApiError, FanoutError) as exc:
+            await _error_response(exc)(scope, receive, send)
             return
 
         async def poll() -> None:
@@ -341,8 +378,8 @@ class Channels:
             principal = self.service.principal(HTTPConnection(scope), "read")
             query_params(scope, (), filters=False)  # the filter comes in the first frame
             slot = self.hub.reserve(client_address(scope))
-        except ApiError as exc:
-            await _deny(scope, send, exc)
+        except (ApiError, FanoutError) as exc:
+            await _deny(scope, send, api_error(exc))
             return
         try:
             await send({"type": "websocket.accept"})
@@ -365,8 +402,10 @@ class Channels:
             where = scoped_filter(fields, principal, bool(self.service.settings.tokens))
             subscription = self.hub.subscribe(after, where, "ws", slot=slot)
         except ApiError as exc:
-            code = WS_TRY_AGAIN_LATER if exc.status >= 500 else WS_POLICY_VIOLATION
-            await _close(send, code, exc.message)
+            await _close(send, WS_POLICY_VIOLATION, exc.message)
+            return
+        except FanoutError as exc:
+            await _close(send, refusal(exc).close_code, exc.message)
             return
 
         async def pump() -> None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
@@ -26,7 +25,7 @@ from eventstore.reader import LogReader
 from eventstore.record import Record
 
 from .cursor import DONE, WAIT, CaughtUp, Cursor, ReadLog, Send
-from .errors import ApiError
+from .fanout_errors import HubClosed, TooManySubscribers
 
 log = logging.getLogger("ledgermem.fanout")
 
@@ -250,7 +249,6 @@ class Hub:
         self._clients: dict[str, int] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pool: ThreadPoolExecutor | None = None
-        self._local = threading.local()
         self._closed = False
         self._reporting: asyncio.TimerHandle | None = None
 
@@ -332,16 +330,15 @@ class Hub:
     # ---- subscribing -------------------------------------------------------------------------
 
     def reserve(self, client: str) -> Slot:
-        """Take one of `client`'s subscriber places; 429 when it holds them all."""
+        """Take one of `client`'s subscriber places; `TooManySubscribers` when it holds them all,
+        `HubClosed` once the hub is closed."""
         if self._closed:
-            raise ApiError(503, "shutting_down", "the service is shutting down; reconnect shortly")
+            raise _closed()
         held = self._clients.get(client, 0)
         if held >= self.per_client:
-            raise ApiError(
-                429,
-                "too_many_subscribers",
+            raise TooManySubscribers(
                 f"{client} already holds {held} subscriptions, the most one client may "
-                "(max_subscribers_per_client); close one first",
+                "(max_subscribers_per_client); close one first"
             )
         self._clients[client] = held + 1
         return Slot(self, client)
@@ -367,7 +364,8 @@ class Hub:
         """A subscriber at cursor `after` (records with seq > after, matching `where`).
 
         `client` (an address) takes one of its places, or pass a `slot` already reserved.
-        `batch` bounds one delivery; `stop_after` ends the subscription at that seq.
+        `batch` bounds one delivery; `stop_after` ends the subscription at that seq. Raises a
+        `FanoutError` (streams/fanout_errors.py) when the subscriber is refused.
         """
         cursor = Cursor(
             after,
@@ -381,7 +379,7 @@ class Hub:
         if slot is None and client is not None:
             slot = self.reserve(client)
         elif self._closed:
-            raise ApiError(503, "shutting_down", "the service is shutting down; reconnect shortly")
+            raise _closed()
         subscription = Subscription(self, cursor, channel, slot)
         self._subscriptions[subscription] = None
         self.metrics.subscriber_added(channel)
@@ -408,14 +406,6 @@ class Hub:
         except RuntimeError:  # the pool was shut down: the hub is closing
             return [], action.after
 
-    def _thread_reader(self) -> LogReader:
-        # LogReader caches its segment indexes without a lock: one reader per thread.
-        reader = getattr(self._local, "reader", None)
-        if reader is None:
-            reader = LogReader(self.reader.log_dir, self.reader.index_dir)
-            self._local.reader = reader
-        return reader
-
     def _read_log(self, action: ReadLog, where: RecordFilter) -> tuple[list[EncodedRecord], int]:
         """In a worker thread: matching records with after < seq < until, within the bounds."""
         items: list[EncodedRecord] = []
@@ -423,7 +413,8 @@ class Hub:
         reached = action.after
         scan_end = action.after + SCAN_LIMIT
         match_all = where is MATCH_ALL
-        for seq, line in self._thread_reader().lines(action.after, action.until):
+        # Every pool thread shares the one reader: its seek index has a lock, and is built once.
+        for seq, line in self.reader.lines(action.after, action.until):
             reached = seq
             item = EncodedRecord.from_line(seq, line)
             if match_all or where.matches(item):  # type: ignore[arg-type]
@@ -434,3 +425,7 @@ class Hub:
             if seq >= scan_end:
                 break
         return items, reached
+
+
+def _closed() -> HubClosed:
+    return HubClosed("the service is shutting down; reconnect shortly")

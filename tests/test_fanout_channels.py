@@ -820,3 +820,64 @@ def test_after_a_kill_9_during_writes_every_channel_resumes_and_loses_nothing(tm
         assert delivered == matching(data, start, filters, until=final), (channel, filters)
     resumed = [orjson.loads(r)["type"] for r in got[0]]
     assert "log.resume" in resumed  # the unfiltered subscriber saw the recovery, live
+
+
+# ---- the hub's refusals, as each channel answers them -------------------------------------------
+
+REFUSED_PATHS = ("/v1/stream/sse", "/v1/stream/jsonl", "/v1/events?wait=0")
+
+
+async def refused_handshake(ws_url: str) -> tuple[int, dict]:
+    with pytest.raises(InvalidStatus) as refused:
+        async with connect(ws_url):
+            pass
+    response = refused.value.response
+    return response.status_code, json.loads(response.body)
+
+
+def test_a_client_holding_all_its_places_gets_429_on_every_channel_and_the_websocket(tmp_path):
+    with InProcessServer(tmp_path / "data", max_subscribers_per_client=1) as srv:
+        ws_url = "ws" + srv.url.removeprefix("http") + "/v1/stream/ws"
+
+        async def main():
+            async with get(srv.url, "/v1/stream/jsonl") as holding:
+                assert holding.status == 200
+                answers = [await get_json_error(srv.url, path) for path in REFUSED_PATHS]
+                answers.append(await refused_handshake(ws_url))
+            return answers
+
+        answers = run(main())
+    message = (
+        "127.0.0.1 already holds 1 subscriptions, the most one client may "
+        "(max_subscribers_per_client); close one first"
+    )
+    expected = {"error": {"code": "too_many_subscribers", "message": message}}
+    assert answers == [(429, expected)] * 4
+
+
+def test_once_the_hub_closes_every_channel_answers_503_and_an_open_websocket_closes_1013(
+    tmp_path,
+):
+    with InProcessServer(tmp_path / "data") as srv:
+        ws_url = "ws" + srv.url.removeprefix("http") + "/v1/stream/ws"
+
+        async def main():
+            # Accepted, so it holds a place, but not yet subscribed: no first frame sent.
+            async with connect(ws_url) as waiting:
+                srv.service.begin_shutdown_threadsafe()  # the channels then close the hub
+                deadline = time.monotonic() + 20
+                while not srv.service.hub.closed:
+                    assert time.monotonic() < deadline, "the hub did not close"
+                    await asyncio.sleep(0.01)
+                await waiting.send('{"after": -1}')
+                with pytest.raises(ConnectionClosed) as closed:
+                    await asyncio.wait_for(waiting.recv(), 10)
+            answers = [await get_json_error(srv.url, path) for path in REFUSED_PATHS]
+            answers.append(await refused_handshake(ws_url))
+            return closed.value.rcvd, answers
+
+        close, answers = run(main())
+    message = "the service is shutting down; reconnect shortly"
+    assert close is not None and (close.code, close.reason) == (1013, message)
+    expected = {"error": {"code": "shutting_down", "message": message}}
+    assert answers == [(503, expected)] * 4

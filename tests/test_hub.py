@@ -17,7 +17,8 @@ from eventstore.checkpoint import SigningKey
 from eventstore.filters import MATCH_ALL, RecordFilter
 from eventstore.reader import LogReader
 from eventstore.writer import Durability, LogWriter
-from streams.errors import ApiError
+from streams.channels import REFUSALS, api_error
+from streams.fanout_errors import FanoutError, HubClosed, TooManySubscribers
 from streams.hub import EncodedRecord, Hub
 from streams.settings import Settings
 
@@ -127,6 +128,18 @@ def test_catch_up_then_live_under_concurrent_writes_has_no_gap_and_no_duplicate(
     rng = random.Random(7)
     writer.append_batch(entries(150, rng))
 
+    async def pull(sub, done: threading.Event, r: random.Random | None = None) -> list[bytes]:
+        got: list[EncodedRecord] = []
+        while not (
+            done.is_set() and sub.cursor.position >= writer.size - 1 and not sub.cursor.buffered
+        ):
+            delivery = await sub.next(timeout=0.1)
+            got.extend(delivery.items)
+            if r is not None and r.random() < 0.3:
+                await asyncio.sleep(0.01)  # a slow reader: its small buffer may overflow
+        sub.close()
+        return [item.line for item in got]
+
     async def subscriber(hub, seed: int, done: threading.Event):
         r = random.Random(seed)
         await asyncio.sleep(r.random() * 0.3)
@@ -135,16 +148,17 @@ def test_catch_up_then_live_under_concurrent_writes_has_no_gap_and_no_duplicate(
             (MATCH_ALL, RecordFilter.of(session=r.choice(SESSIONS)), RecordFilter.of(type="x"))
         )
         sub = hub.subscribe(after, where, "jsonl")
-        got: list[EncodedRecord] = []
-        while not (
-            done.is_set() and sub.cursor.position >= writer.size - 1 and not sub.cursor.buffered
-        ):
-            delivery = await sub.next(timeout=0.1)
-            got.extend(delivery.items)
-            if r.random() < 0.3:
-                await asyncio.sleep(0.01)  # a slow reader: its small buffer overflows
-        sub.close()
-        return after, where, [item.line for item in got], sub.cursor.overflows
+        got = await pull(sub, done, r)
+        return after, where, got, sub.cursor.overflows
+
+    async def stalled(hub, sub, after: int, done: threading.Event):
+        # Subscribed before the first write, it reads nothing until every record is written and
+        # published to it: at least 120 records against a buffer of 8, so it falls behind by
+        # construction, however the machine schedules the writer.
+        while not (done.is_set() and hub.head >= writer.size - 1):
+            await asyncio.sleep(0.01)
+        got = await pull(sub, done)
+        return after, MATCH_ALL, got, sub.cursor.overflows
 
     async def main():
         hub = make_hub(writer, log_dir, subscriber_buffer=8)
@@ -157,9 +171,14 @@ def test_catch_up_then_live_under_concurrent_writes_has_no_gap_and_no_duplicate(
                 writer.append_batch(entries(w.randint(1, 12), w))
             done.set()
 
+        start = hub.head
+        behind = hub.subscribe(start, MATCH_ALL, "sse")
         thread = threading.Thread(target=write)
         thread.start()
-        results = await asyncio.gather(*(subscriber(hub, seed, done) for seed in range(30)))
+        results = await asyncio.gather(
+            stalled(hub, behind, start, done),
+            *(subscriber(hub, seed, done) for seed in range(30)),
+        )
         thread.join()
         await hub.close()
         return results, hub.metrics
@@ -167,11 +186,11 @@ def test_catch_up_then_live_under_concurrent_writes_has_no_gap_and_no_duplicate(
     results, metrics = asyncio.run(main())
     for after, where, got, _ in results:
         assert got == matching(log_dir, after, where)
-    assert sum(overflows for *_, overflows in results) > 0, "no subscriber fell behind"
+    assert results[0][3] > 0, "the stalled subscriber never fell behind"
     # Falling behind sends a subscriber to the log (asserted above); whether any record also went
     # out live depends on how busy the machine is, so only the log is required here.
     assert metrics.sources["log"]
-    assert metrics.added == metrics.removed == 30
+    assert metrics.added == metrics.removed == 31
 
 
 def test_a_stalled_subscriber_keeps_a_bounded_buffer_and_the_writer_never_waits(writer, log_dir):
@@ -259,13 +278,13 @@ def test_the_per_client_limit_answers_429_and_a_closed_subscription_frees_its_pl
         a = hub.subscribe(-1, client="10.0.0.1")
         hub.subscribe(-1, client="10.0.0.1")
         hub.subscribe(-1, client="10.0.0.2")
-        with pytest.raises(ApiError) as refused:
+        with pytest.raises(TooManySubscribers) as refused:
             hub.subscribe(-1, client="10.0.0.1")
-        assert refused.value.status == 429
+        assert api_error(refused.value).status == 429
         a.close()
         a.close()  # idempotent: frees one place, once
         hub.subscribe(-1, client="10.0.0.1")
-        with pytest.raises(ApiError):
+        with pytest.raises(TooManySubscribers):
             hub.subscribe(-1, client="10.0.0.1")
         await hub.close()
 
@@ -282,8 +301,43 @@ def test_close_ends_every_subscription(writer, log_dir):
         await asyncio.sleep(0.01)
         await hub.close()
         assert await asyncio.wait_for(waiting, 5) is None
-        with pytest.raises(ApiError) as refused:
+        with pytest.raises(HubClosed) as refused:
             hub.subscribe(-1)
-        assert refused.value.status == 503
+        assert api_error(refused.value).status == 503
 
     asyncio.run(main())
+
+
+def test_the_hub_refuses_with_fanout_errors_that_carry_a_code_and_a_message(writer, log_dir):
+    async def main():
+        hub = make_hub(writer, log_dir, max_subscribers_per_client=1)
+        await hub.start()
+        slot = hub.reserve("10.0.0.1")
+        with pytest.raises(TooManySubscribers) as full:
+            hub.reserve("10.0.0.1")
+        await hub.close()
+        with pytest.raises(HubClosed) as reserving:
+            hub.reserve("10.0.0.2")
+        with pytest.raises(HubClosed) as subscribing:
+            hub.subscribe(-1, slot=slot)
+        return full.value, reserving.value, subscribing.value
+
+    full, reserving, subscribing = asyncio.run(main())
+    assert full.code == "too_many_subscribers"
+    assert full.message == str(full)
+    assert full.message.startswith("10.0.0.1 already holds 1 subscriptions")
+    for closed in (reserving, subscribing):
+        assert closed.code == "shutting_down"
+        assert closed.message == "the service is shutting down; reconnect shortly"
+
+
+def _refusal_kinds(kind: type[FanoutError]) -> list[type[FanoutError]]:
+    return [kind, *(k for sub in kind.__subclasses__() for k in _refusal_kinds(sub))]
+
+
+def test_every_refusal_of_the_hub_maps_to_an_http_status_and_a_websocket_close_code():
+    kinds = _refusal_kinds(FanoutError)
+    assert {HubClosed, TooManySubscribers} <= set(kinds)
+    assert set(REFUSALS) == set(kinds), "a FanoutError without its own HTTP and WebSocket answer"
+    assert REFUSALS[HubClosed] == (503, 1013)
+    assert REFUSALS[TooManySubscribers] == (429, 1008)
