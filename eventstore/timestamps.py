@@ -30,8 +30,3 @@ def parse_time(text: str) -> int:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return (moment - EPOCH) // MICROSECOND
-
-
-def format_time(ts: int) -> str:
-    """The ISO-8601 form of a `ts`, to the microsecond, in UTC."""
-    return (EPOCH + ts * MICROSECOND).isoformat().replace("+00:00", "Z")
