@@ -1,7 +1,7 @@
 """Fan-out of `ledgermem serve` to K subscribers over SSE and WebSocket, against a bare-asyncio floor.
 
 Prints one JSON object on stdout (progress on stderr). Per transport (sse, ws) and K (100, 1000),
-a fresh `ledgermem serve` (real fdatasync; bench/http.py's launcher and server variants) is driven by a separate
+a fresh `ledgermem serve` (real fdatasync; bench/http_writes.py's launcher and server variants) is driven by a separate
 client process (this file with `--client`) that opens K subscribers on raw asyncio protocols
 (chunked SSE and RFC 6455 parsed by hand), each from the head (`after=<head>`, no filter: every
 record), and publishes through the HTTP API: single-item `POST .../sections/messages/items`,
@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
-import importlib.util
 import json
 import os
 import resource
@@ -47,20 +46,10 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+import http_writes as H  # bench/http_writes.py: its launcher, client and measurements
+
 ROOT = Path(__file__).resolve().parent.parent
 
-
-def _load_http_bench():
-    """bench/http.py, by path: its name would shadow the stdlib package `http` on sys.path."""
-    spec = importlib.util.spec_from_file_location(
-        "ledgermem_bench_http", Path(__file__).parent / "http.py"
-    )
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
-
-
-H = _load_http_bench()
 TARGETS = {
     "sse_k1000_deliveries_per_s_min": 40_000,
     "ws_k1000_deliveries_per_s_min": 80_000,

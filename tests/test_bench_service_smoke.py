@@ -1,4 +1,4 @@
-"""bench/http.py and bench/fanout.py --quick run end to end against a real server and print one
+"""bench/http_writes.py and bench/fanout.py --quick run end to end against a real server and print one
 JSON object with every figure they promise.
 
 No timing is asserted: this only keeps the benchmarks from rotting.
@@ -23,10 +23,11 @@ CPU_KEYS = {
 }
 
 
-def run_bench(name: str, tmp_path: Path) -> dict:
+def run_bench(script: str, name: str, tmp_path: Path) -> dict:
+    """Run bench/<script>.py --quick; `name` is the bench's name in its JSON and temp dirs."""
     out = tmp_path / f"{name}.json"
     done = subprocess.run(
-        [sys.executable, str(BENCH / f"{name}.py"), "--quick", "--dir", str(tmp_path)]
+        [sys.executable, str(BENCH / f"{script}.py"), "--quick", "--dir", str(tmp_path)]
         + ["--out", str(out)],
         capture_output=True,
         text=True,
@@ -40,7 +41,7 @@ def run_bench(name: str, tmp_path: Path) -> dict:
 
 
 def test_quick_http_bench_prints_one_json_object_with_the_promised_keys(tmp_path):
-    result = run_bench("http", tmp_path)
+    result = run_bench("http_writes", "http", tmp_path)
 
     assert result["bench"] == "http"
     assert result["config"]["durability"] == "fsync"
@@ -79,7 +80,7 @@ def test_quick_http_bench_prints_one_json_object_with_the_promised_keys(tmp_path
 
 
 def test_quick_fanout_bench_prints_one_json_object_with_the_promised_keys(tmp_path):
-    result = run_bench("fanout", tmp_path)
+    result = run_bench("fanout", "fanout", tmp_path)
 
     assert result["bench"] == "fanout"
     assert result["config"]["durability"] == "fsync"

@@ -35,8 +35,8 @@ FILE when the server stops; `{scenario}` in FILE becomes the scenario's name. KI
 generation and duration to FILE (JSON) when the server stops; `LEDGERMEM_BENCH_GC_THRESHOLD=
 A,B,C` runs the server with `gc.set_threshold(A, B, C)` (experiments only).
 
-Usage: .venv/bin/python bench/http.py [--quick] [--seconds S] [--variants shipped,asyncio]
-                                      [--wait-idle S] [--out FILE]
+Usage: .venv/bin/python bench/http_writes.py [--quick] [--seconds S] [--variants shipped,asyncio]
+                                             [--wait-idle S] [--out FILE]
 Figures and how to read them: docs/benchmarks.md, section "http".
 """
 
@@ -81,8 +81,8 @@ WORDS = TEXT.split()
 
 # Runs `ledgermem serve` in this interpreter, optionally profiled (SIGUSR1 starts the profiler,
 # SIGUSR2 stops it), with GC hooks, or with modules hidden (variant asyncio). Started with
-# `python -c` so that this file (named like the stdlib package `http`) is never on the server's
-# import path.
+# `python -c` so that bench/, whose scripts are named like packages (replay.py), is never on the
+# server's import path.
 LAUNCHER = r"""
 import os, sys
 for name in filter(None, os.environ.get("LEDGERMEM_BENCH_HIDE", "").split(",")):
@@ -121,7 +121,7 @@ sys.exit(code)
 
 
 def log(message: str) -> None:
-    print(f"[bench/http] {message}", file=sys.stderr, flush=True)
+    print(f"[bench/http_writes] {message}", file=sys.stderr, flush=True)
 
 
 # ---- statistics and machine noise ------------------------------------------------------------
@@ -267,7 +267,7 @@ class ServerProcess:
             self.proc.wait(10)
 
 
-# ---- the client (a separate process: `bench/http.py --client CONFIG`) ---------------------------
+# ---- the client (a separate process: `bench/http_writes.py --client CONFIG`) --------------------
 
 
 class HttpConnection(asyncio.Protocol):
@@ -673,7 +673,7 @@ def run(root: Path, args: argparse.Namespace) -> dict:
     return {
         "bench": "http",
         "started": datetime.now(UTC).isoformat(timespec="seconds"),
-        "command": " ".join([".venv/bin/python", "bench/http.py", *sys.argv[1:]]),
+        "command": " ".join([".venv/bin/python", "bench/http_writes.py", *sys.argv[1:]]),
         "code": code,
         "config": {
             "connections": args.connections,
@@ -706,7 +706,8 @@ def run(root: Path, args: argparse.Namespace) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     here = str(Path(__file__).resolve().parent)
-    # This file is named like the stdlib package `http`: keep its directory off the import path.
+    # Scripts here are named like packages (bench/replay.py would shadow ours): once `machine` is
+    # imported, keep this directory off the import path.
     sys.path[:] = [p for p in sys.path if p and str(Path(p).resolve()) != here]
     sys.path.insert(0, str(ROOT))
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
