@@ -102,6 +102,13 @@ class Sequencer:
         """Records assigned so far: the seq the next record gets."""
         return self._size
 
+    def state(self) -> SequencerState:
+        """A copy of where the chain stands: a new Sequencer built from it continues it."""
+        return SequencerState(
+            self.seg_bits, self._size, self._prev, self._segment,
+            self._tree.copy(), self._seg_tree.copy(),
+        )  # fmt: skip
+
     def now(self) -> int:
         """The clock in microseconds: what `ts` a record assigned now would carry."""
         return self._clock() // 1000
