@@ -86,6 +86,16 @@ class RedactionRewrite:
     targets: dict[int, dict[int, int]]
 
 
+@dataclass(frozen=True, slots=True)
+class WriteCheckpoint:
+    """Sign everything durable and install it as the newest checkpoint."""
+
+
+@dataclass(frozen=True, slots=True)
+class CloseLog:
+    """Install the final checkpoint; the writer stops after it and closes the sink."""
+
+
 class CommitRefused(WriterClosed):
     """The sink refused a commit because someone else owns the log: reopen after checking."""
 

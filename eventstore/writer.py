@@ -16,7 +16,6 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from . import file_recovery, layout, redaction
@@ -30,6 +29,7 @@ from .record import Record
 from .sequencer import AppendLines, Sequencer, SequencerState, StartSegment
 from .sink import (
     Batch,
+    CloseLog,
     CommitRefused,
     CommitResult,
     Committed,
@@ -39,28 +39,12 @@ from .sink import (
     Refused,
     SignedCheckpoint,
     Unknown,
+    WriteCheckpoint,
 )
 
-__all__ = [
-    "DEFAULT_SEG_BITS",
-    "MAX_PAYLOAD_BYTES",
-    "Durability",
-    "Entry",
-    "LogWriter",
-    "Pending",
-]
+__all__ = ["DEFAULT_SEG_BITS", "MAX_PAYLOAD_BYTES", "Durability", "Entry", "LogWriter", "Pending"]
 
 DEFAULT_SEG_BITS = 16
-
-
-@dataclass(frozen=True, slots=True)
-class WriteCheckpoint:
-    """Sign everything durable and install it as the newest checkpoint."""
-
-
-@dataclass(frozen=True, slots=True)
-class CloseLog:
-    """Install the final checkpoint and stop the writer thread."""
 
 
 # What the queue holds, in log order; the writer thread executes each against the sink.
