@@ -72,9 +72,9 @@ REDACTED_KEYS = (
 )
 
 _sha256 = hashlib.sha256
-_u64_i64 = struct.Struct(">Qq").pack
+pack_seq_ts = struct.Struct(">Qq").pack  # seq (u64) and ts (i64) as they enter the preimage
 _u16 = struct.Struct(">H").pack
-_LEAF_REC = b"\x00" + REC_TAG  # the RFC 6962 leaf prefix, then the record preimage
+LEAF_PREFIX = b"\x00" + REC_TAG  # the RFC 6962 leaf prefix, then the record preimage
 # encode_line's bytes for a record with a payload, newline included, formatted in one step.
 _EVENT_LINE = (
     b'{"v":1,"seq":%d,"ts":%d,%b,"prev":"%b","h":"%b","pd":"%b","salt":"%b","payload":%b}\n'
@@ -108,7 +108,7 @@ def payload_digest(salt: bytes, payload_jcs: bytes) -> bytes:
 def preimage(
     prev: bytes, seq: int, ts: int, tenant: str, session: str, section: str, type_: str, pd: bytes
 ) -> bytes:
-    parts = [REC_TAG, prev, _u64_i64(seq, ts)]
+    parts = [REC_TAG, prev, pack_seq_ts(seq, ts)]
     for name in (tenant, session, section, type_):
         raw = name.encode("utf-8")
         parts.append(_u16(len(raw)))
@@ -250,7 +250,7 @@ def new_record(
     """
     pd = _sha256(PAY_TAG + salt + payload_jcs).digest()
     preimage_names, line_names = identifier_bytes(tenant, session, section, type_)
-    h = _sha256(_LEAF_REC + prev + _u64_i64(seq, ts) + preimage_names + pd).digest()
+    h = _sha256(LEAF_PREFIX + prev + pack_seq_ts(seq, ts) + preimage_names + pd).digest()
     prev_hex, h_hex, pd_hex, salt_hex = prev.hex(), h.hex(), pd.hex(), salt.hex()
     line = _EVENT_LINE % (
         seq, ts, line_names, prev_hex.encode(), h_hex.encode(), pd_hex.encode(),
