@@ -54,6 +54,18 @@ _sha256 = hashlib.sha256
 # Sorted keys as JCS wants, and integers beyond ±(2**53-1) refused as section 4 wants.
 SORTED_STRICT = orjson.OPT_SORT_KEYS | orjson.OPT_STRICT_INTEGER
 _ABSENT = object()
+# Every `check` name check_line can raise: the single-line rules. Verifier checks outside this
+# set (segment.*, checkpoint.*, redaction.*, control payload rules, record.unterminated, ...)
+# need more than one line.
+CHECKS = frozenset(
+    (
+        "record.too_long", "record.not_json", "record.json", "record.not_object",
+        "payload.ijson", "record.depth", "record.missing_key", "record.unknown_key", "record.v",
+        "record.seq", "record.ts", "record.identifier", "record.prev", "record.payload_salt",
+        "record.salt", "record.pd", "control.payload_removed", "record.redacted", "record.h",
+        "control.kind", "control.position",
+    )
+)  # fmt: skip
 # orjson and JCS write the same bytes for a payload except for floats in exponent form or with an
 # integral value (orjson writes `1e+16`, `1.0`, `-0.0`) and for key order when an object key lies
 # outside the BMP. A float with a fraction in plain notation is the same in both (shortest
