@@ -56,7 +56,9 @@ def copy_of(source: Path, tmp_path: Path) -> Path:
 
 def file_bytes(log_dir: Path) -> dict[str, bytes]:
     return {
-        p.name: p.read_bytes() for p in sorted(log_dir.iterdir()) if p.is_file() and p.name != "LOCK"
+        p.name: p.read_bytes()
+        for p in sorted(log_dir.iterdir())
+        if p.is_file() and p.name != "LOCK"
     }
 
 
