@@ -5,11 +5,12 @@ from __future__ import annotations
 import re
 
 from .errors import InvalidIdentifier
+from .record import CONTROL_TENANT
 
 # A full match is required: `$` would accept a trailing newline.
 _IDENTIFIER = re.compile(r"[A-Za-z0-9._:@/+-]{1,128}")
 
-CONTROL_TENANT = "_log"
+__all__ = ["CONTROL_TENANT", "check_event_identifiers", "check_identifier", "is_identifier"]
 
 
 def is_identifier(value: object) -> bool:

@@ -1,12 +1,16 @@
-"""Records: canonical bytes, hashes and the line format (log-format.md sections 2 and 3).
+"""Records: the format's constants, canonical bytes, hashes and segment positions
+(log-format.md sections 2, 3 and 5).
 
-Pure functions over bytes. The writer, the recovery code and the verifier all build on these,
-so there is exactly one definition of what a record's bytes and hashes are.
+Pure functions over bytes. This module and `linecheck` (which checks an untrusted line against
+these rules) are the format core: the writer, crash recovery, the offline verifier, the
+background verifier and the bundle checker all build on them, so each rule has exactly one
+definition.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 import struct
 from dataclasses import dataclass
 
@@ -19,6 +23,24 @@ PAY_TAG = b"ledgermem/v1 payload\n"
 GEN_TAG = b"ledgermem/v1 genesis\n"
 MAX_LINE_BYTES = 16 * 2**20
 SALT_BYTES = 16
+INT_LIMIT = 2**53  # seq, ts and payload integers stay strictly inside ±INT_LIMIT
+
+CONTROL_TENANT = "_log"  # tenant, session and section of every control record
+SEGMENT_OPEN = "segment.open"
+SEGMENT_SEAL = "segment.seal"
+LOG_RESUME = "log.resume"
+LOG_CLOSE = "log.close"
+REDACTION = "redaction"
+CONTROL_TYPES = frozenset((SEGMENT_OPEN, SEGMENT_SEAL, LOG_RESUME, LOG_CLOSE, REDACTION))
+
+REQUIRED_KEYS = frozenset(
+    ("v", "seq", "ts", "tenant", "session", "section", "type", "prev", "h", "pd")
+)
+KNOWN_KEYS = REQUIRED_KEYS | {"salt", "payload", "redacted"}
+PAYLOAD_KEYS = REQUIRED_KEYS | {"salt", "payload"}  # the keys of every line that keeps its payload
+# A full match is required: `$` would accept a trailing newline.
+HEX64 = re.compile(r"[0-9a-f]{64}")  # prev, h, pd
+HEX32 = re.compile(r"[0-9a-f]{32}")  # salt
 
 # Top-level keys in the order writers emit them; `redacted` only on redacted lines.
 KEYS = (
@@ -50,15 +72,28 @@ REDACTED_KEYS = (
 )
 
 _sha256 = hashlib.sha256
-_u64_i64 = struct.Struct(">Qq").pack
+pack_seq_ts = struct.Struct(">Qq").pack  # seq (u64) and ts (i64) as they enter the preimage
 _u16 = struct.Struct(">H").pack
-_LEAF_REC = b"\x00" + REC_TAG  # the RFC 6962 leaf prefix, then the record preimage
+LEAF_PREFIX = b"\x00" + REC_TAG  # the RFC 6962 leaf prefix, then the record preimage
 # encode_line's bytes for a record with a payload, newline included, formatted in one step.
 _EVENT_LINE = (
     b'{"v":1,"seq":%d,"ts":%d,%b,"prev":"%b","h":"%b","pd":"%b","salt":"%b","payload":%b}\n'
 )
 _IDENTIFIER_CACHE_MAX = 4096
 _names: dict[tuple[str, str, str, str], tuple[bytes, bytes]] = {}
+
+
+def segment_position(seq: int, seg_bits: int) -> str | None:
+    """The control type that `seq` must hold by its place: SEGMENT_OPEN for the first record of
+    a segment of 2**seg_bits records, SEGMENT_SEAL for the last, None for the places between
+    (where neither may appear)."""
+    mask = (1 << seg_bits) - 1
+    place = seq & mask
+    if place == 0:
+        return SEGMENT_OPEN
+    if place == mask:
+        return SEGMENT_SEAL
+    return None
 
 
 def genesis(origin: str) -> bytes:
@@ -73,7 +108,7 @@ def payload_digest(salt: bytes, payload_jcs: bytes) -> bytes:
 def preimage(
     prev: bytes, seq: int, ts: int, tenant: str, session: str, section: str, type_: str, pd: bytes
 ) -> bytes:
-    parts = [REC_TAG, prev, _u64_i64(seq, ts)]
+    parts = [REC_TAG, prev, pack_seq_ts(seq, ts)]
     for name in (tenant, session, section, type_):
         raw = name.encode("utf-8")
         parts.append(_u16(len(raw)))
@@ -164,7 +199,7 @@ class Record:
 
     @property
     def is_control(self) -> bool:
-        return self.tenant == "_log"
+        return self.tenant == CONTROL_TENANT
 
     @classmethod
     def from_line(cls, line: bytes) -> Record:
@@ -215,7 +250,7 @@ def new_record(
     """
     pd = _sha256(PAY_TAG + salt + payload_jcs).digest()
     preimage_names, line_names = identifier_bytes(tenant, session, section, type_)
-    h = _sha256(_LEAF_REC + prev + _u64_i64(seq, ts) + preimage_names + pd).digest()
+    h = _sha256(LEAF_PREFIX + prev + pack_seq_ts(seq, ts) + preimage_names + pd).digest()
     prev_hex, h_hex, pd_hex, salt_hex = prev.hex(), h.hex(), pd.hex(), salt.hex()
     line = _EVENT_LINE % (
         seq, ts, line_names, prev_hex.encode(), h_hex.encode(), pd_hex.encode(),

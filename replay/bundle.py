@@ -17,16 +17,16 @@ The file is JSON (docs/replay.md has the format):
     ...
     ]}
 
-Checking is pure (bytes in, report out). Building reads a log directory through `LogReader`.
-This module also holds the C2SP tlog-proof text format used by `ledgermem proof`.
+Checking is pure (bytes in, report out): each line goes through the format core's
+`eventstore.linecheck.check_line`, the same check `ledgermem verify` runs. Building reads a log
+directory through `LogReader`. The C2SP tlog-proof text format of `ledgermem proof` lives in
+`tlog_proof`.
 """
 
 from __future__ import annotations
 
 import base64
-import hashlib
 import os
-import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,25 +35,15 @@ import orjson
 
 from eventstore import jcs, layout
 from eventstore.checkpoint import Checkpoint, CheckpointError, VerifierKey, parse_checkpoint
-from eventstore.errors import (
-    BadKey,
-    CorruptLog,
-    InvalidInput,
-    InvalidPayload,
-    InvalidProof,
-    LedgerError,
-)
+from eventstore.errors import BadKey, CorruptLog, InvalidInput, InvalidPayload, InvalidProof
 from eventstore.identifiers import CONTROL_TENANT, is_identifier
+from eventstore.linecheck import LineError, check_line
 from eventstore.merkle import inclusion_proof, node_hash, root, split_point, verify_inclusion
 from eventstore.reader import LogReader
-from eventstore.record import (
-    MAX_LINE_BYTES,
-    PAY_TAG,
-    Record,
-    encode_line,
-    record_hash,
-)
+from eventstore.record import Record
 from eventstore.segfile import first_line
+
+from .tlog_proof import decode_hash
 
 FORMAT = "ledgermem.bundle/1"
 VALID = "VALID"
@@ -62,28 +52,11 @@ FAIL = "FAIL"
 
 _BUNDLE_KEYS = ("format", "origin", "vkey", "tenant", "session", "checkpoint", "records")
 _RECORD_KEYS = ("line", "proof")
-_REQUIRED = frozenset(("v", "seq", "ts", "tenant", "session", "section", "type", "prev", "h", "pd"))
-_KNOWN = _REQUIRED | {"salt", "payload", "redacted"}
-_HEX64 = re.compile(r"[0-9a-f]{64}")
-_HEX32 = re.compile(r"[0-9a-f]{32}")
-_LIMIT_53 = 2**53
 _CHUNK = 256  # subtrees of at most this many leaves are hashed from the leaves directly
 
 
 class BundleError(InvalidInput):
     """A file that is not a well-formed bundle (unreadable, not JSON, wrong shape): exit 2."""
-
-
-class ProofFormatError(InvalidInput):
-    """Text that is not a C2SP tlog-proof: exit 2."""
-
-
-class LineError(LedgerError):
-    """A record line that fails a check of log-format.md sections 2 to 4. `check` names it."""
-
-    def __init__(self, check: str, message: str) -> None:
-        super().__init__(message)
-        self.check = check
 
 
 # ---------------------------------------------------------------------------------------------
@@ -176,92 +149,6 @@ def read_bundle(path: str | os.PathLike[str]) -> tuple[Bundle, bytes]:
     except OSError as exc:
         raise BundleError(f"cannot read bundle {path}: {exc.strerror or exc}") from None
     return Bundle.from_bytes(data), data
-
-
-# ---------------------------------------------------------------------------------------------
-# One record line, checked the full way (log-format.md sections 2 to 4)
-
-
-def check_line(line: bytes) -> Record:
-    """Parse an untrusted record line and check its keys, types, identifiers, `pd` and `h`.
-
-    What a single line cannot show (its `prev` being the `h` of the record before it, the
-    control rules) is left to the inclusion proof, which binds `h` and so `prev` to the log.
-    Raises LineError.
-    """
-    if len(line) > MAX_LINE_BYTES:
-        raise LineError("record.too_long", "a line longer than 16 MiB")
-    try:
-        obj = jcs.loads_strict(line.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise LineError("record.json", "the line is not UTF-8") from None
-    except InvalidPayload as exc:
-        raise LineError("record.json", str(exc)) from None
-    if type(obj) is not dict:
-        raise LineError("record.not_object", "a record is a JSON object")
-    missing = _REQUIRED - obj.keys()
-    if missing:
-        raise LineError("record.missing_key", f"missing key(s) {sorted(missing)}")
-    unknown = obj.keys() - _KNOWN
-    if unknown:
-        raise LineError("record.unknown_key", f"unknown top-level key(s) {sorted(unknown)}")
-    if type(obj["v"]) is not int or obj["v"] != 1:
-        raise LineError("record.v", f"v is {obj['v']!r}, not 1")
-    seq, ts = obj["seq"], obj["ts"]
-    if type(seq) is not int or not 0 <= seq < _LIMIT_53:
-        raise LineError("record.seq", f"seq {seq!r} is not an integer 0 <= seq < 2**53")
-    if type(ts) is not int or not -_LIMIT_53 < ts < _LIMIT_53:
-        raise LineError("record.ts", f"ts {ts!r} is not an integer with |ts| < 2**53")
-    names = (obj["tenant"], obj["session"], obj["section"], obj["type"])
-    for kind, value in zip(("tenant", "session", "section", "type"), names, strict=True):
-        if not is_identifier(value):
-            raise LineError("record.identifier", f"{kind} {value!r} is not an identifier")
-    for key in ("prev", "h", "pd"):
-        if type(obj[key]) is not str or _HEX64.fullmatch(obj[key]) is None:
-            raise LineError(f"record.{key}", f"{key} is not 64 lowercase hex digits")
-    salt = obj.get("salt")
-    if ("payload" in obj) != ("salt" in obj):
-        raise LineError(
-            "record.payload_salt", "payload and salt must be both present or both absent"
-        )
-    redacted = obj.get("redacted")
-    if redacted is not None and type(redacted) is not int:
-        raise LineError("record.redacted", f"redacted {redacted!r} is not an integer")
-    pd = bytes.fromhex(obj["pd"])
-    if "payload" in obj:
-        if type(salt) is not str or _HEX32.fullmatch(salt) is None:
-            raise LineError("record.salt", "salt is not 32 lowercase hex digits")
-        if not _pd_matches(bytes.fromhex(salt), obj["payload"], pd):
-            raise LineError("record.pd", "pd does not match the payload and salt")
-    h = record_hash(bytes.fromhex(obj["prev"]), seq, ts, *names, pd)
-    if h.hex() != obj["h"]:
-        raise LineError("record.h", "h does not match the record's fields")
-    return Record(
-        seq, ts, *names, obj["prev"], obj["h"], obj["pd"], salt, obj.get("payload"), redacted,
-        line,
-    )  # fmt: skip
-
-
-def _pd_matches(salt: bytes, payload: object, pd: bytes) -> bool:
-    # loads_strict has refused non-finite numbers, big integers and lone surrogates, so orjson's
-    # sorted bytes are a sound first try (log-format.md section 4); real JCS decides otherwise.
-    body = orjson.dumps(payload, option=orjson.OPT_SORT_KEYS)
-    if hashlib.sha256(PAY_TAG + salt + body).digest() == pd:
-        return True
-    try:
-        body = jcs.jcs_reference(payload)
-    except InvalidPayload as exc:
-        raise LineError("payload.ijson", str(exc)) from None
-    return hashlib.sha256(PAY_TAG + salt + body).digest() == pd
-
-
-def is_canonical(record: Record) -> bool:
-    payload = None if record.salt is None else jcs.jcs_reference(record.payload)
-    rebuilt = encode_line(
-        record.seq, record.ts, record.tenant, record.session, record.section, record.type,
-        record.prev, record.h, record.pd, record.salt, payload, record.redacted,
-    )  # fmt: skip
-    return rebuilt == record.line
 
 
 # ---------------------------------------------------------------------------------------------
@@ -440,9 +327,10 @@ def _check_records(bundle: Bundle, vkey: VerifierKey, report: BundleReport) -> l
     noncanonical = 0
     for index, entry in enumerate(bundle.records, 1):
         try:
-            record = check_line(entry.line)
+            line = check_line(entry.line)
         except LineError as exc:
             raise _Fail(index, _seq_hint(entry.line), exc.check, str(exc)) from None
+        record = line.record
         seq = record.seq
         if (record.tenant, record.session) != (bundle.tenant, bundle.session):
             raise _Fail(
@@ -460,7 +348,7 @@ def _check_records(bundle: Bundle, vkey: VerifierKey, report: BundleReport) -> l
                 f"seq {seq} is not covered by the checkpoint of size {cp.size}",
             )  # fmt: skip
         try:
-            path = [_hash32(h) for h in entry.proof]
+            path = [decode_hash(h) for h in entry.proof]
         except ValueError:
             raise _Fail(
                 index, seq, "record.proof", "a proof hash is not base64 of 32 bytes"
@@ -469,7 +357,7 @@ def _check_records(bundle: Bundle, vkey: VerifierKey, report: BundleReport) -> l
             verify_inclusion(seq, cp.size, bytes.fromhex(record.h), path, cp.root)
         except InvalidProof as exc:
             raise _Fail(index, seq, "record.inclusion", str(exc)) from None
-        if not is_canonical(record):
+        if not line.canonical:
             noncanonical += 1
         if record.salt is None:
             report.redacted.append(seq)
@@ -570,13 +458,6 @@ def _seq_hint(line: bytes) -> int | None:
     except (orjson.JSONDecodeError, AttributeError):
         return None
     return seq if type(seq) is int else None
-
-
-def _hash32(text: str) -> bytes:
-    raw = base64.b64decode(text, validate=True)
-    if len(raw) != 32 or base64.b64encode(raw).decode() != text:
-        raise ValueError(text)
-    return raw
 
 
 # ---------------------------------------------------------------------------------------------
@@ -739,68 +620,3 @@ def _note_size(text: str) -> int | None:
     if len(lines) < 3 or not lines[1].isdigit():
         return None
     return int(lines[1])
-
-
-# ---------------------------------------------------------------------------------------------
-# C2SP tlog-proof (https://c2sp.org/tlog-proof)
-
-PROOF_HEADER = "c2sp.org/tlog-proof@v1"
-
-
-@dataclass(frozen=True)
-class TlogProof:
-    index: int
-    hashes: tuple[bytes, ...]
-    checkpoint: str  # the signed note, verbatim
-    extra: bytes | None = None  # opaque and unauthenticated; we write none
-
-
-def format_tlog_proof(index: int, hashes: Iterable[bytes], checkpoint: str) -> str:
-    lines = [PROOF_HEADER, f"index {index}", *(base64.b64encode(h).decode() for h in hashes)]
-    return "\n".join(lines) + "\n\n" + checkpoint
-
-
-def parse_tlog_proof(text: str) -> TlogProof:
-    head, sep, checkpoint = text.partition("\n\n")
-    if not sep:
-        raise ProofFormatError("not a tlog-proof: no empty line before the checkpoint")
-    lines = head.split("\n")
-    if lines[0] != PROOF_HEADER:
-        raise ProofFormatError(f"not a tlog-proof: the first line is not {PROOF_HEADER!r}")
-    rest = lines[1:]
-    extra = None
-    if rest and rest[0].startswith("extra "):
-        try:
-            extra = base64.b64decode(rest[0][6:], validate=True)
-        except ValueError:
-            raise ProofFormatError("tlog-proof: the extra line is not base64") from None
-        rest = rest[1:]
-    if not rest or not rest[0].startswith("index "):
-        raise ProofFormatError("tlog-proof: no 'index N' line")
-    digits = rest[0][6:]
-    if not digits.isascii() or not digits.isdigit() or (digits != "0" and digits[0] == "0"):
-        raise ProofFormatError(f"tlog-proof: index {digits!r} is not a decimal")
-    try:
-        hashes = tuple(_hash32(h) for h in rest[1:])
-    except ValueError:
-        raise ProofFormatError("tlog-proof: a proof line is not base64 of 32 bytes") from None
-    return TlogProof(int(digits), hashes, checkpoint, extra)
-
-
-def verify_tlog_proof(text: str, line: bytes, vkey: VerifierKey) -> tuple[TlogProof, Checkpoint]:
-    """Check offline that `line` is the record at the proof's index in the log `vkey` signs.
-
-    Raises ProofFormatError for text that is not a proof (bad input), and CheckpointError,
-    LineError or InvalidProof when it does not verify.
-    """
-    proof = parse_tlog_proof(text)
-    checkpoint = parse_checkpoint(proof.checkpoint, vkey)
-    record = check_line(line.removesuffix(b"\n"))
-    if record.seq != proof.index:
-        raise InvalidProof(
-            f"the record is seq {record.seq}, but the proof is for index {proof.index}"
-        )
-    verify_inclusion(
-        proof.index, checkpoint.size, bytes.fromhex(record.h), proof.hashes, checkpoint.root
-    )
-    return proof, checkpoint

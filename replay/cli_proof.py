@@ -17,19 +17,13 @@ from pathlib import Path
 
 from eventstore.checkpoint import CheckpointError, parse_checkpoint
 from eventstore.errors import CorruptLog, InvalidInput, InvalidProof
+from eventstore.linecheck import LineError
 from eventstore.merkle import inclusion_proof, verify_inclusion
 
-from .bundle import (
-    LineError,
-    SubtreeRoots,
-    checkpoint_of_size,
-    format_tlog_proof,
-    header_key,
-    newest_checkpoint,
-    verify_tlog_proof,
-)
+from .bundle import SubtreeRoots, checkpoint_of_size, header_key, newest_checkpoint
 from .cli_verify_bundle import read_vkey
 from .options import open_reader
+from .tlog_proof import format_tlog_proof, verify_tlog_proof
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

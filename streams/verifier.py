@@ -1,7 +1,9 @@
 """The background verifier: checks each new record as it lands, and each new checkpoint.
 
-It walks the log from seq 0 at start-up and then follows the head, with the same per-record
-checks as crash recovery (parse, seq, prev, pd, h, segment positions), keeps its own Merkle
+It walks the log from seq 0 at start-up and then follows the head, with the format core's full
+per-line check (`eventstore.linecheck.check_line`: strict parse, keys, types, identifiers,
+seq, prev, pd, h, segment positions), the same as crash recovery and `ledgermem verify` run;
+it keeps its own Merkle
 compact range, and checks every checkpoint it sees (signature and root) once it has verified
 the records the checkpoint covers. It reads the files only, like an auditor would.
 """
@@ -15,10 +17,10 @@ from pathlib import Path
 
 from eventstore import layout
 from eventstore.checkpoint import CheckpointError, VerifierKey, parse_checkpoint
+from eventstore.linecheck import LineError, check_line
 from eventstore.merkle import CompactRange
 from eventstore.reader import LogReader
 from eventstore.record import genesis
-from eventstore.recovery import check_line
 
 
 @dataclass
@@ -67,7 +69,7 @@ class BackgroundVerifier:
                 checkpoint = self._checkpoint()
                 target = self.head()
                 for at, line in reader.lines(seq, target + 1):
-                    h, _ = check_line(line, at, prev, reader.seg_bits)
+                    h = check_line(line, seq=at, prev=prev, seg_bits=reader.seg_bits).h
                     tree.append(h)
                     prev, seq = h, at
                     if checkpoint is not None and tree.size == checkpoint.size:
@@ -84,6 +86,10 @@ class BackgroundVerifier:
                 self.verdict.checked_at = time.time()
                 if self.verdict.state == "catching_up" and seq >= target:
                     self.verdict.state = "ok"
+            except LineError as exc:
+                self.verdict.state = "failed"
+                self.verdict.error = f"seq {seq + 1}: [{exc.check}] {exc}"
+                return
             except (ValueError, KeyError, TypeError, CheckpointError) as exc:
                 self.verdict.state = "failed"
                 self.verdict.error = f"seq {seq + 1}: {exc}"

@@ -13,16 +13,16 @@ from helpers.cli import ledgermem
 from eventstore import layout
 from eventstore.checkpoint import CheckpointError, SigningKey, VerifierKey
 from eventstore.errors import InvalidProof
+from eventstore.linecheck import LineError
 from eventstore.merkle import inclusion_proof, list_subtree_root
 from eventstore.reader import LogReader
 from eventstore.segfile import first_line
 from eventstore.writer import Durability
 from replay import bundle as bundle_module
-from replay.bundle import (
+from replay.bundle import SubtreeRoots
+from replay.tlog_proof import (
     PROOF_HEADER,
-    LineError,
     ProofFormatError,
-    SubtreeRoots,
     parse_tlog_proof,
     verify_tlog_proof,
 )
