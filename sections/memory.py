@@ -1,12 +1,12 @@
-"""The memory: `Memory.open(dir)`, its command runners, and its consistent reads.
+"""The memory: `Memory.open(dir)`, its state from the log, snapshots, and its consistent reads.
 
-Every command runs the same way (sections/command_specs.py defines each one once). Under one
-lock, and (almost always) without I/O: decide the record from the current state, hand it to the
-log writer, which assigns its seq at once, and apply what was logged to the state with the
-projection. Then, outside the lock, wait until the record is durable before returning. The lock
-is held for microseconds, so many callers share each fsync, and state is changed in exactly the
-order of the log. A read appends its `items.read` record the same way and returns content only
-once that record is durable (fail closed).
+Every command runs the same way: sections/command_specs.py defines each one once, and
+sections/runner.py runs it. Under one lock, and (almost always) without I/O: decide the record
+from the current state, hand it to the log writer, which assigns its seq at once, and apply what
+was logged to the state with the projection. Then, outside the lock, wait until the record is
+durable before returning. The lock is held for microseconds, so many callers share each fsync,
+and state is changed in exactly the order of the log. A read appends its `items.read` record the
+same way and returns content only once that record is durable (fail closed).
 
 `Session` (sections/session.py) is a handle on one session: its methods name a command spec and
 run it here. Everything outside this module reaches the state through the public reads below.
@@ -14,7 +14,6 @@ run it here. Everything outside this module reaches the state through the public
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import sqlite3
@@ -26,33 +25,29 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
-import orjson
-
-from eventstore.errors import InvalidInput, WriterClosed
+from eventstore.errors import InvalidInput
 from eventstore.layout import DataDir
 from eventstore.reader import LogReader
 from eventstore.record import Record
 from eventstore.store import open_log
-from eventstore.writer import DEFAULT_SEG_BITS, Durability, Entry, Pending
+from eventstore.writer import DEFAULT_SEG_BITS, Durability
 
-from . import command_specs, commands, observations, summaries
-from .command_specs import CommandSpec
+from . import command_specs, commands, observations, reads, summaries
 from .commands import Decision
 from .config import MemoryConfig, load_config
-from .errors import IdempotencyConflict, NotFound
+from .errors import NotFound
 from .history import History
-from .observations import TENANT_SESSION
-from .projection import apply, redaction_done
+from .projection import redaction_done
+from .runner import CommandRunner
 from .search import SearchIndex
 from .session import Session
 from .snapshot import Snapshot, purge_snapshots, read_attachment, write_snapshot
-from .state import Item, MemoryState, SessionState
+from .state import Item, MemoryState
 from .tokens import DEFAULT_COUNTER, TokenCounter
 from .views import MAX_TOP_K, Extra, ItemView, SearchHit
 
 SNAPSHOT_EVERY = 100_000  # records between automatic snapshots
 REDACTION_CHUNK = 50_000  # targets per redaction record (about 90 bytes each)
-Decide = Callable[[MemoryState], Decision | None]
 SEARCH_ATTACHMENT = "search.db"  # the search index's database, beside each snapshot
 T = TypeVar("T")
 log = logging.getLogger("ledgermem.memory")
@@ -60,7 +55,7 @@ log = logging.getLogger("ledgermem.memory")
 __all__ = ["Extra", "ItemView", "MAX_TOP_K", "Memory", "SearchHit", "Session"]
 
 
-class Memory:
+class Memory(CommandRunner):
     """Sessions of typed, budgeted sections, kept as a projection of the signed log."""
 
     def __init__(self) -> None:
@@ -215,155 +210,6 @@ class Memory:
                 self.snapshot_dir, self._writer.origin, snapshot, {SEARCH_ATTACHMENT: image}
             )
 
-    # ---- running commands ----------------------------------------------------------------------
-
-    def run(
-        self,
-        spec: CommandSpec,
-        tenant: str,
-        session: str | None = None,
-        args: tuple = (),
-        idempotency_key: str | None = None,
-        expected_version: int | None = None,
-    ):
-        """Run one command of the table (sections/command_specs.py); returns once durable."""
-        if spec.prepare is not None:
-            args = spec.prepare(self, tenant, session, args)
-        outcome, decision = self._submit(
-            lambda state: spec.decide(
-                self, state, tenant, session, args, idempotency_key, expected_version
-            ),
-            _idem(spec, tenant, session, idempotency_key),
-        )
-        if type(outcome) is Pending:
-            self._wait(outcome.wait)
-            self._maybe_snapshot()
-            record = outcome.records[0]
-        elif outcome is None:
-            record = None
-            if decision is not None and decision.durable_at is not None:
-                self._writer.wait_for(decision.durable_at)  # show only durable state
-        else:
-            record, decision = self._replayed(outcome), None
-        return spec.result(self, record, decision)
-
-    async def run_async(
-        self,
-        spec: CommandSpec,
-        tenant: str,
-        session: str | None = None,
-        args: tuple = (),
-        idempotency_key: str | None = None,
-        expected_version: int | None = None,
-    ):
-        """`run` for asyncio: the same steps; those that read files go to a worker thread."""
-        if spec.prepare is not None:
-            args = await asyncio.to_thread(spec.prepare, self, tenant, session, args)
-        outcome, decision = self._submit(
-            lambda state: spec.decide(
-                self, state, tenant, session, args, idempotency_key, expected_version
-            ),
-            _idem(spec, tenant, session, idempotency_key),
-        )
-        if type(outcome) is Pending:
-            try:
-                await outcome.wait_async()
-            except WriterClosed as exc:
-                self._failed = exc  # the state holds a record the log will never have
-                raise
-            if self._since_snapshot >= self.snapshot_every:
-                await asyncio.to_thread(self._maybe_snapshot)
-            record = outcome.records[0]
-        elif outcome is None:
-            record = None
-            if decision is not None and decision.durable_at is not None:
-                await asyncio.to_thread(self._writer.wait_for, decision.durable_at)
-        else:
-            record, decision = await asyncio.to_thread(self._replayed, outcome), None
-        if spec.result_blocks:
-            return await asyncio.to_thread(spec.result, self, record, decision)
-        return spec.result(self, record, decision)
-
-    def append(self, decide: Decide) -> Record | None:
-        """The primitive under every command: run `decide(state)` under the lock, append the
-        records of its Decision and apply them, and return the first once durable (None when the
-        decision needs no record). Commands go through `run`; this is for the memory's own
-        records (restart clears, summaries) and for tests that write what a crash leaves."""
-        outcome, _ = self._submit(decide, None)
-        if outcome is None:
-            return None
-        self._wait(outcome.wait)  # type: ignore[union-attr]
-        self._maybe_snapshot()
-        return outcome.records[0]  # type: ignore[union-attr]
-
-    def _submit(
-        self, decide: Decide, idem: tuple | None
-    ) -> tuple[Pending | int | None, Decision | None]:
-        """Decide, append and apply under the lock. A decision is one record, or several
-        (appended together, consecutive seqs), or none.
-
-        Returns the pending append (or, for a retried idempotency key, the seq of the record the
-        first call made; or None when the command needs no record) and the decision.
-        """
-        with self._lock:
-            if self._failed is not None:
-                raise WriterClosed(
-                    f"memory stopped after a failed write ({self._failed}); reopen it to reload state from the log"
-                )
-            if idem is not None:
-                tenant, session_id, key, type_ = idem
-                session = self._state.sessions.get((tenant, session_id))
-                if session is not None and key in session.idempotency:
-                    seq, _, made = session.idempotency[key]
-                    if made != type_:
-                        raise IdempotencyConflict(
-                            f"idempotency key {key!r} was used for a {made} (seq {seq}), not a {type_}: "
-                            "use a new key for a different command"
-                        )
-                    return seq, None
-            self._decision_ts = now = self._writer.now()
-            decision = decide(self._state)
-            if decision is None or not decision.records:
-                return None, decision
-            entries = [
-                Entry(c.tenant, c.session, c.section, c.type, c.payload) for c in decision.records
-            ]
-            pending = self._writer.submit(entries, ts=now)
-            try:
-                for n, entry in enumerate(entries):
-                    # Apply what was logged, parsed back from its JCS bytes, exactly as replay
-                    # will see it: not the caller's object (key order, 1.0 vs 1, later mutation).
-                    logged = replace(pending.records[n], payload=orjson.loads(entry.jcs))
-                    pending.records[n] = logged
-                    apply(self._state, logged, self.history.restate)
-                    self.search_index.follow(self._state, logged, self.content_of)
-            except BaseException as exc:  # the log has records the projections do not
-                self._failed = exc
-                raise WriterClosed(
-                    f"memory stopped: applying a logged record failed ({exc!r})"
-                ) from exc
-            self._since_snapshot += len(entries)
-            return pending, decision
-
-    def _wait(self, wait: Callable[[], object]) -> None:
-        try:
-            wait()
-        except WriterClosed as exc:
-            self._failed = exc  # the state holds a record the log will never have
-            raise
-
-    def _replayed(self, seq: int) -> Record:
-        """An idempotent retry: the original record, once it is durable."""
-        self._writer.wait_for(seq)
-        record = self._reader.get(seq)
-        if not record.has_payload:
-            raise NotFound(f"the record this idempotency key made (seq {seq}) was erased")
-        return record
-
-    def _maybe_snapshot(self) -> None:
-        if self._since_snapshot >= self.snapshot_every:
-            self.snapshot()
-
     # ---- what command specs use besides the state (sections/command_specs.py, erase_flow.py) ---
 
     @property
@@ -424,7 +270,7 @@ class Memory:
 
     def session_info(self, tenant: str, session_id: str) -> dict:
         return self.read(
-            lambda state: _session_summary(commands.get_session(state, tenant, session_id))
+            lambda state: reads.session_info(commands.get_session(state, tenant, session_id))
         )
 
     def session_version(self, tenant: str, session_id: str) -> int:
@@ -432,31 +278,11 @@ class Memory:
 
     def session_sections(self, tenant: str, session_id: str) -> dict:
         """Each section's config with its tokens, item count and evictions."""
-
-        def sections(state: MemoryState) -> dict:
-            session = commands.get_session(state, tenant, session_id)
-            return {
-                name: {
-                    **s.config.to_json(),
-                    "tokens": s.tokens,
-                    "items": len(s.items),
-                    "evictions": s.evictions,
-                }
-                for name, s in session.sections.items()
-            }
-
-        return self.read(sections)
+        return self.read(lambda state: reads.session_sections(state, tenant, session_id))
 
     def session_summary(self, tenant: str, session_id: str) -> dict | None:
         """The summary appended when the session last ended, or None."""
-
-        def summary(state: MemoryState) -> dict | None:
-            session = commands.get_session(state, tenant, session_id)
-            if session.summary_at is None:
-                return None
-            return {"session": session_id, "seq": session.summary_at[0], **session.summary}  # type: ignore[dict-item]
-
-        return self.read(summary)
+        return self.read(lambda state: reads.session_summary(state, tenant, session_id))
 
     # ---- sessions ------------------------------------------------------------------------------
 
@@ -520,33 +346,13 @@ class Memory:
         """Sessions of a tenant, filtered by equality on creation metadata (e.g. app=, user=)."""
         tenant = tenant or self.tenant
         metadata = {**(where or {}), **metadata}
-        return self.read(
-            lambda state: [
-                _session_summary(s)
-                for (t, _), s in sorted(state.sessions.items())
-                if t == tenant and all(s.metadata.get(k) == v for k, v in metadata.items())
-            ]
-        )
+        return self.read(lambda state: reads.list_sessions(state, tenant, metadata))  # type: ignore[arg-type]
 
     def stats(self, tenant: str | None = None, session: str | None = None) -> dict:
-        tenant = tenant or self.tenant
-        with self._lock:
-            sessions = [
-                s
-                for (t, sid), s in self._state.sessions.items()
-                if t == tenant and session in (None, sid)
-            ]
-            if session is not None and not sessions:
-                raise NotFound(f"session {session!r} not found")
-            tokens: dict[str, int] = {}
-            evictions: dict[str, int] = {}
-            items = 0
-            for s in sessions:
-                for name, section in s.sections.items():
-                    tokens[name] = tokens.get(name, 0) + section.tokens
-                    evictions[name] = evictions.get(name, 0) + section.evictions
-                    items += len(section.items)
-        return {"sessions": len(sessions), "items": items, "tokens": tokens, "evictions": evictions}
+        found = self.read(lambda state: reads.stats(state, tenant or self.tenant, session))
+        if found is None:
+            raise NotFound(f"session {session!r} not found")
+        return found
 
     # ---- search, observations, summaries -------------------------------------------------------
 
@@ -600,13 +406,7 @@ class Memory:
 
     def summaries(self, tenant: str | None = None, limit: int = 10) -> list[dict]:
         """The newest session summaries of a tenant, newest first."""
-        tenant = tenant or self.tenant
-        return self.read(
-            lambda state: [
-                {"session": s.id, "seq": s.summary_at[0], **s.summary}  # type: ignore[index]
-                for s in summaries.recent(state, tenant, TENANT_SESSION, limit)
-            ]
-        )
+        return self.read(lambda state: reads.summaries(state, tenant or self.tenant, limit))
 
     def close(self) -> None:
         """Snapshot, then close the log (log.close and the final checkpoint)."""
@@ -624,22 +424,3 @@ class Memory:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _idem(spec: CommandSpec, tenant: str, session: str | None, key: str | None) -> tuple | None:
-    if key is None or spec.idempotency_type is None:
-        return None
-    return (tenant, session, key, spec.idempotency_type)
-
-
-def _session_summary(session: SessionState) -> dict:
-    return {
-        "tenant": session.tenant,
-        "session": session.id,
-        "metadata": session.metadata,
-        "created_seq": session.created_seq,
-        "version": session.version,
-        "turn": session.turn,
-        "ended": session.ended_seq is not None,
-        "items": sum(len(s.items) for s in session.sections.values()),
-    }
