@@ -2,7 +2,8 @@
 
 Each function checks everything first and raises a typed error when the command is refused, so a
 refused command appends nothing. The `Memory` glue appends the returned record and applies it with
-the projection; the decision (victims, cleared items, token counts) travels in the record.
+the projection; the decision (victims, cleared items, token counts) travels in the record, and
+what the caller gets besides it travels in a `Decision` (sections/command_specs.py).
 """
 
 from __future__ import annotations
@@ -42,6 +43,18 @@ class Command:
     section: str
     type: str
     payload: dict
+
+
+@dataclass(slots=True)
+class Decision:
+    """What deciding a command under the lock produced: the records to append (none, one, or
+    several appended together with consecutive seqs) and what the caller gets besides them (the
+    views a read took, the messages a context assembled, ...). With no record, `durable_at` is
+    the seq the result reflects: the caller is answered once the log is durable up to it."""
+
+    records: tuple[Command, ...] | list[Command]
+    result: object = None
+    durable_at: int | None = None
 
 
 def get_session(state: MemoryState, tenant: str, session: str) -> SessionState:

@@ -126,6 +126,29 @@ class _Doc:
     text: str | None  # None: the content is unchanged (only title, tags or metadata changed)
 
 
+# The changes `follow` queues, applied by the index's own thread.
+@dataclass(frozen=True, slots=True)
+class Put:
+    docs: list[_Doc]
+    replace: bool = False  # documents already indexed (an update): replace them
+
+
+@dataclass(frozen=True, slots=True)
+class Remove:
+    tenant: str
+    rows: list[int]
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveWhere:  # every document of a session, or of one of its sections
+    tenant: str
+    session: str
+    section: str | None = None
+
+
+Change = Put | Remove | RemoveWhere
+
+
 class SearchIndex:
     def __init__(self, image: bytes | None = None) -> None:
         """An empty index, or the one a snapshot saved (`image`, from `serialize`)."""
@@ -158,7 +181,7 @@ class SearchIndex:
         # tenant -> its FTS5 table
         self._tables: dict[str, str] = dict(self._db.execute("SELECT tenant, fts FROM tenants"))
         self._writes = 0
-        self._queue: deque[tuple] = deque()  # changes `follow` queued while a query ran
+        self._queue: deque[Change] = deque()  # changes `follow` queued while a query ran
         self._closed = False
         self._db.execute("BEGIN")
         self.lock = threading.Lock()
@@ -234,16 +257,13 @@ class SearchIndex:
             self._db.execute("COMMIT")
             self._db.execute("BEGIN")
 
-    def _apply(self, change: tuple) -> None:
-        kind, *args = change
-        if kind == "put":
-            self._put(*args)
-        elif kind == "replace":
-            self._put(*args, replace=True)
-        elif kind == "remove":
-            self._remove(*args)
+    def _apply(self, change: Change) -> None:
+        if type(change) is Put:
+            self._put(change.docs, change.replace)
+        elif type(change) is Remove:
+            self._remove(change.tenant, change.rows)
         else:
-            self._remove_where(*args)
+            self._remove_where(change.tenant, change.session, change.section)
 
     def _optimize(self) -> None:
         self._db.execute("COMMIT")
@@ -423,7 +443,7 @@ def _section_docs(session: SessionState, name: str, content_of: ContentOf) -> li
     return [_doc(session, name, item, content_of(item)) for item in section.items.values()]
 
 
-def _changes(state: MemoryState, record: Record, content_of: ContentOf) -> list[tuple]:
+def _changes(state: MemoryState, record: Record, content_of: ContentOf) -> list[Change]:
     """The index changes of one record, with what they need taken from the state now."""
     type_ = record.type
     if type_ not in _FOLLOWED or record.salt is None:  # control, reads, or an erased record
@@ -431,20 +451,22 @@ def _changes(state: MemoryState, record: Record, content_of: ContentOf) -> list[
     payload = record.payload
     tenant = record.tenant
     if type_ in ("session.deleted", "session.erased"):
-        return [("remove_where", tenant, record.session)]
+        return [RemoveWhere(tenant, record.session)]
     session = state.sessions.get((tenant, record.session))
     if session is None:
         return []
     if type_ == "section.configured":  # `searchable` may have changed: index the section anew
-        changes: list[tuple] = [("remove_where", tenant, session.id, record.section)]
+        changes: list[Change] = [RemoveWhere(tenant, session.id, record.section)]
         if record.section in session.sections:
-            changes.append(("put", _section_docs(session, record.section, content_of)))
+            changes.append(Put(_section_docs(session, record.section, content_of)))
         return changes
     gone = [v["id"] for v in payload.get("evicted", ())]
     by_section = payload.get("cleared" if type_ == "turn.ended" else "items")
     if isinstance(by_section, dict):
         gone.extend(i for ids in by_section.values() for i in ids)
-    changes = [("remove", tenant, [rowid(*parse_item_id(i)) for i in gone])] if gone else []
+    changes: list[Change] = (
+        [Remove(tenant, [rowid(*parse_item_id(i)) for i in gone])] if gone else []
+    )
     docs = []
     for section, id_, content in _written(record, payload):
         found = session.sections.get(section)
@@ -452,7 +474,7 @@ def _changes(state: MemoryState, record: Record, content_of: ContentOf) -> list[
         if item is not None and found.config.searchable:  # type: ignore[union-attr]
             docs.append(_doc(session, section, item, content))
     if docs:
-        changes.append(("replace" if type_ == "item.updated" else "put", docs))
+        changes.append(Put(docs, replace=type_ == "item.updated"))
     return changes
 
 

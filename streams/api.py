@@ -17,9 +17,13 @@ from starlette.routing import request_response
 
 from eventstore.errors import InvalidInput
 from eventstore.jcs import loads_strict
+from sections import command_specs as specs
+from sections.command_specs import CommandSpec
 from sections.commands import UPDATABLE
 from sections.config import SETTINGS
 from sections.memory import Memory, Session
+from sections.session import item_ids
+from sections.views import Extra
 
 from .auth import Principal
 from .errors import ApiError
@@ -149,13 +153,13 @@ class Api:
             raise ApiError(
                 400, "invalid_input", "sections must be an object of per-section settings"
             )
+        config = self.memory.config.with_overrides(sections)
         with self.service.write():
-            record, created = await asyncio.to_thread(
-                self.memory.get_or_create,
+            record, created = await self.memory.run_async(
+                specs.GET_OR_CREATE_SESSION,
+                p.tenant,
                 request.path_params["session"],
-                tenant=p.tenant,
-                metadata=metadata,
-                sections=sections,
+                (config, metadata),
             )
         session = self._session(p, request)
         content = {"record": record_json(record) if record else None, "session": session.info()}
@@ -164,29 +168,33 @@ class Api:
     async def get_session(self, request: Request) -> Response:
         session = self._session(self.service.principal(request, "read"), request)
         info = session.info()
-        info["sections"] = self._sections_of(session)
+        info["sections"] = self.memory.session_sections(session.tenant, session.id)
         return json_response(info, headers=self._etag(session))
 
-    def _sections_of(self, session: Session) -> dict:
-        with self.memory._lock:
-            state = self.memory._state.sessions[(session.tenant, session.id)]
-            return {
-                name: {
-                    **s.config.to_json(),
-                    "tokens": s.tokens,
-                    "items": len(s.items),
-                    "evictions": s.evictions,
-                }
-                for name, s in state.sections.items()
-            }
+    async def _run(
+        self, session: Session, spec: CommandSpec, args: tuple, request: Request | None = None
+    ):
+        """Run a command of the table (sections/command_specs.py) on `session`: the one path
+        every route takes. With `request`, its Idempotency-Key and If-Match go along."""
+        if request is None:
+            return await self.memory.run_async(spec, session.tenant, session.id, args)
+        key, expected = request.headers.get("idempotency-key"), _if_match(request)
+        if getattr(request.state, "body_bytes", 0) > LARGE_BODY:  # canonicalizing it must
+            return await asyncio.to_thread(  # not stall the event loop
+                self.memory.run, spec, session.tenant, session.id, args, key, expected
+            )
+        return await self.memory.run_async(spec, session.tenant, session.id, args, key, expected)
+
+    async def _write(self, request: Request, session: Session, spec: CommandSpec, args=()):
+        """A write that answers its record (and the session's new version as ETag)."""
+        with self.service.write():
+            record = await self._run(session, spec, args, request)
+        return json_response({"record": record_json(record)}, headers=self._etag(session))
 
     async def delete_session(self, request: Request) -> Response:
         session = self._session(self.service.principal(request, "write"), request)
         with self.service.write():
-            record = await session.delete_async(
-                idempotency_key=request.headers.get("idempotency-key"),
-                expected_version=_if_match(request),
-            )
+            record = await self._run(session, specs.DELETE_SESSION, (), request)
         return json_response({"record": record_json(record)})
 
     async def stats(self, request: Request) -> Response:
@@ -197,40 +205,25 @@ class Api:
         p = self.service.principal(request, "read")
         return json_response(self.memory.stats(p.tenant))
 
-    async def _session_command(self, request: Request, command: str, **kwargs) -> Response:
-        session = self._session(self.service.principal(request, "write"), request)
-        with self.service.write():
-            record = await getattr(session, command)(
-                idempotency_key=request.headers.get("idempotency-key"),
-                expected_version=_if_match(request),
-                **kwargs,
-            )
-        return json_response({"record": record_json(record)}, headers=self._etag(session))
+    def _writer_session(self, request: Request) -> Session:
+        return self._session(self.service.principal(request, "write"), request)
 
     async def end_session(self, request: Request) -> Response:
-        return await self._session_command(request, "end_async")
+        return await self._write(request, self._writer_session(request), specs.END_SESSION)
 
     async def end_turn(self, request: Request) -> Response:
-        return await self._session_command(request, "end_turn_async")
+        return await self._write(request, self._writer_session(request), specs.END_TURN)
 
     async def commit(self, request: Request) -> Response:
         body = await self._body(request, required=False)
-        return await self._session_command(
-            request, "commit_async", section=_string(body, "section")
-        )
+        args = (_string(body, "section"),)
+        return await self._write(request, self._writer_session(request), specs.COMMIT, args)
 
     async def configure_section(self, request: Request) -> Response:
-        session = self._session(self.service.principal(request, "write"), request)
+        session = self._writer_session(request)
         body = _only(await self._body(request), SETTINGS, "section settings")
-        with self.service.write():
-            record = await asyncio.to_thread(
-                session.configure,
-                request.path_params["section"],
-                idempotency_key=request.headers.get("idempotency-key"),
-                expected_version=_if_match(request),
-                **body,
-            )
-        return json_response({"record": record_json(record)}, headers=self._etag(session))
+        args = (request.path_params["section"], body)
+        return await self._write(request, session, specs.CONFIGURE_SECTION, args)
 
     # -- items
 
@@ -250,17 +243,10 @@ class Api:
                 )
         else:
             items = [body]
-        add = dict(
-            idempotency_key=request.headers.get("idempotency-key"),
-            expected_version=_if_match(request),
-        )
         with self.service.write():
-            if request.state.body_bytes > LARGE_BODY:  # canonicalizing it must not stall the loop
-                added = await asyncio.to_thread(
-                    session.add_many, request.path_params["section"], items, **add
-                )
-            else:
-                added = await session.add_many_async(request.path_params["section"], items, **add)
+            added = await self._run(
+                session, specs.ADD_ITEMS, (request.path_params["section"], items), request
+            )
         content: dict = {"record": record_json(added[0].record)}
         if batch:
             content["items"] = [a.to_json() for a in added]
@@ -271,40 +257,27 @@ class Api:
     async def get_items(self, request: Request) -> Response:
         session = self._session(self.service.principal(request, "read"), request)
         ids = request.query_params.getlist("id") or None
-        section = request.path_params.get("section")
-        views = await session.get_async(section, ids, reader=_reader(request))
+        args = (request.path_params.get("section"), ids, _reader(request))
+        views = await self._run(session, specs.READ_ITEMS, args)
         return json_response({"items": [v.to_json() for v in views]}, headers=self._etag(session))
 
     async def get_item(self, request: Request) -> Response:
         session = self._session(self.service.principal(request, "read"), request)
-        views = await session.get_async(
-            request.path_params["section"], [request.path_params["item"]], reader=_reader(request)
-        )
+        path = request.path_params
+        args = (path["section"], [path["item"]], _reader(request))
+        views = await self._run(session, specs.READ_ITEMS, args)
         return json_response(views[0].to_json(), headers=self._etag(session))
 
     async def update_item(self, request: Request) -> Response:
-        session = self._session(self.service.principal(request, "write"), request)
+        session = self._writer_session(request)
         body = _only(await self._body(request), UPDATABLE, "item fields to update")
-        with self.service.write():
-            record = await session.update_async(
-                request.path_params["section"],
-                request.path_params["item"],
-                idempotency_key=request.headers.get("idempotency-key"),
-                expected_version=_if_match(request),
-                **body,
-            )
-        return json_response({"record": record_json(record)}, headers=self._etag(session))
+        args = (request.path_params["section"], request.path_params["item"], body)
+        return await self._write(request, session, specs.UPDATE_ITEM, args)
 
     async def remove_item(self, request: Request) -> Response:
-        session = self._session(self.service.principal(request, "write"), request)
-        with self.service.write():
-            record = await session.remove_async(
-                request.path_params["section"],
-                request.path_params["item"],
-                idempotency_key=request.headers.get("idempotency-key"),
-                expected_version=_if_match(request),
-            )
-        return json_response({"record": record_json(record)}, headers=self._etag(session))
+        path = request.path_params
+        args = (path["section"], item_ids(path["item"]))
+        return await self._write(request, self._writer_session(request), specs.REMOVE_ITEMS, args)
 
     # -- context, state, erasure
 
@@ -320,9 +293,8 @@ class Api:
         reader = body.get("reader", "agent")
         extra = {k: body[k] for k in CONTEXT_EXTRAS if k in body}
         with self.service.write():
-            record, messages = await session.assemble_async(
-                budget, sections, reader=reader, **extra
-            )
+            args = (budget, sections, reader, Extra.of(**extra))
+            record, messages = await self._run(session, specs.ASSEMBLE_CONTEXT, args)
         return json_response({"record": record_json(record), "messages": messages})
 
     async def state_at(self, request: Request) -> Response:
@@ -348,12 +320,12 @@ class Api:
         reason = _string(body, "reason", required=True)
         with self.service.write():
             if body.get("all") is True:
-                record = await session.erase_all_async(reason=reason)
+                record = await self._run(session, specs.ERASE_SESSION, (reason,))
                 return json_response({"record": record_json(record), "erased": "session"})
             ids = body.get("ids")
             if type(ids) is not list or not ids or not all(type(i) is str for i in ids):
                 raise ApiError(400, "invalid_input", 'give "ids": [item ids] or "all": true')
-            record, erased = await asyncio.to_thread(session.erase_items, ids, reason=reason)
+            record, erased = await self._run(session, specs.ERASE_ITEMS, (ids, reason))
         return json_response({"record": record_json(record), "erased": erased})
 
 

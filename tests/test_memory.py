@@ -200,7 +200,8 @@ def test_large_contents_are_not_held_in_memory(mem):
     s = mem.session("s")
     big = "Z" * 50_000
     item = s.add("documents", big)
-    held = mem._state.sessions[("default", "s")].sections["documents"].items[item.id]
+    held = mem.read(lambda state: state.sessions[("default", "s")].sections["documents"])
+    held = held.items[item.id]
     assert held.content is None
     assert s.get("documents")[0].content == big
 
@@ -359,14 +360,14 @@ def test_an_erase_interrupted_before_its_redaction_is_finished_on_open(tmp_path)
                     }
                 },
             }
-            from sections.commands import Command
+            from sections.commands import Command, Decision
 
-            return Command("default", "s", "_session", "items.erased", payload)
+            return Decision((Command("default", "s", "_session", "items.erased", payload),))
 
-        mem._commit(decide)
-        assert mem._state.pending_erasures
+        mem.append(decide)
+        assert mem.read(lambda state: state.pending_erasures)
     with Memory.open(tmp_path / "d") as mem:
-        assert not mem._state.pending_erasures
+        assert not mem.read(lambda state: state.pending_erasures)
         assert mem.rebuild().pending_erasures == {}
         assert [v.content for v in mem.session("s").get("findings")] == ["other"]
     for path in Path(tmp_path / "d").rglob("*"):

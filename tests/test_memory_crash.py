@@ -44,11 +44,13 @@ def test_acknowledged_adds_survive_kill9_and_retries_are_recognised(tmp_path):
         for key, session, item in _run_and_kill(data_dir, rng):
             acked[key] = (session, item)
         with Memory.open(data_dir, seg_bits=5) as mem:
-            held = {
-                (sid, item.id): item.content
-                for (_, sid), state in mem._state.sessions.items()
-                for item in state.sections["findings"].items.values()
-            }
+            held = mem.read(
+                lambda memory_state: {
+                    (sid, item.id): item.content
+                    for (_, sid), state in memory_state.sessions.items()
+                    for item in state.sections["findings"].items.values()
+                }
+            )
             for key, (session, item) in acked.items():
                 assert held.get((session, item)) == f"finding {key}", f"acknowledged {key} was lost"
             contents = list(held.values())

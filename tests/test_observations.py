@@ -27,8 +27,11 @@ def mem(tmp_path, clock):
 
 
 def observations(mem: Memory, session: str = TENANT_SESSION, tenant: str = "default"):
-    with mem._lock:
-        return list(mem._state.sessions[(tenant, session)].sections["observations"].items.values())
+    return mem.read(
+        lambda state: list(
+            state.sessions[(tenant, session)].sections["observations"].items.values()
+        )
+    )
 
 
 def test_a_new_observation_is_inserted_tenant_wide(mem):

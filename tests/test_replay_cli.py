@@ -34,18 +34,19 @@ def history(tmp_path_factory):
     with Memory.open(data, config=CONFIG, seg_bits=3) as mem:
 
         def capture():
-            captured[mem._state.seq] = orjson.loads(orjson.dumps(mem._state.to_json()["sessions"]))
+            seq, sessions = mem.read(lambda state: (state.seq, state.to_json()["sessions"]))
+            captured[seq] = orjson.loads(orjson.dumps(sessions))
 
         s = mem.session("s/1", metadata={"app": "a"})
         t = mem.session("t@2", tenant="other")
         capture()
-        marks["start"] = mem._state.seq
+        marks["start"] = mem.read(lambda state: state.seq)
         first = s.add("notes", "aaaa aaaa")  # 3 tokens
         kept = s.add("findings", "keep this fact", priority=9)
         s.add("scratch", "for this turn")
         t.add("notes", "other tenant")
         capture()
-        marks["before"] = mem._state.seq
+        marks["before"] = mem.read(lambda state: state.seq)
         for i in range(4):
             s.add("notes", f"note {i} xxxx")  # evicts the oldest notes (fifo, 12 tokens)
             capture()
@@ -58,9 +59,9 @@ def history(tmp_path_factory):
         s.erase([gone.id], reason="gdpr")
         capture()
         s.context(budget=50)
-        marks["context"] = mem._state.seq
+        marks["context"] = mem.read(lambda state: state.seq)
         capture()
-        marks["after"] = mem._state.seq
+        marks["after"] = mem.read(lambda state: state.seq)
         marks["first_note"] = first.seq
         marks["dropped"] = dropped.seq
         marks["gone"] = gone.seq

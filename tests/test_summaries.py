@@ -68,7 +68,9 @@ def test_a_summary_lost_to_a_crash_is_appended_on_open(tmp_path):
     s = mem.session("s")
     _conversation(s)
     # The end record alone, as if the process died before the summary was appended.
-    end = mem._commit(lambda state: commands.end_session(state.sessions[("default", "s")]))
+    end = mem.append(
+        lambda state: commands.Decision((commands.end_session(state.sessions[("default", "s")]),))
+    )
     mem.close()
     mem = Memory.open(tmp_path / "d")
     assert mem.session("s", create=False).summary()["ended_seq"] == end.seq

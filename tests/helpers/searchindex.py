@@ -23,8 +23,7 @@ def index_dump(index: SearchIndex) -> dict:
 def fresh_index_dump(mem: Memory) -> dict:
     """The dump of an index built anew from the memory's live state."""
     fresh = SearchIndex()
-    with mem._lock:
-        fresh.build(mem._state, mem.history.content_of)
+    mem.read(lambda state: fresh.build(state, mem.history.content_of))
     try:
         return index_dump(fresh)
     finally:

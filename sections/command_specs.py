@@ -1,0 +1,408 @@
+"""The command table: each memory command defined once.
+
+A `CommandSpec` names a command's decide function, the idempotency type its key is recorded
+under, and how the caller's result is built from the durable record and the `Decision`. The
+runners (`Memory.run`, `Memory.run_async`) are the only code that executes a spec, so the sync
+API, its `*_async` twin and the HTTP route of a command cannot disagree on any of these.
+
+A spec runs in up to three steps:
+
+- `prepare` (optional), outside the lock, may read files or the search index; it returns the
+  arguments the decision needs (the async runner runs it on a worker thread);
+- `decide`, under the memory's lock, pure over the state: returns a `Decision` (the records to
+  append and what the caller gets besides), or None when no record is needed;
+- `result`, once the records are durable: builds what the caller gets. With `result_blocks` it
+  does I/O (reads contents back from the log, redacts, summarizes) and the async runner runs it
+  on a worker thread. An idempotent retry calls it with the first call's record and no decision,
+  so the result of a command with an idempotency type depends on the record alone.
+
+The functions here reach the memory only through its public methods (sections/memory.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from eventstore.errors import InvalidInput, WriterClosed
+from eventstore.record import Record
+
+from . import commands, erase_flow, inject, observations, summaries
+from .commands import Command, Decision, get_session
+from .observations import TENANT_SESSION, Observation
+from .search import MAX_TIME, Query
+from .state import MemoryState, SessionState, item_id, parse_item_id
+from .views import MAX_TOP_K, Extra, SearchHit, added_views, view_of
+
+if TYPE_CHECKING:
+    from .memory import Memory
+
+# decide(memory, state, tenant, session, args, idempotency_key, expected_version)
+Decide = Callable[[Any, MemoryState, str, Any, tuple, Any, Any], Decision | None]
+Prepare = Callable[[Any, str, Any, tuple], tuple]  # (memory, tenant, session, args) -> args
+Result = Callable[[Any, Record | None, Decision | None], Any]  # (memory, record, decision)
+
+
+@dataclass(frozen=True, slots=True)
+class CommandSpec:
+    name: str
+    decide: Decide
+    idempotency_type: str | None = None  # None: the command takes no idempotency key
+    result: Result = lambda _memory, record, _decision: record  # noqa: E731
+    prepare: Prepare | None = None
+    result_blocks: bool = False
+
+
+def _decided(_memory: Memory, _record: Record | None, decision: Decision | None) -> Any:
+    return decision.result  # type: ignore[union-attr]
+
+
+def _added(_memory: Memory, record: Record | None, _decision: Decision | None) -> list:
+    return added_views(record)  # type: ignore[arg-type]
+
+
+def _one(command: Command) -> Decision:
+    return Decision((command,))
+
+
+# ---- writes on one session --------------------------------------------------------------------
+
+
+def _add_items(memory, state, tenant, session, args, idem, expected) -> Decision:
+    section, items = args
+    target = get_session(state, tenant, session)
+    return _one(commands.add_items(target, section, items, memory.counter, idem, expected))
+
+
+def _update_item(memory, state, tenant, session, args, idem, expected) -> Decision:
+    section, item, changes = args
+    target = get_session(state, tenant, session)
+    return _one(
+        commands.update_item(target, section, item, changes, memory.counter, idem, expected)
+    )
+
+
+def _remove_items(_memory, state, tenant, session, args, idem, expected) -> Decision:
+    section, ids = args
+    target = get_session(state, tenant, session)
+    return _one(commands.remove_items(target, section, ids, idem, expected))
+
+
+def _configure_section(_memory, state, tenant, session, args, idem, expected) -> Decision:
+    section, settings = args
+    target = get_session(state, tenant, session)
+    return _one(commands.configure_section(target, section, settings, idem, expected))
+
+
+def _commit(_memory, state, tenant, session, args, idem, expected) -> Decision:
+    (section,) = args
+    return _one(commands.commit(get_session(state, tenant, session), section, idem, expected))
+
+
+def _end_turn(_memory, state, tenant, session, _args, idem, expected) -> Decision:
+    return _one(commands.end_turn(get_session(state, tenant, session), idem, expected))
+
+
+def _end_session(_memory, state, tenant, session, _args, idem, expected) -> Decision:
+    return _one(commands.end_session(get_session(state, tenant, session), idem, expected))
+
+
+def _delete_session(_memory, state, tenant, session, _args, idem, expected) -> Decision:
+    return _one(commands.delete_session(get_session(state, tenant, session), idem, expected))
+
+
+def _ended(memory: Memory, record: Record | None, _decision: Decision | None) -> Record:
+    """Append the summary of the session `record` ended, unless it is there already (a retry)."""
+    tenant, session = record.tenant, record.session  # type: ignore[union-attr]
+    summarized = memory.read(lambda state: get_session(state, tenant, session).summary_at)
+    if summarized is None or summarized[0] < record.seq:  # type: ignore[union-attr]
+        memory.append(lambda state: summarize(memory, state, tenant, session))
+    return record  # type: ignore[return-value]
+
+
+ADD_ITEMS = CommandSpec("add_items", _add_items, "item.added", _added)
+UPDATE_ITEM = CommandSpec("update_item", _update_item, "item.updated")
+REMOVE_ITEMS = CommandSpec("remove_items", _remove_items, "item.removed")
+CONFIGURE_SECTION = CommandSpec("configure_section", _configure_section, "section.configured")
+COMMIT = CommandSpec("commit", _commit, "section.committed")
+END_TURN = CommandSpec("end_turn", _end_turn, "turn.ended")
+END_SESSION = CommandSpec("end_session", _end_session, "session.ended", _ended, result_blocks=True)
+DELETE_SESSION = CommandSpec("delete_session", _delete_session, "session.deleted")
+
+
+# ---- sessions ---------------------------------------------------------------------------------
+
+
+def check_not_reserved(session_id: str) -> None:
+    if session_id == TENANT_SESSION:
+        raise InvalidInput(
+            f"session id {TENANT_SESSION!r} is reserved for tenant-wide observations: observe() "
+            "writes there"
+        )
+
+
+def _create_session(memory, state, tenant, session, args, _idem, _expected) -> Decision:
+    config, metadata = args
+    check_not_reserved(session)
+    return _one(commands.create_session(state, tenant, session, config, memory.counter, metadata))
+
+
+def _get_or_create(memory, state, tenant, session, args, idem, expected) -> Decision | None:
+    if (tenant, session) in state.sessions:
+        return None
+    return _create_session(memory, state, tenant, session, args, idem, expected)
+
+
+def _created(_memory: Memory, record: Record | None, _decision: Decision | None) -> tuple:
+    return record, record is not None
+
+
+CREATE_SESSION = CommandSpec("create_session", _create_session)
+GET_OR_CREATE_SESSION = CommandSpec("get_or_create_session", _get_or_create, result=_created)
+
+
+def tenant_session(memory: Memory, state: MemoryState, tenant: str) -> Decision | None:
+    """The session that holds the tenant's observations, created once."""
+    if (tenant, TENANT_SESSION) in state.sessions:
+        return None
+    metadata = {"reserved": "tenant-wide observations"}
+    return _one(
+        commands.create_session(
+            state, tenant, TENANT_SESSION, memory.config, memory.counter, metadata
+        )
+    )
+
+
+def summarize(memory: Memory, state: MemoryState, tenant: str, session_id: str) -> Decision | None:
+    """The summary of a session that has just ended (sections/summaries.py)."""
+    session = state.sessions.get((tenant, session_id))
+    if session is None or session.ended_seq is None:
+        return None
+    return _one(summaries.summarize(session, lambda id_: _message(memory, session, id_)))
+
+
+def _message(memory: Memory, session: SessionState, id_: str) -> object:
+    """A message's content: live, or from the record that added it (None if erased)."""
+    section = session.sections.get("messages")
+    item = section.items.get(id_) if section is not None else None
+    if item is not None:
+        return memory.content_of(item)
+    seq = parse_item_id(id_)[0]
+    memory.writer.wait_for(seq)
+    return memory.history.logged_content(id_, seq)
+
+
+# ---- reads ------------------------------------------------------------------------------------
+
+
+def _read_items(_memory, state, tenant, session, args, _idem, _expected) -> Decision:
+    section, ids, reader = args
+    target = get_session(state, tenant, session)
+    views = []
+    reads: dict[str, list[str]] = {}
+    if ids is None:  # whole sections
+        for name in [section] if section is not None else list(target.sections):
+            items = list(commands.get_section(target, name).items.values())
+            views.extend(view_of(name, item) for item in items)
+            reads[name] = [item.id for item in items]
+    else:  # these ids, in this section or wherever they are
+        for id_ in ids:
+            name = section if section is not None else commands.section_of(target, id_)
+            item = commands.get_item(commands.get_section(target, name), id_)
+            views.append(view_of(name, item))
+            reads.setdefault(name, []).append(item.id)
+    command = commands.read_items(target, reads, reader, "get")
+    return Decision((command,) if command is not None else (), views, target.version)
+
+
+def _filled(memory: Memory, _record: Record | None, decision: Decision | None) -> list:
+    return memory.fill(decision.result)  # type: ignore[union-attr, arg-type]
+
+
+READ_ITEMS = CommandSpec("read_items", _read_items, result=_filled, result_blocks=True)
+
+
+def _ranked_observations(memory: Memory, tenant: str, session: str, args: tuple) -> tuple:
+    """Context assembly's first step, outside the lock: rank the observations for the query."""
+    budget, sections, reader, extra = args
+    if type(budget) is not int or budget <= 0:
+        raise InvalidInput("the context budget must be a positive number of tokens")
+    hits = []
+    if extra.query and extra.observations:
+        query = Query(
+            extra.query[: inject.QUERY_CHARS],
+            sessions=(session, TENANT_SESSION),
+            sections=(observations.SECTION,),
+            top_k=extra.observations,
+        )
+        hits = [(h.session, h.id) for h in memory.search_index.search(tenant, query)]
+    return budget, sections, reader, extra, hits
+
+
+def _assemble(memory, state, tenant, session_id, args, _idem, _expected) -> Decision:
+    budget, sections, reader, extra, hits = args
+    extra: Extra
+    session = get_session(state, tenant, session_id)
+    injection = None
+    if extra.observations or extra.summaries:
+        pool = inject.observation_pool(state, tenant, session_id)
+        chosen = inject.choose_observations(pool, hits, extra.observations)
+        recent = summaries.recent(state, tenant, session_id, extra.summaries)
+        settings = {"observations": extra.observations, "summaries": extra.summaries,
+                    "observation_chars": extra.observation_chars}  # fmt: skip
+        injection = inject.build(
+            chosen, recent, extra.observation_chars, memory.content_of, memory.counter, budget,
+            settings,
+        )  # fmt: skip
+    command, messages = commands.assemble_context(
+        session, sections, budget, memory.content_of, reader, injection
+    )
+    return Decision((command,), messages)
+
+
+def _assembled(_memory: Memory, record: Record | None, decision: Decision | None) -> tuple:
+    return record, decision.result  # type: ignore[union-attr]
+
+
+ASSEMBLE_CONTEXT = CommandSpec(
+    "assemble_context", _assemble, result=_assembled, prepare=_ranked_observations
+)
+
+
+# ---- search and observations (tenant-wide; `session` is None) ---------------------------------
+
+
+def search_query(
+    text: object, sessions, sections, tags, since, until, top_k, reader, markers
+) -> Query:  # fmt: skip
+    """A search's arguments, checked: bad ones raise InvalidInput naming the argument."""
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidInput("give a search query: a non-empty string")
+    for name, value in (("sessions", sessions), ("sections", sections), ("tags", tags)):
+        if value is not None and (
+            isinstance(value, str) or not all(isinstance(v, str) for v in value)
+        ):
+            raise InvalidInput(f"{name} must be a list of strings")
+    for name, value in (("since", since), ("until", until)):
+        if value is not None and (type(value) is not int or abs(value) > MAX_TIME):
+            raise InvalidInput(
+                f"{name} must be an integer of microseconds since the epoch, within ±2**62"
+            )
+    if type(top_k) is not int or not 1 <= top_k <= MAX_TOP_K:
+        raise InvalidInput(f"top_k must be an integer from 1 to {MAX_TOP_K}")
+    if reader not in commands.READERS:
+        raise InvalidInput(f"reader must be one of {', '.join(commands.READERS)}")
+    if len(markers) != 2 or not all(isinstance(m, str) for m in markers):
+        raise InvalidInput("markers must be two strings: before and after each matched word")
+    return Query(
+        text,
+        tuple(sessions) if sessions is not None else None,
+        tuple(sections) if sections is not None else None,
+        tuple(tags or ()),
+        since,
+        until,
+        top_k,
+        (markers[0], markers[1]),
+    )
+
+
+def _query_index(memory: Memory, tenant: str, _session: None, args: tuple) -> tuple:
+    # The index has its own lock: a query never holds up writers. Hits whose item left
+    # meanwhile are dropped under the memory's lock, where the read record is decided.
+    query, reader = args
+    if memory.writer.closed:
+        raise WriterClosed("the memory is closed")
+    return reader, memory.search_index.search(tenant, query)
+
+
+def _search(_memory, state, tenant, _session, args, _idem, _expected) -> Decision:
+    reader, hits = args
+    found: list[SearchHit] = []
+    reads: dict[str, dict[str, list[str]]] = {}
+    for hit in hits:
+        session = state.sessions.get((tenant, hit.session))
+        section = session.sections.get(hit.section) if session is not None else None
+        item = section.items.get(hit.id) if section is not None else None
+        if item is None or (item.content_seq, item.tags) != (hit.content_seq, hit.tags):
+            continue  # left or changed since the index was queried
+        found.append(SearchHit(hit.session, view_of(hit.section, item), hit.score, hit.snippet))
+        reads.setdefault(hit.session, {}).setdefault(hit.section, []).append(item.id)
+    made = [
+        commands.read_items(state.sessions[(tenant, sid)], by_section, reader, "search")
+        for sid, by_section in reads.items()
+    ]
+    return Decision([c for c in made if c is not None], found, state.seq)
+
+
+def _hits(memory: Memory, _record: Record | None, decision: Decision | None) -> list[SearchHit]:
+    found: list[SearchHit] = decision.result  # type: ignore[union-attr, assignment]
+    views = memory.fill([hit.item for hit in found])
+    return [
+        SearchHit(hit.session, view, hit.score, hit.snippet)
+        for hit, view in zip(found, views, strict=True)
+    ]
+
+
+SEARCH = CommandSpec("search", _search, result=_hits, prepare=_query_index, result_blocks=True)
+
+
+def _observations_session(memory: Memory, tenant: str, _session: None, args: tuple) -> tuple:
+    if args[2]:  # tenant-wide
+        memory.append(lambda state: tenant_session(memory, state, tenant))
+    return args
+
+
+def _observe(memory, state, tenant, _session, args, _idem, _expected) -> Decision:
+    obs, session_id, _ = args
+    target = get_session(state, tenant, session_id)
+    command, tier, item = observations.decide(
+        target, obs, memory.decision_ts, memory.dedup_window_us, memory.counter, memory.content_of
+    )
+    return Decision((command,), (session_id, tier, item))
+
+
+def _observed(_memory: Memory, record: Record | None, decision: Decision | None):
+    session_id, tier, item = decision.result  # type: ignore[union-attr, misc]
+    payload = record.payload  # type: ignore[union-attr]
+    if item is None:
+        id_, meta = item_id(record.seq, 0), payload["items"][0]["metadata"]  # type: ignore[union-attr]
+    else:
+        id_, meta = item.id, payload["set"]["metadata"]
+    return observations.Outcome(id_, session_id, tier, meta["revision"], meta["duplicates"])
+
+
+OBSERVE = CommandSpec("observe", _observe, result=_observed, prepare=_observations_session)
+
+
+def observation_args(
+    type: str, title: str, content: str, *, tags: list[str] | tuple[str, ...] = (),
+    topic_key: str | None = None, session: str | None = None,
+) -> tuple:  # fmt: skip
+    """OBSERVE's arguments: the observation, checked, and the session that will hold it."""
+    obs = Observation.of(type, title, content, tags, topic_key)
+    return obs, TENANT_SESSION if session is None else session, session is None
+
+
+# ---- erasure (sections/erase_flow.py) ---------------------------------------------------------
+
+ERASE_ITEMS = CommandSpec(
+    "erase_items",
+    erase_flow.decide_items,
+    result=erase_flow.redact_items,
+    prepare=erase_flow.walk_items,
+    result_blocks=True,
+)
+ERASE_SESSION = CommandSpec(
+    "erase_session",
+    erase_flow.decide_session,
+    result=erase_flow.redact_session,
+    prepare=erase_flow.scan_session,
+    result_blocks=True,
+)
+
+SPECS = (
+    ADD_ITEMS, UPDATE_ITEM, REMOVE_ITEMS, CONFIGURE_SECTION, COMMIT, END_TURN, END_SESSION,
+    DELETE_SESSION, CREATE_SESSION, GET_OR_CREATE_SESSION, READ_ITEMS, ASSEMBLE_CONTEXT, SEARCH,
+    OBSERVE, ERASE_ITEMS, ERASE_SESSION,
+)  # fmt: skip

@@ -1,0 +1,76 @@
+"""Reads of the live state, pure: what `Memory`'s public reads return (run under its lock)."""
+
+from __future__ import annotations
+
+from .commands import get_session
+from .observations import TENANT_SESSION
+from .state import MemoryState, SessionState
+from .summaries import recent
+
+
+def session_info(session: SessionState) -> dict:
+    return {
+        "tenant": session.tenant,
+        "session": session.id,
+        "metadata": session.metadata,
+        "created_seq": session.created_seq,
+        "version": session.version,
+        "turn": session.turn,
+        "ended": session.ended_seq is not None,
+        "items": sum(len(s.items) for s in session.sections.values()),
+    }
+
+
+def session_sections(state: MemoryState, tenant: str, session_id: str) -> dict:
+    """Each section's config with its tokens, item count and evictions."""
+    return {
+        name: {
+            **s.config.to_json(),
+            "tokens": s.tokens,
+            "items": len(s.items),
+            "evictions": s.evictions,
+        }
+        for name, s in get_session(state, tenant, session_id).sections.items()
+    }
+
+
+def session_summary(state: MemoryState, tenant: str, session_id: str) -> dict | None:
+    """The summary appended when the session last ended, or None."""
+    session = get_session(state, tenant, session_id)
+    if session.summary_at is None:
+        return None
+    return {"session": session_id, "seq": session.summary_at[0], **session.summary}  # type: ignore[dict-item]
+
+
+def list_sessions(state: MemoryState, tenant: str, metadata: dict) -> list[dict]:
+    return [
+        session_info(s)
+        for (t, _), s in sorted(state.sessions.items())
+        if t == tenant and all(s.metadata.get(k) == v for k, v in metadata.items())
+    ]
+
+
+def stats(state: MemoryState, tenant: str, session: str | None) -> dict | None:
+    """Sessions, items, tokens and evictions of a tenant or one session (None if unknown)."""
+    sessions = [
+        s for (t, sid), s in state.sessions.items() if t == tenant and session in (None, sid)
+    ]
+    if session is not None and not sessions:
+        return None
+    tokens: dict[str, int] = {}
+    evictions: dict[str, int] = {}
+    items = 0
+    for s in sessions:
+        for name, section in s.sections.items():
+            tokens[name] = tokens.get(name, 0) + section.tokens
+            evictions[name] = evictions.get(name, 0) + section.evictions
+            items += len(section.items)
+    return {"sessions": len(sessions), "items": items, "tokens": tokens, "evictions": evictions}
+
+
+def summaries(state: MemoryState, tenant: str, limit: int) -> list[dict]:
+    """The newest session summaries of a tenant, newest first."""
+    return [
+        {"session": s.id, "seq": s.summary_at[0], **s.summary}  # type: ignore[index]
+        for s in recent(state, tenant, TENANT_SESSION, limit)
+    ]

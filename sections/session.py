@@ -1,0 +1,195 @@
+"""`Session`: a handle on one (tenant, session id) of a `Memory`.
+
+It holds no state. Each command is one line of the table below: a function that takes the
+caller's arguments and turns them into the command's (args, idempotency key, expected version),
+and the command spec it runs (sections/command_specs.py). `_twins` derives the sync method and
+its `*_async` twin from that one line, so the two cannot disagree.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from eventstore.errors import InvalidInput
+
+from . import command_specs as specs
+from . import observations
+from .erase_flow import item_ids
+from .views import Extra
+
+if TYPE_CHECKING:
+    from .memory import Memory
+
+Arguments = Callable[..., tuple[tuple, str | None, int | None]]
+
+
+def _twins(spec: specs.CommandSpec, arguments: Arguments, pick: Callable[[Any], Any] | None = None):
+    """The sync method and the async method that run `spec` with what `arguments` makes of the
+    caller's arguments; `pick` takes the caller's part of the spec's result."""
+
+    def run(self: Session, *a: Any, **kw: Any) -> Any:
+        args, key, expected = arguments(*a, **kw)
+        result = self.memory.run(spec, self.tenant, self.id, args, key, expected)
+        return result if pick is None else pick(result)
+
+    async def run_async(self: Session, *a: Any, **kw: Any) -> Any:
+        args, key, expected = arguments(*a, **kw)
+        result = await self.memory.run_async(spec, self.tenant, self.id, args, key, expected)
+        return result if pick is None else pick(result)
+
+    signature = inspect.signature(arguments)
+    params = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    signature = signature.replace(
+        parameters=params + list(signature.parameters.values()),
+        return_annotation=inspect.Signature.empty,
+    )
+    for method in (run, run_async):
+        method.__signature__ = signature  # type: ignore[attr-defined]
+        method.__doc__ = arguments.__doc__
+    return run, run_async
+
+
+def _first(items: list) -> Any:
+    return items[0]
+
+
+def _second(pair: tuple) -> Any:
+    return pair[1]
+
+
+# ---- what each command takes ------------------------------------------------------------------
+# Every function returns (the spec's args, idempotency key, expected version).
+
+
+def _add(section: str, content: object, *, idempotency_key: str | None = None,
+         expected_version: int | None = None, **fields: object):  # fmt: skip
+    """Add one item (fields: kind, role, tags, priority, metadata, group, name, tool_calls, tool_call_id)."""
+    return (section, [{"content": content, **fields}]), idempotency_key, expected_version
+
+
+def _add_many(section: str, items: list[dict], *, idempotency_key: str | None = None,
+              expected_version: int | None = None):  # fmt: skip
+    """Add items atomically: one record."""
+    return (section, items), idempotency_key, expected_version
+
+
+def _update(section: str, item: str, *, idempotency_key: str | None = None,
+            expected_version: int | None = None, **changes: object):  # fmt: skip
+    """Change an item's content, tags, priority, metadata, kind or role."""
+    return (section, item, changes), idempotency_key, expected_version
+
+
+def _remove(section: str, items: list[str] | str, *, idempotency_key: str | None = None,
+            expected_version: int | None = None):  # fmt: skip
+    """Remove items from a section."""
+    return (section, item_ids(items)), idempotency_key, expected_version
+
+
+def _configure(section: str, *, idempotency_key: str | None = None,
+               expected_version: int | None = None, **settings: object):  # fmt: skip
+    """Change a section's budget, policy, lifetime or flags for this session (or add one)."""
+    return (section, settings), idempotency_key, expected_version
+
+
+def _commit(section: str | None = None, *, idempotency_key: str | None = None,
+            expected_version: int | None = None):  # fmt: skip
+    """Mark what `commit`-lifetime sections hold now as surviving restarts."""
+    return (section,), idempotency_key, expected_version
+
+
+def _session_command(*, idempotency_key: str | None = None, expected_version: int | None = None):
+    return (), idempotency_key, expected_version
+
+
+def _get(section: str | None = None, ids: list[str] | None = None, *, reader: str = "agent"):
+    """Items of a section (or of every section), oldest first. Leaves an `items.read` record."""
+    return (section, ids, reader), None, None
+
+
+def _assemble(budget: int = 8000, sections: list[str] | None = None, *, reader: str = "agent",
+              **extra: object):  # fmt: skip
+    """The `context.assembled` record and the messages: OpenAI-style, within `budget` tokens.
+    `query=`, `observations=N`, `summaries=M`, `observation_chars=C`: see sections/inject.py."""
+    return (budget, sections, reader, Extra.of(**extra)), None, None  # type: ignore[arg-type]
+
+
+def _erase(ids: list[str] | str, *, reason: str):
+    """Erase items for good: remove them, redact every payload holding their content, tags or
+    metadata, purge snapshots. Items no longer live (evicted, removed) can be erased too.
+    Items added in the same batch record go as well. Gives every erased id."""
+    return (item_ids(ids), reason), None, None
+
+
+def _erase_all(*, reason: str):
+    """Erase the whole session, deleted or not: every record this (tenant, session id) ever
+    wrote, in every incarnation, has its payload redacted; then the session leaves state."""
+    return (reason,), None, None
+
+
+class Session:
+    """One session's commands. Every write returns once its record is durable."""
+
+    def __init__(self, memory: Memory, tenant: str, session_id: str) -> None:
+        self.memory = memory
+        self.tenant = tenant
+        self.id = session_id
+
+    @property
+    def version(self) -> int:
+        return self.memory.session_version(self.tenant, self.id)
+
+    def info(self) -> dict:
+        return self.memory.session_info(self.tenant, self.id)
+
+    def summary(self) -> dict | None:
+        """The summary appended when the session last ended, or None."""
+        return self.memory.session_summary(self.tenant, self.id)
+
+    def stats(self) -> dict:
+        return self.memory.stats(self.tenant, self.id)
+
+    # -- commands: each a spec, run sync or async
+
+    add, add_async = _twins(specs.ADD_ITEMS, _add, _first)
+    add_many, add_many_async = _twins(specs.ADD_ITEMS, _add_many)
+    update, update_async = _twins(specs.UPDATE_ITEM, _update)
+    remove, remove_async = _twins(specs.REMOVE_ITEMS, _remove)
+    configure, configure_async = _twins(specs.CONFIGURE_SECTION, _configure)
+    commit, commit_async = _twins(specs.COMMIT, _commit)
+    end_turn, end_turn_async = _twins(specs.END_TURN, _session_command)
+    end, end_async = _twins(specs.END_SESSION, _session_command)  # then its summary
+    delete, delete_async = _twins(specs.DELETE_SESSION, _session_command)
+    get, get_async = _twins(specs.READ_ITEMS, _get)
+    assemble, assemble_async = _twins(specs.ASSEMBLE_CONTEXT, _assemble)
+    context, context_async = _twins(specs.ASSEMBLE_CONTEXT, _assemble, _second)
+    erase_items, erase_items_async = _twins(specs.ERASE_ITEMS, _erase)
+    erase, erase_async = _twins(specs.ERASE_ITEMS, _erase, _second)
+    erase_all, erase_all_async = _twins(specs.ERASE_SESSION, _erase_all)
+
+    # -- tenant-wide commands, narrowed to this session
+
+    def search(self, query: str, **options: object) -> list:
+        """Search this session's searchable sections (see `Memory.search`)."""
+        return self.memory.search(query, tenant=self.tenant, sessions=[self.id], **options)
+
+    async def search_async(self, query: str, **options: object) -> list:
+        return await self.memory.search_async(
+            query, tenant=self.tenant, sessions=[self.id], **options
+        )
+
+    def _observation(self, scope: str) -> dict:
+        if scope not in observations.SCOPES:
+            raise InvalidInput(f"scope must be one of {', '.join(observations.SCOPES)}")
+        return {"tenant": self.tenant, "session": self.id if scope == "session" else None}
+
+    def observe(self, type: str, title: str, content: str, *, scope: str = "session",
+                **options: object) -> observations.Outcome:  # fmt: skip
+        """Record an observation in this session (scope "session") or for the whole tenant."""
+        return self.memory.observe(type, title, content, **self._observation(scope), **options)
+
+    async def observe_async(self, type: str, title: str, content: str, *, scope: str = "session",
+                            **options: object) -> observations.Outcome:  # fmt: skip
+        where = self._observation(scope)
+        return await self.memory.observe_async(type, title, content, **where, **options)

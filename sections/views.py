@@ -1,0 +1,111 @@
+"""What callers get back: item views, search hits, and the extras context assembly injects."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from eventstore.errors import InvalidInput
+from eventstore.record import Record
+
+from . import inject
+from .state import Item, item_id
+
+MAX_TOP_K = 1000
+
+
+@dataclass(frozen=True)
+class ItemView:
+    """An item as returned to callers: a copy, safe to keep."""
+
+    id: str
+    section: str
+    content: object
+    tokens: int
+    kind: str | None
+    role: str | None
+    tags: tuple[str, ...]
+    priority: float
+    metadata: dict
+    group: str | None
+    seq: int
+    h: str
+    content_seq: int  # the record holding the current content
+    record: Record | None = field(default=None, compare=False, repr=False)  # set on writes
+
+    def to_json(self) -> dict:
+        return {
+            "id": self.id, "section": self.section, "content": self.content, "tokens": self.tokens,
+            "kind": self.kind, "role": self.role, "tags": list(self.tags), "priority": self.priority,
+            "metadata": self.metadata, "group": self.group, "seq": self.seq, "h": self.h,
+        }  # fmt: skip
+
+
+def view_of(section: str, item: Item) -> ItemView:
+    """A live item's view; its content is None while it is kept in the log (see `fill`)."""
+    return ItemView(
+        item.id, section, item.content, item.tokens, item.kind, item.role, item.tags,
+        item.priority, dict(item.metadata), item.group, item.seq, item.h, item.content_seq,
+    )  # fmt: skip
+
+
+def added_views(record: Record) -> list[ItemView]:
+    """The items an `item.added` record added, built from the durable record alone (so an
+    idempotent retry, which has only the first record, answers the same)."""
+    return [
+        ItemView(
+            item_id(record.seq, k),
+            record.section,
+            data.get("content"),
+            data["tokens"],
+            data.get("kind"),
+            data.get("role"),
+            tuple(data.get("tags", ())),
+            data.get("priority", 0),
+            data.get("metadata", {}),
+            data.get("group"),
+            record.seq,
+            record.h,
+            record.seq,
+            record,
+        )
+        for k, data in enumerate(record.payload["items"])
+    ]
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    """A search result: the item, its session, its BM25 score (higher is better) and a snippet
+    with the matched words between the markers."""
+
+    session: str
+    item: ItemView
+    score: float
+    snippet: str
+
+    def to_json(self) -> dict:
+        return {"session": self.session, "score": self.score, "snippet": self.snippet,
+                "item": self.item.to_json()}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Extra:
+    """What context assembly injects besides the sections (sections/inject.py)."""
+
+    query: str | None = None
+    observations: int = 0
+    summaries: int = 0
+    observation_chars: int = inject.OBSERVATION_CHARS
+
+    @classmethod
+    def of(cls, query: str | None = None, observations: int = 0, summaries: int = 0,
+           observation_chars: int = inject.OBSERVATION_CHARS) -> Extra:  # fmt: skip
+        if query is not None and not isinstance(query, str):
+            raise InvalidInput("query must be a string")
+        for name, value, top in (("observations", observations, MAX_TOP_K),
+                                 ("summaries", summaries, MAX_TOP_K),
+                                 ("observation_chars", observation_chars, 1 << 20)):  # fmt: skip
+            if type(value) is not int or not 0 <= value <= top:
+                raise InvalidInput(f"{name} must be an integer from 0 to {top}")
+        if observation_chars < 1:
+            raise InvalidInput("observation_chars must be at least 1")
+        return cls(query, observations, summaries, observation_chars)
