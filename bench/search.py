@@ -119,13 +119,11 @@ def child(n: int, queries: int, naive_queries: int) -> dict:
         out["update"] = _update_cost(mem, 1000)
         first = _top10(index, qs)
         if naive_queries:
-            with mem._lock:
-                state = mem._state
             naive = []
             for text, _ in qs[:naive_queries]:
                 start = time.perf_counter()
                 fresh = SearchIndex()
-                fresh.build(state, mem.history.content_of)
+                mem.read(lambda state, fresh=fresh: fresh.build(state, mem.history.content_of))
                 fresh.search("default", Query(text))
                 naive.append(time.perf_counter() - start)
                 fresh.close()
@@ -146,10 +144,8 @@ def child(n: int, queries: int, naive_queries: int) -> dict:
             "after_open_mib": round(after.get("VmRSS", 0) / 1024, 1),
             "index_db_mib": round(mem.search_index.size_bytes() / 2**20, 1),
         }
-        with mem._lock:
-            state = mem._state
         fresh = SearchIndex()
-        seconds, _ = _timed(fresh.build, state, mem.history.content_of)
+        seconds, _ = _timed(mem.read, lambda state: fresh.build(state, mem.history.content_of))
         out["rebuild"]["index_build_s"] = round(seconds, 3)
         out["rebuild"]["docs_per_s"] = round(len(fresh) / seconds)
         fresh.close()
