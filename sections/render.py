@@ -104,31 +104,51 @@ def _fill(name, section, remaining, text_of, counter) -> tuple[list[Item], int]:
         taken: list[Item] = []
         spent = 0
         for members in units:
+            if sum(m.tokens for m in members) > remaining - spent + len(members):
+                continue  # its rendered messages hold its contents: it cannot fit (see below)
             cost = sum(counter.count(_message(m, text_of(m))) for m in members)
             if cost <= remaining - spent:
                 spent += cost
                 taken.extend(members)
         return sorted(taken, key=lambda i: i.order), spent
-    if remaining <= 0:
+    if remaining <= 0 or not units:
         return [], 0
     everything = sorted((m for u in units for m in u), key=lambda i: i.order)
     whole = counter.count(_section_message(name, everything, text_of))
     if whole <= remaining:  # the common case: the whole section fits
         return everything, whole
-    taken = []
-    spent = 0
-    for members in units:
+
+    def cost(items: list[Item]) -> int:
+        return counter.count(_section_message(name, items, text_of)) if items else 0
+
+    def prefix(n: int) -> list[Item]:
+        return sorted((m for u in units[:n] for m in u), key=lambda i: i.order)
+
+    # The longest run of units, in keep order, that fits: found in a logarithmic number of
+    # renders, since a longer run renders no shorter. Then each later unit is tried on its own.
+    fits, too_many = 0, len(units)
+    while too_many - fits > 1:
+        middle = (fits + too_many) // 2
+        fits, too_many = (middle, too_many) if cost(prefix(middle)) <= remaining else (fits, middle)
+    taken = prefix(fits)
+    spent = cost(taken)
+    smallest_miss = sum(m.tokens for m in units[fits])
+    for members in units[fits + 1 :]:
         # The rendered message holds the unit's text, so a unit whose stored count alone
-        # exceeds what is left (give or take the counter's rounding) cannot fit: skip it
-        # without rendering.
-        if sum(m.tokens for m in members) > remaining - spent + 1:
+        # exceeds what is left (give or take the counter's rounding) cannot fit; nor, as what
+        # is left only shrinks, one no smaller than a unit that already missed. Both skip a
+        # render; at worst they leave a token or two unused, never overspend.
+        size = sum(m.tokens for m in members)
+        if size > remaining - spent + 1 or size >= smallest_miss:
             continue
         trial = list(taken)
         for m in members:
             insort(trial, m, key=lambda i: i.order)
-        cost = counter.count(_section_message(name, trial, text_of))
-        if cost <= remaining:
-            taken, spent = trial, cost
+        trial_cost = cost(trial)
+        if trial_cost <= remaining:
+            taken, spent = trial, trial_cost
+        else:
+            smallest_miss = size
     return taken, spent
 
 
