@@ -201,7 +201,7 @@ def test_fifty_small_findings_render_within_budget_60(mem):
 
 def test_documents_come_only_when_named_and_never_crowd_out_the_conversation(mem):
     s = mem.session("s")
-    turns = [("user", "q" * 400), ("assistant", "a" * 200), ("user", "second question")]
+    turns = [("user", "q" * 440), ("assistant", "a" * 200), ("user", "second question")]
     for role, text in turns:
         s.add("messages", text, role=role)
     s.add("documents", "D" * 7360)  # 1,840 tokens
