@@ -43,6 +43,7 @@ import sys
 import tempfile
 import threading
 import time
+from contextlib import suppress
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -54,6 +55,7 @@ from eventstore.jcs import canonical
 from eventstore.reader import LogReader
 from eventstore.store import open_log
 from eventstore.writer import Durability
+from sections.errors import NotAdmitted
 from sections.memory import Memory
 
 FAMILIES = ("threads", "asyncio")
@@ -308,7 +310,8 @@ def fill_sections(mem: Memory, sessions: list, contents: list[str]) -> None:
                 if section == "findings":
                     for j, item in enumerate(batch):
                         item["priority"] = (need + j) % 10
-                s.add_many(section, batch)
+                with suppress(NotAdmitted):  # a full priority section turns away a lower newcomer
+                    s.add_many(section, batch)
                 need -= len(batch)
 
 
@@ -338,13 +341,21 @@ def add_scenario(
             section = MIX[n % 4]
             content = contents[(n * 7 + k) % n_contents]
             if section == "findings":
-                return add(section, content, priority=rng.randrange(10))
+                # Under `priority` a newcomer that ranks below every resident is not admitted:
+                # the call is answered (NotAdmitted) and appends nothing; it counts as a call.
+                if asyncio_mode:
+                    return add(section, content, priority=rng.randrange(10))
+                try:
+                    return add(section, content, priority=rng.randrange(10))
+                except NotAdmitted:
+                    return None
             return add(section, content)
 
         if asyncio_mode:
 
             async def acall():
-                await call()
+                with suppress(NotAdmitted):
+                    await call()
 
             return acall
         return call
@@ -485,7 +496,8 @@ def child_build(data_dir: Path, records: int) -> dict:
                 section = BOUNDED[n % 3]
                 content = contents[rng.randrange(len(contents))]
                 if section == "findings":
-                    await session.add_async(section, content, priority=rng.randrange(10))
+                    with suppress(NotAdmitted):  # nothing appended; the build goes on
+                        await session.add_async(section, content, priority=rng.randrange(10))
                 else:
                     await session.add_async(section, content)
             n += CONCURRENCY

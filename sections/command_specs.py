@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from eventstore.errors import InvalidInput, WriterClosed
 from eventstore.record import Record
 
-from . import commands, erase_flow, inject, observations, summaries
+from . import commands, erase_flow, inject, observations, render, summaries
 from .commands import Command, Decision, get_session
 from .observations import TENANT_SESSION, Observation
 from .search import MAX_TIME, Query
@@ -251,12 +251,18 @@ def _assemble(memory, state, tenant, session_id, args, _idem, _expected) -> Deci
         recent = summaries.recent(state, tenant, session_id, extra.summaries)
         settings = {"observations": extra.observations, "summaries": extra.summaries,
                     "observation_chars": extra.observation_chars}  # fmt: skip
-        injection = inject.build(
-            chosen, recent, extra.observation_chars, memory.content_of, memory.counter, budget,
-            settings,
-        )  # fmt: skip
+        limit = budget
+        while True:  # the injected block, rendered, within the budget: fewer lines until it is
+            injection = inject.build(
+                chosen, recent, extra.observation_chars, memory.content_of, memory.counter,
+                limit, settings,
+            )  # fmt: skip
+            over = render.tokens_of(injection.messages, memory.counter) - budget
+            if over <= 0:
+                break
+            limit -= over
     command, messages = commands.assemble_context(
-        session, sections, budget, memory.content_of, reader, injection
+        session, sections, budget, memory.content_of, memory.counter, reader, injection
     )
     return Decision((command,), messages)
 
@@ -356,6 +362,8 @@ def _observations_session(memory: Memory, tenant: str, _session: None, args: tup
 def _observe(memory, state, tenant, _session, args, _idem, _expected) -> Decision:
     obs, session_id, _ = args
     target = get_session(state, tenant, session_id)
+    if session_id != TENANT_SESSION:  # the tenant's own session outlives any end()
+        commands.check_open(target)
     command, tier, item = observations.decide(
         target, obs, memory.decision_ts, memory.dedup_window_us, memory.counter, memory.content_of
     )

@@ -15,11 +15,12 @@ from eventstore.errors import InvalidInput
 from eventstore.identifiers import check_identifier
 
 from . import render
-from .config import OBSERVATIONS, SESSION_SECTION, SETTINGS, MemoryConfig, SectionConfig
+from .config import SESSION_SECTION, SETTINGS, MemoryConfig, SectionConfig
 from .errors import (
     ImmutableSection,
     ItemNotFound,
     SectionNotFound,
+    SessionEnded,
     SessionExists,
     SessionNotFound,
     VersionConflict,
@@ -28,10 +29,10 @@ from .policies import choose_victims
 from .render import Injection
 from .state import Item, MemoryState, SectionState, SessionState
 from .tokens import TokenCounter
+from .tool_calls import default_group
 
 READERS = ("agent", "operator")
 UPDATABLE = frozenset(("content", "tags", "priority", "metadata", "kind", "role"))
-TOOL_GROUP_PREFIX = "call:"
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,16 @@ def base_payload(session: SessionState, idem: str | None) -> dict:
     if idem is not None:
         payload["idem"] = idem
     return payload
+
+
+def check_open(session: SessionState) -> None:
+    """Refuse a write to an ended session. Only the memory's own record-keeping (the summary,
+    restart clears), reads, erasure and deletion go on after `session.ended`."""
+    if session.ended_seq is not None:
+        raise SessionEnded(
+            f"session {session.id!r} ended at seq {session.ended_seq}: it takes no more writes; "
+            "start a new session (reads, erasure and deletion still work)"
+        )
 
 
 def _check_writable(section: SectionState, session: SessionState) -> None:
@@ -143,6 +154,7 @@ def configure_section(
 ) -> Command:
     """Change (or add) one section's config for this session; a smaller budget evicts by policy."""
     _check_version(session, expected_version)
+    check_open(session)
     section = session.sections.get(name)
     if section is not None:
         _check_writable(section, session)  # its config is part of what was loaded from config
@@ -168,6 +180,7 @@ def end_session(
     session: SessionState, idem: str | None = None, expected_version: int | None = None
 ) -> Command:
     _check_version(session, expected_version)
+    check_open(session)  # a retry with the first call's key is answered before this
     return Command(
         session.tenant, session.id, SESSION_SECTION, "session.ended", base_payload(session, idem)
     )
@@ -200,7 +213,11 @@ _ITEM_FIELDS = {
 
 
 def _new_item(
-    config: SectionConfig, data: dict, counter: TokenCounter, existing: SectionState | None
+    config: SectionConfig,
+    data: dict,
+    counter: TokenCounter,
+    existing: SectionState | None,
+    batch: list[dict] = (),  # type: ignore[assignment]
 ) -> dict:
     """Check one item's fields and return its record form, with its token count."""
     unknown = set(data) - _ITEM_FIELDS
@@ -240,7 +257,7 @@ def _new_item(
     extra = {k: data[k] for k in ("name", "tool_calls", "tool_call_id") if data.get(k) is not None}
     if extra:
         item["extra"] = extra
-    group = data.get("group") or _default_group(config, item, existing)
+    group = data.get("group") or default_group(config.name, item, existing, batch)
     if group is not None:
         item["group"] = group
     tokens = counter.count(data["content"])
@@ -248,24 +265,6 @@ def _new_item(
         tokens += counter.count(tool_calls)
     item["tokens"] = tokens
     return item
-
-
-def _default_group(config: SectionConfig, item: dict, existing: SectionState | None) -> str | None:
-    """In `messages`, an assistant message with tool calls and the tool results answering it
-    form one group, named after the first call's id."""
-    if config.name != "messages":
-        return None
-    extra = item.get("extra", {})
-    calls = extra.get("tool_calls")
-    if calls:
-        return TOOL_GROUP_PREFIX + calls[0]["id"]
-    answered = extra.get("tool_call_id")
-    if answered is None or existing is None:
-        return None
-    for other in reversed(existing.items.values()):
-        if any(call.get("id") == answered for call in other.extra.get("tool_calls", ())):
-            return other.group
-    return None
 
 
 def add_items(
@@ -278,18 +277,23 @@ def add_items(
 ) -> Command:
     _check_version(session, expected_version)
     section = get_section(session, section_name)
+    check_open(session)
     _check_writable(section, session)
     if not items:
         raise InvalidInput("nothing to add: give at least one item")
-    new = []
+    new: list[dict] = []
     for data in items:
         if type(data) is not dict:
             raise InvalidInput("each item must be an object")
-        new.append(_new_item(section.config, data, counter, section))
+        new.append(_new_item(section.config, data, counter, section, new))
     # Items in one batch that share a group join each other, not an existing one twice.
     incoming = sum(i["tokens"] for i in new)
     units = frozenset(i["group"] for i in new if "group" in i)
-    victims = choose_victims(section, incoming, units)
+    newcomers: dict[str, float] = {}
+    for k, i in enumerate(new):
+        unit = i.get("group", f"#new.{k}")
+        newcomers[unit] = max(newcomers.get(unit, i.get("priority", 0)), i.get("priority", 0))
+    victims = choose_victims(section, incoming, units, newcomers=newcomers)
     payload = base_payload(session, idem)
     payload["items"] = new
     if victims:
@@ -308,6 +312,7 @@ def update_item(
 ) -> Command:
     _check_version(session, expected_version)
     section = get_section(session, section_name)
+    check_open(session)
     _check_writable(section, session)
     item = get_item(section, item_id_)
     allowed = UPDATABLE
@@ -337,6 +342,7 @@ def remove_items(
 ) -> Command:
     _check_version(session, expected_version)
     section = get_section(session, section_name)
+    check_open(session)
     _check_writable(section, session)
     if not ids:
         raise InvalidInput("nothing to remove: give at least one item id")
@@ -385,11 +391,13 @@ def assemble_context(
     names: list[str] | None,
     budget: int,
     content_of: render.ContentOf,
+    counter: TokenCounter,
     reader: str = "agent",
     injection: Injection | None = None,
 ) -> tuple[Command, list[dict]]:
-    """The `context.assembled` record and the messages. Without `names`, every section but
-    `observations`, whose long-term contents come in through injection, by query."""
+    """The `context.assembled` record and the messages, whose rendered tokens (as `counter`
+    counts them) stay within `budget`. Without `names`, every section but those assembled only
+    on request (`documents`; `observations`, whose contents come in through injection)."""
     if type(budget) is not int or budget <= 0:
         raise InvalidInput("the context budget must be a positive number of tokens")
     if reader not in READERS:
@@ -397,11 +405,8 @@ def assemble_context(
     for name in names or ():
         get_section(session, name)
     injection = injection or Injection()
-    chosen = render.choose(
-        session,
-        names if names is not None else [n for n in session.sections if n != OBSERVATIONS],
-        budget - injection.tokens,
-    )
+    injected = render.tokens_of(injection.messages, counter)
+    chosen, spent = render.choose(session, names, budget - injected, content_of, counter)
     messages = render.render(chosen, content_of, injection.messages)
     entries = injection.entries + render.manifest(chosen)
     payload = base_payload(session, None)
@@ -410,7 +415,7 @@ def assemble_context(
             "reader": reader,
             "renderer": render.RENDERER,
             "budget": budget,
-            "tokens": sum(e["tokens"] for e in entries),
+            "tokens": injected + spent,
             "sections": names,
             "manifest": entries,
         }
@@ -429,6 +434,7 @@ def end_turn(
     session: SessionState, idem: str | None = None, expected_version: int | None = None
 ) -> Command:
     _check_version(session, expected_version)
+    check_open(session)
     cleared = {
         name: list(section.items)
         for name, section in session.sections.items()
@@ -447,6 +453,7 @@ def commit(
 ) -> Command:
     """Mark what a `commit`-lifetime section holds now as surviving restarts."""
     _check_version(session, expected_version)
+    check_open(session)
     if section_name is not None:
         names = [section_name]
         get_section(session, section_name)

@@ -49,6 +49,15 @@ class ItemTooLarge(Refused):
     pass
 
 
+class NotAdmitted(BudgetExceeded):
+    """Under the `priority` policy the incoming item competes with the residents and ranked
+    lowest: it is not admitted and nothing is appended (docs/sections.md, Policies)."""
+
+
+class SessionEnded(MemoryError_):
+    """A write to a session after its `session.ended` record (docs/sections.md, Ending)."""
+
+
 class IdempotencyConflict(MemoryError_):
     """An idempotency key reused for a different command."""
 

@@ -11,6 +11,7 @@ item alone. How a unit ranks (lowest rank leaves first; ties break by the oldest
 | lru      | its most recent use (write or agent read, by seq): least recent first   |
 | lfu      | its most-read member's agent reads, then its most recent use            |
 | priority | its highest priority: the lowest leaves first, among equals the oldest  |
+|          | the incoming items compete: if one would have to leave, none is admitted |
 | refuse   | never evicts: a write that does not fit is refused                      |
 | none     | never evicts: only for unbounded or immutable sections                  |
 """
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .errors import BudgetExceeded, ItemTooLarge
+from .errors import BudgetExceeded, ItemTooLarge, NotAdmitted
 from .state import Item, SectionState
 
 
@@ -51,12 +52,15 @@ def choose_victims(
     incoming_tokens: int,
     incoming_units: frozenset[str] = frozenset(),
     replacing: str | None = None,
+    newcomers: dict[str, float] | None = None,
 ) -> list[Item]:
     """The items to evict so that `incoming_tokens` more fit the budget, in eviction order.
 
     `incoming_units` are the groups the new items join: never victims, since evicting one would
     split it. `replacing` is an item being updated: its old tokens are given back first.
-    Raises ItemTooLarge or BudgetExceeded; nothing is decided then.
+    `newcomers` (an add's units, each with its highest priority) makes the incoming items
+    compete under the priority policy: an add whose own unit would rank among the victims is
+    not admitted. Raises ItemTooLarge, BudgetExceeded or NotAdmitted; nothing is decided then.
     """
     config = section.config
     budget = config.budget_tokens
@@ -75,7 +79,8 @@ def choose_victims(
         return []
     candidates = [i for i in section.items.values() if i.id != replacing]
     units = _units(candidates)
-    protected = sum(m.tokens for unit in incoming_units for m in units.pop(unit, ()))
+    joined = {unit: units.pop(unit) for unit in incoming_units if unit in units}
+    protected = sum(m.tokens for members in joined.values() for m in members)
     if protected + incoming_tokens > budget:
         raise ItemTooLarge(
             f"the groups being added to would hold {protected + incoming_tokens} tokens, more than "
@@ -86,6 +91,8 @@ def choose_victims(
             f"section {name!r} is full ({used} of {budget} tokens) and its policy is "
             f"{config.policy!r}: the write of {incoming_tokens} tokens is refused"
         )
+    if config.policy == "priority" and newcomers:
+        _compete(section, units, joined, newcomers, excess, incoming_tokens)
     victims: list[Item] = []
     if config.policy == "fifo":
         # Items are kept in (seq, k) order, so units come out of _units by their oldest member:
@@ -99,3 +106,39 @@ def choose_victims(
         if excess <= 0:
             return victims
     raise BudgetExceeded(f"section {name!r} cannot make room for {incoming_tokens} tokens")
+
+
+def _compete(
+    section: SectionState,
+    units: dict[str, list[Item]],
+    joined: dict[str, list[Item]],
+    newcomers: dict[str, float],
+    excess: int,
+    incoming_tokens: int,
+) -> None:
+    """Rank the incoming units with the residents by (highest priority, oldest member) and walk
+    the eviction order as `choose_victims` will: if an incoming unit comes up before there is
+    room, it is not admitted. Incoming items are newer than every resident, so among equal
+    priorities the residents leave first and the newcomer is admitted; a group the add joins
+    ranks by its members old and new together."""
+    newest = (float("inf"), 0)
+    ranked: list[tuple[tuple, str | None, int]] = []
+    for members in units.values():
+        ranked.append((_rank("priority", members), None, sum(m.tokens for m in members)))
+    for unit, priority in newcomers.items():
+        residents = joined.get(unit, ())
+        top = max([priority, *(m.priority for m in residents)])
+        oldest = min([newest, *(m.order for m in residents)])
+        ranked.append(((top, oldest), unit, 0))
+    for rank, newcomer, tokens in sorted(ranked, key=lambda r: r[0]):
+        if newcomer is not None:
+            config = section.config
+            raise NotAdmitted(
+                f"section {config.name!r} is full ({section.tokens} of {config.budget_tokens} "
+                f"tokens) and its policy is 'priority': the incoming item of priority {rank[0]} "
+                f"ranks below the residents that would have to leave to make room for its "
+                f"{incoming_tokens} tokens, so it is not admitted and nothing was written"
+            )
+        excess -= tokens
+        if excess <= 0:
+            return

@@ -43,10 +43,14 @@ def session_summary(state: MemoryState, tenant: str, session_id: str) -> dict | 
 
 
 def list_sessions(state: MemoryState, tenant: str, metadata: dict) -> list[dict]:
+    """The tenant's sessions, without the reserved one that holds its tenant-wide observations
+    (reached by name, never listed)."""
     return [
         session_info(s)
-        for (t, _), s in sorted(state.sessions.items())
-        if t == tenant and all(s.metadata.get(k) == v for k, v in metadata.items())
+        for (t, sid), s in sorted(state.sessions.items())
+        if t == tenant
+        and sid != TENANT_SESSION
+        and all(s.metadata.get(k) == v for k, v in metadata.items())
     ]
 
 

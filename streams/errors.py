@@ -14,7 +14,9 @@ from sections.errors import (
     IdempotencyConflict,
     ImmutableSection,
     ItemTooLarge,
+    NotAdmitted,
     NotFound,
+    SessionEnded,
     SessionExists,
     VersionConflict,
 )
@@ -36,11 +38,13 @@ class ApiError(Exception):
 _STATUS: tuple[tuple[type[BaseException], int, str], ...] = (
     (NotFound, 404, "not_found"),
     (SessionExists, 409, "session_exists"),
+    (SessionEnded, 409, "session_ended"),
     (VersionConflict, 409, "version_conflict"),
     (IdempotencyConflict, 409, "idempotency_key_reused"),
     (StalePosition, 409, "stale_position"),
     (ImmutableSection, 409, "immutable_section"),
     (ItemTooLarge, 422, "item_too_large"),
+    (NotAdmitted, 422, "not_admitted"),
     (BudgetExceeded, 422, "budget_exceeded"),
     (InvalidInput, 400, "invalid_input"),
     (WriterClosed, 503, "unavailable"),
