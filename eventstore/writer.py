@@ -151,6 +151,7 @@ class LogWriter:
         self._sink = sink
         self._durable = state.tree.copy()  # the durable tree: what checkpoint files sign
         self._durable_size = state.size
+        self._clock, self._salts = clock, salts
         self._sequencer = Sequencer(key, state, clock=clock, salts=salts)
         self._listeners: list[Callable[[list[Record]], None]] = []
         # _assign guards the sequencer (callers' threads, no I/O); _cond guards the queue.
@@ -186,6 +187,12 @@ class LogWriter:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def failure(self) -> BaseException | None:
+        """Why the writer refuses appends after a failed write (None while it takes them):
+        the error it will raise, whose `cause` is the storage's own error."""
+        return None if self._failed is None else self._stopped_error()
 
     @property
     def fsync_observer(self) -> Callable[[float, int], None] | None:
@@ -327,10 +334,69 @@ class LogWriter:
                 ops.append(CloseLog())
                 self._enqueue(ops, None)
         self._thread.join()
+        self._closed = True  # also when a failed reopen had stopped the thread already
         if not already:
             self._sink.close()
             if self._lock is not None:
                 self._lock.release()
+
+    def reopen(self) -> dict | None:
+        """After a failed write: recover the directory and take appends again, in place.
+
+        The failed writer's thread is stopped, the directory is recovered as `open()` does
+        (what was not durable is cut off, `log.resume` is appended) and a new thread starts.
+        Listeners stay registered and get the `log.resume` batch, so they see no gap: the seqs
+        given to records that were never durable are given again. Returns the `log.resume`
+        payload, or None when there was nothing to heal. Raises (and stays failed, ready to be
+        reopened again) while the cause lasts: the caller retries, with backoff.
+        """
+        if self.log_dir is None:
+            raise WriterClosed("only a writer made by LogWriter.open() can be reopened")
+        with self._assign:
+            if self._failed is None:
+                return None
+            if self._closing:
+                raise WriterClosed(f"the writer of {self.log_dir} is closed")
+            if self._thread.is_alive():
+                self._enqueue([CloseLog()], None)  # a failed writer settles it and stops
+                self._thread.join()
+                self._finished = self._closed = False  # still failed: close() must still work
+            self._sink.close()
+            sink = FileSink(self.log_dir, self.seg_bits, self.durability)  # type: ignore[arg-type]
+            sink.fsync_observer = self._sink.fsync_observer
+            published: list[Record] = []
+            try:
+                recovered = file_recovery.recover(
+                    self.log_dir, self.key, self.seg_bits, False, sink
+                )
+                state = recovered.state
+                self._sink = sink
+                self._durable, self._durable_size = state.tree.copy(), state.size
+                self._cp_size = recovered.checkpoint_size
+                self._sequencer = Sequencer(self.key, state, clock=self._clock, salts=self._salts)
+                # A checkpoint first, as a probe: while the cause lasts (no descriptor, no space)
+                # this fails before anything is appended, so retries do not pile up resumes.
+                self._write_checkpoint()
+                ops, _ = self._sequencer.resume(self.now(), recovered.resume, recovered.sealed_root)
+                self._execute(ops, published)
+                self._write_checkpoint()
+            except BaseException as exc:
+                sink.abandon()
+                sink.close()
+                self._failed = exc
+                raise
+            finally:
+                # Before any new batch, so listeners keep log order; also what a reopen that
+                # failed later made durable (a log.resume), which the next one continues after.
+                if published:
+                    for listener in self._listeners:
+                        listener(published)
+            self.last_resume = recovered.resume
+            self._queue, self._waiting = [], []
+            self._failed = None
+            self._finished = self._closed = False
+            self._start_thread()
+            return recovered.resume
 
     def __enter__(self) -> LogWriter:
         return self
@@ -350,9 +416,11 @@ class LogWriter:
             return CommitRefused(failed.owner)
         if type(failed) is Unknown:
             return CommitUnknown(failed.reason)
-        return WriterClosed(
+        error = WriterClosed(
             f"{prefix}the writer stopped after a failed write ({failed}); reopen the log"
         )
+        error.cause = failed if isinstance(failed, BaseException) else None
+        return error
 
     def _enqueue(self, ops: list[Operation], pending: Pending | None) -> None:
         with self._cond:

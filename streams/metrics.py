@@ -51,6 +51,22 @@ class Metrics:
         self.verified = Gauge(
             "ledgermem_verified_through_seq", "Last seq the background verifier checked", registry=r
         )
+        self.write_failures = Counter(
+            "ledgermem_write_failures",
+            "Failed writes, fsyncs or checkpoints that made the service refuse writes",
+            registry=r,
+        )
+        self.reopen_failures = Counter(
+            "ledgermem_log_reopen_failures", "Attempts to reopen the log that failed", registry=r
+        )
+        self.reopens = Counter(
+            "ledgermem_log_reopens", "Times the log was reopened after a failed write", registry=r
+        )
+        self.writes_refused = Gauge(
+            "ledgermem_writes_refused",
+            "1 while writes are refused after a failed write",
+            registry=r,
+        )
         for channel in CHANNELS:
             self.subscribers.labels(channel)
 

@@ -11,7 +11,7 @@ from starlette.routing import request_response
 from eventstore import layout
 from eventstore.checkpoint import CheckpointError, parse_checkpoint
 
-from .errors import error_response
+from .errors import error_response, refusal_code
 from .responses import json_response
 from .routing import RawRoute
 from .service import Service
@@ -24,6 +24,10 @@ def routes(service: Service) -> list[RawRoute]:
     async def readyz(request: Request) -> Response:
         if not service.ready:
             return error_response(503, "not_ready", "the service is starting or shutting down")
+        refusal = service.refusal
+        if refusal is not None:
+            code, _ = refusal_code(refusal)
+            return error_response(503, code, f"writes are refused until the log reopens: {refusal}")
         return json_response({"status": "ready", "head": service.writer.size - 1})
 
     async def metrics(request: Request) -> Response:
