@@ -7,7 +7,8 @@ can apply them in seq order. One thread owned by the writer then drains everythi
 it was busy and hands it to the sink (sink.py) in one commit (group commit) before
 acknowledging any of it: threads wait on a lock, asyncio tasks on a future, so the event loop
 never blocks on storage. `open()` puts a log directory behind it (file_sink.py, recovered by
-file_recovery.py); `create_on()` starts a new log on any other sink.
+file_recovery.py); `create_on()` starts a new log on any other sink. A failed write stops the
+writer until `reopen()` (writer_failure.py) has recovered the directory in place.
 """
 
 from __future__ import annotations
@@ -30,17 +31,13 @@ from .sequencer import AppendLines, Sequencer, SequencerState, StartSegment
 from .sink import (
     Batch,
     CloseLog,
-    CommitRefused,
     CommitResult,
-    Committed,
-    CommitUnknown,
     DurabilitySink,
     RedactionRewrite,
-    Refused,
     SignedCheckpoint,
-    Unknown,
     WriteCheckpoint,
 )
+from .writer_failure import FailedWrites
 
 __all__ = ["DEFAULT_SEG_BITS", "MAX_PAYLOAD_BYTES", "Durability", "Entry", "LogWriter", "Pending"]
 
@@ -51,7 +48,7 @@ DEFAULT_SEG_BITS = 16
 Operation = AppendLines | StartSegment | WriteCheckpoint | RedactionRewrite | CloseLog
 
 
-class LogWriter:
+class LogWriter(FailedWrites):
     """Append-only writer of one log. Use `open()` (or `create_on()`); always `close()`."""
 
     log_dir: Path | None
@@ -187,12 +184,6 @@ class LogWriter:
     @property
     def closed(self) -> bool:
         return self._closed
-
-    @property
-    def failure(self) -> BaseException | None:
-        """Why the writer refuses appends after a failed write (None while it takes them):
-        the error it will raise, whose `cause` is the storage's own error."""
-        return None if self._failed is None else self._stopped_error()
 
     @property
     def fsync_observer(self) -> Callable[[float, int], None] | None:
@@ -340,64 +331,6 @@ class LogWriter:
             if self._lock is not None:
                 self._lock.release()
 
-    def reopen(self) -> dict | None:
-        """After a failed write: recover the directory and take appends again, in place.
-
-        The failed writer's thread is stopped, the directory is recovered as `open()` does
-        (what was not durable is cut off, `log.resume` is appended) and a new thread starts.
-        Listeners stay registered and get the `log.resume` batch, so they see no gap: the seqs
-        given to records that were never durable are given again. Returns the `log.resume`
-        payload, or None when there was nothing to heal. Raises (and stays failed, ready to be
-        reopened again) while the cause lasts: the caller retries, with backoff.
-        """
-        if self.log_dir is None:
-            raise WriterClosed("only a writer made by LogWriter.open() can be reopened")
-        with self._assign:
-            if self._failed is None:
-                return None
-            if self._closing:
-                raise WriterClosed(f"the writer of {self.log_dir} is closed")
-            if self._thread.is_alive():
-                self._enqueue([CloseLog()], None)  # a failed writer settles it and stops
-                self._thread.join()
-                self._finished = self._closed = False  # still failed: close() must still work
-            self._sink.close()
-            sink = FileSink(self.log_dir, self.seg_bits, self.durability)  # type: ignore[arg-type]
-            sink.fsync_observer = self._sink.fsync_observer
-            published: list[Record] = []
-            try:
-                recovered = file_recovery.recover(
-                    self.log_dir, self.key, self.seg_bits, False, sink
-                )
-                state = recovered.state
-                self._sink = sink
-                self._durable, self._durable_size = state.tree.copy(), state.size
-                self._cp_size = recovered.checkpoint_size
-                self._sequencer = Sequencer(self.key, state, clock=self._clock, salts=self._salts)
-                # A checkpoint first, as a probe: while the cause lasts (no descriptor, no space)
-                # this fails before anything is appended, so retries do not pile up resumes.
-                self._write_checkpoint()
-                ops, _ = self._sequencer.resume(self.now(), recovered.resume, recovered.sealed_root)
-                self._execute(ops, published)
-                self._write_checkpoint()
-            except BaseException as exc:
-                sink.abandon()
-                sink.close()
-                self._failed = exc
-                raise
-            finally:
-                # Before any new batch, so listeners keep log order; also what a reopen that
-                # failed later made durable (a log.resume), which the next one continues after.
-                if published:
-                    for listener in self._listeners:
-                        listener(published)
-            self.last_resume = recovered.resume
-            self._queue, self._waiting = [], []
-            self._failed = None
-            self._finished = self._closed = False
-            self._start_thread()
-            return recovered.resume
-
     def __enter__(self) -> LogWriter:
         return self
 
@@ -409,18 +342,6 @@ class LogWriter:
             raise self._stopped_error()
         if self._closing:
             raise WriterClosed(f"the writer of {self.log_dir} is closed")
-
-    def _stopped_error(self, prefix: str = "") -> WriterClosed:
-        failed = self._failed
-        if type(failed) is Refused:
-            return CommitRefused(failed.owner)
-        if type(failed) is Unknown:
-            return CommitUnknown(failed.reason)
-        error = WriterClosed(
-            f"{prefix}the writer stopped after a failed write ({failed}); reopen the log"
-        )
-        error.cause = failed if isinstance(failed, BaseException) else None
-        return error
 
     def _enqueue(self, ops: list[Operation], pending: Pending | None) -> None:
         with self._cond:
@@ -517,18 +438,6 @@ class LogWriter:
         if published is not None:
             published += records
 
-    def _check_answer(self, answer: CommitResult) -> None:
-        if type(answer) is not Committed:
-            raise _NotCommitted(answer)
-
-    def _fail(self, exc: BaseException) -> None:
-        """Stop taking appends after a failed commit; the sink drops what is not durable."""
-        if isinstance(exc, _NotCommitted):
-            self._failed = exc.answer
-            return
-        self._failed = exc
-        self._sink.abandon()
-
     # ---- checkpoints -----------------------------------------------------------------------
 
     def _checkpoint_wait(self) -> float | None:
@@ -556,14 +465,6 @@ class LogWriter:
     def _checkpoint_installed(self, size: int) -> None:
         self._cp_size = max(size, self._cp_size)
         self._cp_time = time.monotonic()
-
-
-class _NotCommitted(Exception):
-    """A sink's answer other than COMMITTED, on its way out of `_execute`."""
-
-    def __init__(self, answer: CommitResult) -> None:
-        super().__init__(answer)
-        self.answer = answer
 
 
 def _check_seg_bits(seg_bits: int) -> None:
