@@ -69,10 +69,17 @@ class Metrics:
         )
         for channel in CHANNELS:
             self.subscribers.labels(channel)
+        # Records made durable per tenant since start: what a tenant's token sees (status.py).
+        # A plain dict, not a labelled counter: the operator's exposition stays per log.
+        self.tenant_appends: dict[str, int] = {}
 
     # Called by the writer thread.
     def on_records(self, records: list[Record]) -> None:
         self.appends.inc(len(records))
+        by_tenant = self.tenant_appends
+        for record in records:
+            if not record.is_control:
+                by_tenant[record.tenant] = by_tenant.get(record.tenant, 0) + 1
         self.head.set(records[-1].seq)
 
     def on_fsync(self, seconds: float, lines: int) -> None:
