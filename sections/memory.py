@@ -169,7 +169,7 @@ class Memory(CommandRunner):
             if self.failure is None:
                 return False
             with self._lock:  # from here on every command and read is refused until rebuilt
-                self._refuse_failed_from_now()
+                self._failed = self._failed or self._writer.failure
             self._writer.reopen()
             state, snapshot, touched = self.history.load(self._writer.size - 1)
             index = self._open_index(state, snapshot, touched)
@@ -181,10 +181,6 @@ class Memory(CommandRunner):
             old_index.close()
             self._finish_erasures()  # an erase whose redaction the failure stopped
             return True
-
-    def _refuse_failed_from_now(self) -> None:
-        if self._failed is None:
-            self._failed = self._writer.failure
 
     def rebuild(self, upto: int | None = None, use_snapshots: bool = False) -> MemoryState:
         """The projection rebuilt from the files alone (from zero unless `use_snapshots`)."""

@@ -1,25 +1,29 @@
 """Issue 13, items 1 and 3: a transient I/O error stops writes only while its cause lasts.
 
 The faults are the kernel's, not mocks: a real `ledgermem serve` whose RLIMIT_NOFILE is lowered
-with prlimit(2) runs out of file descriptors (EMFILE) when 400 half-sent connections pin them;
-a data directory on a 2 MiB tmpfs fills up (ENOSPC) through the API. After the cause goes away,
+with prlimit(2) to its lowest free descriptor runs out of file descriptors (EMFILE; the issue's
+400 half-sent connections did the same, but the HTTP layer may now bound connections, so the
+limit itself is the fault here); a data directory on a 2 MiB tmpfs fills up (ENOSPC) through
+the API. After the cause goes away,
 writes must be taken again within about a second, every acknowledged record must be in the files,
 and the live state must equal the state rebuilt from the log.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import resource
-import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 
 import httpx
 import pytest
 from server import Server
+from stream_clients import seq_of, sse_records
 
 from eventstore.reader import LogReader
 from sections import reads
@@ -58,6 +62,18 @@ def _acknowledged(response: httpx.Response, acked: dict[int, dict]) -> None:
     acked[record["seq"]] = record["payload"]
 
 
+def _post_until_refused(client: httpx.Client, acked: dict, label: str) -> httpx.Response:
+    """POST until a write is refused (the fault has struck); the refusal."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        response = _post(client, label)
+        if response.status_code != 201:
+            return response
+        _acknowledged(response, acked)
+        time.sleep(0.05)
+    raise AssertionError(f"no write was refused in 10 s ({label})")
+
+
 def _wait_until_written(client: httpx.Client, acked: dict, label: str) -> float:
     """POST until one is taken; the seconds it took."""
     started = time.monotonic()
@@ -71,10 +87,13 @@ def _wait_until_written(client: httpx.Client, acked: dict, label: str) -> float:
         time.sleep(0.05)
 
 
-def _assert_log_holds(data: Path, acked: dict[int, dict], live_stats: dict) -> None:
-    """Every acknowledged record is in the files, and the live state is the log's."""
+def _assert_log_holds(data: Path, acked: dict, live_stats: dict, streamed: list[int]) -> None:
+    """Every acknowledged record is in the files, the live state is the log's, and a stream
+    opened before the fault delivered the log exactly: no gap, no duplicate."""
     reader = LogReader(data / "log")
     by_seq = {record.seq: record for record in reader.records(after=-1)}
+    assert streamed == sorted(by_seq)[1 : len(streamed) + 1], "the stream skipped or repeated"
+    assert streamed[-1] >= max(acked)
     for seq, payload in acked.items():
         assert seq in by_seq, f"acknowledged seq {seq} is missing from the log"
         assert by_seq[seq].payload == payload, f"seq {seq} holds another record"
@@ -85,41 +104,34 @@ def _assert_log_holds(data: Path, acked: dict[int, dict], live_stats: dict) -> N
 def test_running_out_of_file_descriptors_stops_writes_only_while_it_lasts(tmp_path):
     data = tmp_path / "d"
     with Server(data, "--seg-bits", "4") as server:
-        _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        resource.prlimit(server.proc.pid, resource.RLIMIT_NOFILE, (256, hard))
-        host, port = server.url.removeprefix("http://").split(":")
+        pid = server.proc.pid
         acked: dict[int, dict] = {}
-        # A connection opened before the flood: the one the service can still answer on.
-        with httpx.Client(base_url=server.url, timeout=30) as client:
+        # Connections opened before the descriptors run out: the service can still answer on them.
+        with httpx.Client(base_url=server.url, timeout=30) as client, SseSeqs(server.url) as seen:
             assert client.put(f"/v1/sessions/{S}", json={}).status_code in (200, 201)
-            flood = []
-            for _ in range(400):
-                sock = socket.create_connection((host, int(port)))
-                sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")  # never finished
-                flood.append(sock)
+            _acknowledged(_post(client, "before"), acked)
+            soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+            # The lowest free descriptor number becomes the limit: no new file can be opened
+            # (a new segment every 16 records, each checkpoint's temporary file).
+            resource.prlimit(pid, resource.RLIMIT_NOFILE, (_lowest_free_fd(pid), hard))
             try:
-                refused = None
-                deadline = time.monotonic() + 3
-                while time.monotonic() < deadline:
-                    response = _post(client, "during the flood")
-                    if response.status_code == 201:
-                        _acknowledged(response, acked)
-                    else:
-                        refused = response
-                    time.sleep(0.2)
-                assert refused is not None, "the writer never ran out of file descriptors"
-                assert refused.status_code == 503
+                refused = _post_until_refused(client, acked, "no descriptors")
+                assert refused.status_code == 503, refused.text
                 assert refused.json()["error"]["code"] == "too_many_open_files"
+                assert refused.headers["retry-after"] == "1"
+                time.sleep(0.5)  # the service keeps trying to reopen: it must keep refusing
+                again = _post(client, "still none")
+                assert again.json()["error"]["code"] == "too_many_open_files"
                 ready = client.get("/readyz")
                 assert ready.status_code == 503
+                assert ready.json()["error"]["code"] == "too_many_open_files"
                 assert "writes are refused" in ready.json()["error"]["message"]
                 assert client.get("/healthz").status_code == 200, "healthz stays liveness"
             finally:
-                for sock in flood:
-                    sock.close()
-            took = _wait_until_written(client, acked, "the flood")
+                resource.prlimit(pid, resource.RLIMIT_NOFILE, (soft, hard))
+            took = _wait_until_written(client, acked, "the descriptors came back")
             assert took < HEALED_WITHIN, f"writes came back {took:.2f} s after the cause went"
-            for n in range(5):
+            for n in range(40):  # across more segment rotations
                 response = _post(client, f"later {n}")
                 assert response.status_code == 201, response.text
                 _acknowledged(response, acked)
@@ -127,9 +139,12 @@ def test_running_out_of_file_descriptors_stops_writes_only_while_it_lasts(tmp_pa
             metrics = client.get("/metrics").text
             assert _sample(metrics, "ledgermem_write_failures_total") >= 1
             assert _sample(metrics, "ledgermem_log_reopens_total") >= 1
+            assert _sample(metrics, "ledgermem_writes_refused") == 0
+            _assert_verifier_ok(client)
             live_stats = client.get("/v1/stats").json()
+            seen.wait_for(max(acked))
         assert server.stop() == 0
-    _assert_log_holds(data, acked, live_stats)
+    _assert_log_holds(data, acked, live_stats, seen.seqs)
 
 
 def test_a_full_disk_answers_507_disk_full_and_writes_resume_once_space_is_freed(tmp_path):
@@ -139,7 +154,11 @@ def test_a_full_disk_answers_507_disk_full_and_writes_resume_once_space_is_freed
         ballast.write_bytes(b"\0" * (512 * 1024))
         data = disk / "d"
         acked: dict[int, dict] = {}
-        with Server(data) as server, httpx.Client(base_url=server.url, timeout=30) as client:
+        with (
+            Server(data) as server,
+            httpx.Client(base_url=server.url, timeout=30) as client,
+            SseSeqs(server.url) as seen,
+        ):
             assert client.put(f"/v1/sessions/{S}", json={}).status_code in (200, 201)
             filler = "x" * 30_000
             for n in range(200):
@@ -161,9 +180,11 @@ def test_a_full_disk_answers_507_disk_full_and_writes_resume_once_space_is_freed
             took = _wait_until_written(client, acked, "the disk was freed")
             assert took < HEALED_WITHIN, f"writes came back {took:.2f} s after space was freed"
             assert client.get("/readyz").status_code == 200
+            _assert_verifier_ok(client)
             live_stats = client.get("/v1/stats").json()
+            seen.wait_for(max(acked))
             assert server.stop() == 0
-        _assert_log_holds(data, acked, live_stats)
+        _assert_log_holds(data, acked, live_stats, seen.seqs)
 
 
 def test_memory_heal_rebuilds_the_state_from_the_log_and_listeners_see_no_gap(tmp_path):
@@ -203,6 +224,49 @@ def test_memory_heal_rebuilds_the_state_from_the_log_and_listeners_see_no_gap(tm
         finally:
             with contextlib.suppress(OSError):  # the final snapshot may not fit on the disk
                 memory.close()
+
+
+def _assert_verifier_ok(client: httpx.Client) -> None:
+    """The background verifier checks the log across the reopening: it must find it intact."""
+    for _ in range(100):
+        verifier = client.get("/v1/log/status").json()["verifier"]
+        assert verifier["state"] != "failed", verifier
+        if verifier["state"] == "ok" and verifier["error"] is None:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"the verifier never caught up: {verifier}")
+
+
+def _lowest_free_fd(pid: int) -> int:
+    used = {int(name) for name in os.listdir(f"/proc/{pid}/fd")}
+    return min(set(range(len(used) + 1)) - used)
+
+
+class SseSeqs:
+    """The seqs an SSE subscriber receives, from a stream opened before the fault."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.seqs: list[int] = []
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._follow()), daemon=True)
+
+    async def _follow(self) -> None:
+        with contextlib.suppress(Exception):  # the stream ends when the server stops
+            async for record in sse_records(self.url, after=0):
+                self.seqs.append(seq_of(record))
+
+    def wait_for(self, seq: int) -> None:
+        deadline = time.monotonic() + 10
+        while not (self.seqs and self.seqs[-1] >= seq):
+            assert time.monotonic() < deadline, f"the stream stopped at {self.seqs[-1:]}"
+            time.sleep(0.05)
+
+    def __enter__(self) -> SseSeqs:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
 
 
 def _sample(exposition: str, name: str) -> float:
