@@ -39,7 +39,12 @@ class CorruptLog(LedgerError):
 
 
 class WriterClosed(LedgerError):
-    """The writer was closed, or stopped taking appends after a failed write."""
+    """The writer was closed, or stopped taking appends after a failed write.
+
+    `cause` is the storage's error that stopped it (an OSError with its errno: ENOSPC, EMFILE,
+    EIO...), or None when it was closed or refused for another reason."""
+
+    cause: BaseException | None = None
 
 
 class BadKey(LedgerError):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import resource
 import time
 from collections.abc import Callable
 from enum import Enum
@@ -96,10 +97,26 @@ class FileSink:
         # One write of whole lines; a short one is a failed write (log-format.md section 7).
         written = os.write(self._fd, blob)
         if written != len(blob):
-            raise OSError(errno.EIO, f"short write: {written} of {len(blob)} bytes")
+            raise _short_write_error(self._fd, written, len(blob))
         if self._sync:
             started = time.perf_counter()
             os.fdatasync(self._fd)
             if self.fsync_observer is not None:
                 self.fsync_observer(time.perf_counter() - started, lines)
         self._durable_offset += len(blob)
+
+
+def _short_write_error(fd: int, written: int, wanted: int) -> OSError:
+    """The error a short write stands for. The rest of the line is not retried (whole lines in
+    one write, log-format.md section 7), so the cause is read from the file system and the
+    process's limits instead: a full disk must be reported as one, not as a bare short write."""
+    what = f"short write: {written} of {wanted} bytes"
+    with contextlib.suppress(OSError):
+        fs = os.fstatvfs(fd)
+        if fs.f_bavail * fs.f_frsize < wanted - written:
+            return OSError(errno.ENOSPC, f"{what}: no space left on the device")
+    with contextlib.suppress(OSError, ValueError):
+        limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+        if limit != resource.RLIM_INFINITY and os.fstat(fd).st_size + wanted - written > limit:
+            return OSError(errno.EFBIG, f"{what}: the file size limit (RLIMIT_FSIZE) is reached")
+    return OSError(errno.EIO, what)

@@ -10,8 +10,8 @@ a database transaction maps `commit(batch)` onto one transaction and answers:
 - `Unknown(reason)`: the outcome is not known (a connection lost mid-commit): check the head.
 
 Any answer but COMMITTED, and any exception, stops the writer: it refuses further appends with
-a typed error and settles every waiter with it, until the log is reopened. Reopening is the
-place where a later self-healing writer would look at the head and carry on.
+a typed error and settles every waiter with it, until the log is reopened: `LogWriter.reopen()`
+(writer_failure.py) recovers a log directory in place, and the service retries it with backoff.
 """
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ can apply them in seq order. One thread owned by the writer then drains everythi
 it was busy and hands it to the sink (sink.py) in one commit (group commit) before
 acknowledging any of it: threads wait on a lock, asyncio tasks on a future, so the event loop
 never blocks on storage. `open()` puts a log directory behind it (file_sink.py, recovered by
-file_recovery.py); `create_on()` starts a new log on any other sink.
+file_recovery.py); `create_on()` starts a new log on any other sink. A failed write stops the
+writer until `reopen()` (writer_failure.py) has recovered the directory in place.
 """
 
 from __future__ import annotations
@@ -30,17 +31,13 @@ from .sequencer import AppendLines, Sequencer, SequencerState, StartSegment
 from .sink import (
     Batch,
     CloseLog,
-    CommitRefused,
     CommitResult,
-    Committed,
-    CommitUnknown,
     DurabilitySink,
     RedactionRewrite,
-    Refused,
     SignedCheckpoint,
-    Unknown,
     WriteCheckpoint,
 )
+from .writer_failure import FailedWrites
 
 __all__ = ["DEFAULT_SEG_BITS", "MAX_PAYLOAD_BYTES", "Durability", "Entry", "LogWriter", "Pending"]
 
@@ -51,7 +48,7 @@ DEFAULT_SEG_BITS = 16
 Operation = AppendLines | StartSegment | WriteCheckpoint | RedactionRewrite | CloseLog
 
 
-class LogWriter:
+class LogWriter(FailedWrites):
     """Append-only writer of one log. Use `open()` (or `create_on()`); always `close()`."""
 
     log_dir: Path | None
@@ -151,6 +148,7 @@ class LogWriter:
         self._sink = sink
         self._durable = state.tree.copy()  # the durable tree: what checkpoint files sign
         self._durable_size = state.size
+        self._clock, self._salts = clock, salts
         self._sequencer = Sequencer(key, state, clock=clock, salts=salts)
         self._listeners: list[Callable[[list[Record]], None]] = []
         # _assign guards the sequencer (callers' threads, no I/O); _cond guards the queue.
@@ -327,6 +325,7 @@ class LogWriter:
                 ops.append(CloseLog())
                 self._enqueue(ops, None)
         self._thread.join()
+        self._closed = True  # also when a failed reopen had stopped the thread already
         if not already:
             self._sink.close()
             if self._lock is not None:
@@ -343,16 +342,6 @@ class LogWriter:
             raise self._stopped_error()
         if self._closing:
             raise WriterClosed(f"the writer of {self.log_dir} is closed")
-
-    def _stopped_error(self, prefix: str = "") -> WriterClosed:
-        failed = self._failed
-        if type(failed) is Refused:
-            return CommitRefused(failed.owner)
-        if type(failed) is Unknown:
-            return CommitUnknown(failed.reason)
-        return WriterClosed(
-            f"{prefix}the writer stopped after a failed write ({failed}); reopen the log"
-        )
 
     def _enqueue(self, ops: list[Operation], pending: Pending | None) -> None:
         with self._cond:
@@ -449,18 +438,6 @@ class LogWriter:
         if published is not None:
             published += records
 
-    def _check_answer(self, answer: CommitResult) -> None:
-        if type(answer) is not Committed:
-            raise _NotCommitted(answer)
-
-    def _fail(self, exc: BaseException) -> None:
-        """Stop taking appends after a failed commit; the sink drops what is not durable."""
-        if isinstance(exc, _NotCommitted):
-            self._failed = exc.answer
-            return
-        self._failed = exc
-        self._sink.abandon()
-
     # ---- checkpoints -----------------------------------------------------------------------
 
     def _checkpoint_wait(self) -> float | None:
@@ -488,14 +465,6 @@ class LogWriter:
     def _checkpoint_installed(self, size: int) -> None:
         self._cp_size = max(size, self._cp_size)
         self._cp_time = time.monotonic()
-
-
-class _NotCommitted(Exception):
-    """A sink's answer other than COMMITTED, on its way out of `_execute`."""
-
-    def __init__(self, answer: CommitResult) -> None:
-        super().__init__(answer)
-        self.answer = answer
 
 
 def _check_seg_bits(seg_bits: int) -> None:

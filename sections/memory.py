@@ -95,6 +95,7 @@ class Memory(CommandRunner):
         self._decision_ts = 0  # the ts of the record being decided: valid under _lock
         self._snapshot_lock = threading.Lock()
         self._failed: BaseException | None = None
+        self._heal_lock = threading.Lock()
         self.erase_hooks: list[Callable[[], None]] = []  # other projections purge their copies
         self._writer, self.key = open_log(
             self.data.root,
@@ -107,7 +108,7 @@ class Memory(CommandRunner):
             self._reader = LogReader(self.data.log, index_dir=self.data.root / "index")
             self.history = History(self._reader, self.snapshot_dir)
             self._state, snapshot, touched = self.history.load(self._writer.size - 1)
-            self.search_index = self._open_index(snapshot, touched)
+            self.search_index = self._open_index(self._state, snapshot, touched)
             self._since_snapshot = 0
             self._finish_erasures()
             self._restart()
@@ -133,7 +134,9 @@ class Memory(CommandRunner):
     def _load(self, upto: int, use_snapshots: bool = True) -> MemoryState:
         return self.history.state_at(upto, use_snapshots)
 
-    def _open_index(self, snapshot: Snapshot | None, touched: set) -> SearchIndex:
+    def _open_index(
+        self, state: MemoryState, snapshot: Snapshot | None, touched: set
+    ) -> SearchIndex:
         """The search index as the snapshot saved it, brought up to date for the sessions the
         log's tail touched; or, without a usable one, built from the state."""
         image = (
@@ -145,13 +148,39 @@ class Memory(CommandRunner):
             except sqlite3.DatabaseError as exc:
                 log.warning("ignoring the snapshot's search index: %s", exc)
             else:
-                index.resync(self._state, touched, self.content_of)
+                index.resync(state, touched, self.content_of)
                 self.search_index_source = "snapshot"
                 return index
         index = SearchIndex()
-        index.build(self._state, self.content_of)
+        index.build(state, self.content_of)
         self.search_index_source = "built"
         return index
+
+    def heal(self) -> bool:
+        """After a failed write: reopen the log and rebuild the live state from it.
+
+        Reopening runs recovery, which drops whatever was never durable and appends
+        `log.resume`; the state and the search index are then loaded from the log (snapshot plus
+        tail) exactly as `open` loads them, so the live state equals the log again, and only
+        then are commands and reads taken again. Returns False when nothing had failed. Raises,
+        staying failed, while the cause lasts (a full disk, no file descriptors): the caller
+        retries with backoff (the service does, streams/service.py)."""
+        with self._heal_lock:
+            if self.failure is None:
+                return False
+            with self._lock:  # from here on every command and read is refused until rebuilt
+                self._failed = self._failed or self._writer.failure
+            self._writer.reopen()
+            state, snapshot, touched = self.history.load(self._writer.size - 1)
+            index = self._open_index(state, snapshot, touched)
+            with self._lock:
+                old_index, self.search_index = self.search_index, index
+                self._state = state
+                self._since_snapshot = 0
+                self._failed = None
+            old_index.close()
+            self._finish_erasures()  # an erase whose redaction the failure stopped
+            return True
 
     def rebuild(self, upto: int | None = None, use_snapshots: bool = False) -> MemoryState:
         """The projection rebuilt from the files alone (from zero unless `use_snapshots`)."""
@@ -191,8 +220,7 @@ class Memory(CommandRunner):
         return self.history.context_at(seq)
 
     def state_hash(self) -> str:
-        with self._lock:
-            return self._state.state_hash()
+        return self.read(lambda state: state.state_hash())
 
     def snapshot(self) -> Path:
         """Write a snapshot of the state as of now (the log's durable head)."""
@@ -262,7 +290,14 @@ class Memory(CommandRunner):
         """`fn(state)` under the memory's lock: a consistent read of the live state. `fn` must
         not change the state, nor keep references into it that it reads later."""
         with self._lock:
-            return fn(self._state)
+            self._refuse_if_failed()
+            result = fn(self._state)
+            seq = self._state.seq
+        if seq >= self._writer.size:
+            # Records applied a moment ago are still on their way to the disk: answer only once
+            # they are durable, so no read shows a record a failed write then drops.
+            self._writer.wait_for(seq)
+        return result
 
     def require_session(self, tenant: str, session_id: str) -> None:
         """SessionNotFound unless the session exists."""
@@ -413,7 +448,7 @@ class Memory(CommandRunner):
         if self._writer.closed:
             return
         try:
-            if self._since_snapshot:
+            if self._since_snapshot and self.failure is None:
                 self.snapshot()
         finally:
             self._writer.close()

@@ -137,10 +137,7 @@ class CommandRunner:
         first call made; or None when the command needs no record) and the decision.
         """
         with self._lock:
-            if self._failed is not None:
-                raise WriterClosed(
-                    f"memory stopped after a failed write ({self._failed}); reopen it to reload state from the log"
-                )
+            self._refuse_if_failed()
             if idem is not None:
                 tenant, session_id, key, type_ = idem
                 session = self._state.sessions.get((tenant, session_id))
@@ -175,6 +172,27 @@ class CommandRunner:
                 ) from exc
             self._since_snapshot += len(entries)
             return pending, decision
+
+    @property
+    def failure(self) -> BaseException | None:
+        """Why commands and reads are refused, or None. A failed write leaves records in the live
+        state that the log will never have, so nothing answers from that state until `heal()`
+        (sections/memory.py) has rebuilt it from the log."""
+        return self._failed or self._writer.failure
+
+    def _refuse_if_failed(self) -> None:
+        """Under the lock: raise WriterClosed, naming the storage's error, while failed."""
+        failure = self.failure
+        if failure is None:
+            return
+        if self._failed is None:
+            self._failed = failure  # in-flight records may be in the state: heal() rebuilds it
+        error = WriterClosed(
+            f"memory stopped after a failed write ({failure}); it reloads its state from the "
+            "log once the log is reopened (heal)"
+        )
+        error.cause = failure.cause if isinstance(failure, WriterClosed) else failure
+        raise error
 
     def _wait(self, wait: Callable[[], object]) -> None:
         try:

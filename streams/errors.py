@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 
 from starlette.exceptions import HTTPException
@@ -55,7 +56,35 @@ def error_response(status: int, code: str, message: str, headers: dict | None = 
     return json_response({"error": {"code": code, "message": message}}, status, headers)
 
 
+# A failed write names its cause: the storage's errno, as a status and a code.
+_CAUSES: dict[int, tuple[int, str]] = {
+    errno.ENOSPC: (507, "disk_full"),
+    errno.EDQUOT: (507, "disk_full"),
+    errno.EFBIG: (507, "file_too_large"),
+    errno.EMFILE: (503, "too_many_open_files"),
+    errno.ENFILE: (503, "too_many_open_files"),
+    errno.EIO: (503, "io_error"),
+    errno.EROFS: (503, "read_only_storage"),
+}
+
+
+def refusal_code(exc: BaseException) -> tuple[str, int]:
+    """The code and status of a refusal after a failed write (or of a closed writer)."""
+    cause = exc.cause if isinstance(exc, WriterClosed) else exc
+    if isinstance(cause, WriterClosed):
+        cause = cause.cause
+    if cause is None:
+        return "unavailable", 503
+    if isinstance(cause, OSError) and cause.errno in _CAUSES:
+        status, code = _CAUSES[cause.errno]
+        return code, status
+    return "write_failed", 503
+
+
 def from_exception(exc: BaseException) -> Response:
+    if isinstance(exc, WriterClosed):
+        code, status = refusal_code(exc)
+        return error_response(status, code, str(exc), {"Retry-After": "1"})
     for kind, status, code in _STATUS:
         if isinstance(exc, kind):
             return error_response(status, code, str(exc))

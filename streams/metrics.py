@@ -51,12 +51,35 @@ class Metrics:
         self.verified = Gauge(
             "ledgermem_verified_through_seq", "Last seq the background verifier checked", registry=r
         )
+        self.write_failures = Counter(
+            "ledgermem_write_failures",
+            "Failed writes, fsyncs or checkpoints that made the service refuse writes",
+            registry=r,
+        )
+        self.reopen_failures = Counter(
+            "ledgermem_log_reopen_failures", "Attempts to reopen the log that failed", registry=r
+        )
+        self.reopens = Counter(
+            "ledgermem_log_reopens", "Times the log was reopened after a failed write", registry=r
+        )
+        self.writes_refused = Gauge(
+            "ledgermem_writes_refused",
+            "1 while writes are refused after a failed write",
+            registry=r,
+        )
         for channel in CHANNELS:
             self.subscribers.labels(channel)
+        # Records made durable per tenant since start: what a tenant's token sees (status.py).
+        # A plain dict, not a labelled counter: the operator's exposition stays per log.
+        self.tenant_appends: dict[str, int] = {}
 
     # Called by the writer thread.
     def on_records(self, records: list[Record]) -> None:
         self.appends.inc(len(records))
+        by_tenant = self.tenant_appends
+        for record in records:
+            if not record.is_control:
+                by_tenant[record.tenant] = by_tenant.get(record.tenant, 0) + 1
         self.head.set(records[-1].seq)
 
     def on_fsync(self, seconds: float, lines: int) -> None:

@@ -1,5 +1,10 @@
 """The running service: the memory, the hub, the verifier, and the order of start and stop.
 
+After a failed write (a full disk, no file descriptors left, an I/O error) the memory refuses
+writes and reads; `_heal_loop` reopens it (`Memory.heal`: recovery, then the state rebuilt from
+the log) with backoff, from HEAL_FIRST_DELAY doubling up to HEAL_MAX_DELAY, so writes are taken
+again within a second of the cause going away. Meanwhile `/readyz` answers 503 with the reason.
+
 Shutdown (SIGTERM or SIGINT) goes in this order: stop taking writes (503) and end every stream
 cleanly (`closing` is set from the signal handler, before uvicorn waits for connections), let
 in-flight writes finish, then close the memory: `log.close` and the final signed checkpoint.
@@ -25,6 +30,10 @@ from .verifier import BackgroundVerifier
 
 log = logging.getLogger("ledgermem.service")
 
+HEAL_POLL = 0.05  # seconds between looks at the memory while it is healthy
+HEAL_FIRST_DELAY = 0.05  # the first retry after a failed reopen; doubled after each failure
+HEAL_MAX_DELAY = 0.5  # keeps recovery within a second of the cause going away
+
 
 class Service:
     def __init__(
@@ -42,6 +51,7 @@ class Service:
         self._inflight = 0
         self._idle: asyncio.Event = None  # type: ignore[assignment]
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._healer: asyncio.Task | None = None
 
     @property
     def writer(self):
@@ -78,6 +88,7 @@ class Service:
             self.memory.data.log, self.memory.key.key.vkey, lambda: self.writer.size - 1
         )
         self.verifier.start()
+        self._healer = asyncio.create_task(self._heal_loop())
         self.accepting = True
         self.ready = True
         if self.announce is not None:
@@ -94,10 +105,47 @@ class Service:
         if self.closing is not None:
             self.closing.set()
 
+    @property
+    def refusal(self) -> BaseException | None:
+        """Why writes are refused after a failed write (None while they are taken)."""
+        return None if self.memory is None else self.memory.failure
+
+    async def _heal_loop(self) -> None:
+        """Reopen the memory after a failed write, retrying with backoff until it heals."""
+        delay = HEAL_FIRST_DELAY
+        failing = False
+        while not self.closing.is_set():
+            failure = self.memory.failure
+            if failure is None:
+                failing, delay = False, HEAL_FIRST_DELAY
+                await asyncio.sleep(HEAL_POLL)
+                continue
+            if not failing:
+                failing = True
+                self.metrics.write_failures.inc()
+                log.error("a write failed, writes are refused until the log reopens: %s", failure)
+            self.metrics.writes_refused.set(1)
+            try:
+                await asyncio.to_thread(self.memory.heal)
+            except Exception as exc:  # the cause lasts: try again later
+                self.metrics.reopen_failures.inc()
+                log.warning("reopening the log failed (next try in %.2f s): %s", delay, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, HEAL_MAX_DELAY)
+                continue
+            self.metrics.reopens.inc()
+            self.metrics.writes_refused.set(0)
+            self.metrics.head.set(self.writer.size - 1)
+            log.warning("the log was reopened; writes are taken again")
+
     async def shutdown(self) -> None:
         self._begin_shutdown()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._idle.wait(), timeout=30)
+        if self._healer is not None:
+            self._healer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._healer
         if self.hub is not None:
             await self.hub.close()
         if self.verifier is not None:

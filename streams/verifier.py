@@ -84,6 +84,7 @@ class BackgroundVerifier:
                     self._check_root(checkpoint, tree)
                 self.verdict.verified_through = seq
                 self.verdict.checked_at = time.time()
+                self.verdict.error = None  # a read error of an earlier tick is over
                 if self.verdict.state == "catching_up" and seq >= target:
                     self.verdict.state = "ok"
             except LineError as exc:

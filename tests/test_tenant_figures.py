@@ -1,0 +1,80 @@
+"""Issue 13, item 7: with tokens, log-wide figures need `admin`; a tenant sees its own.
+
+A real `ledgermem serve` with three tokens: two tenants that write, and an operator with the
+admin scope. A tenant's `/v1/log/status` and `/metrics` must not show the log's head, append
+counts, fsyncs or other tenants' subscribers; they show the tenant's own figures instead.
+"""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+from server import Server
+
+TOKENS = "ta:acme:read+write,tb:beta:read+write,op:acme:read+admin"
+
+
+def _auth(token: str) -> dict:
+    return {"authorization": f"Bearer {token}"}
+
+
+def test_a_tenant_sees_its_own_figures_and_only_admin_sees_the_log_wide_ones(tmp_path):
+    env = {"LEDGERMEM_TOKENS": TOKENS}
+    with Server(tmp_path / "d", "--unsafe-no-fsync", env=env) as server:
+        acme = httpx.Client(base_url=server.url, headers=_auth("ta"), timeout=30)
+        beta = httpx.Client(base_url=server.url, headers=_auth("tb"), timeout=30)
+        admin = httpx.Client(base_url=server.url, headers=_auth("op"), timeout=30)
+        beta_seqs = []
+        assert beta.put("/v1/sessions/b1", json={}).status_code == 201
+        for n in range(3):
+            added = beta.post("/v1/sessions/b1/sections/findings/items", json={"content": f"{n}"})
+            beta_seqs.append(added.json()["record"]["seq"])
+        assert acme.put("/v1/sessions/a1", json={}).status_code == 201
+        for n in range(5):
+            acme.post("/v1/sessions/a1/sections/findings/items", json={"content": f"a{n}"})
+
+        with acme.stream("GET", "/v1/stream/sse", params={"after": "0"}) as stream:
+            chunks = stream.iter_bytes()  # kept: a dropped iterator would close the stream
+            next(chunks)  # the subscription is open
+            log_status = admin.get("/v1/log/status").json()
+            for _ in range(50):
+                if log_status["subscribers"]["sse"] == 1:
+                    break
+                time.sleep(0.1)
+                log_status = admin.get("/v1/log/status").json()
+            status = beta.get("/v1/log/status")
+            metrics = beta.get("/metrics").text
+            acme_status = acme.get("/v1/log/status").json()
+        admin_metrics = admin.get("/metrics").text
+
+    assert status.status_code == 200
+    status = status.json()
+    # What leaked before: the log's head and counts in a tenant's answers.
+    assert status["head"] == beta_seqs[-1], "the tenant's newest record, not the log's head"
+    for log_wide in (
+        "ledgermem_log_head_seq",
+        "ledgermem_appends_total",
+        "ledgermem_fsync_seconds",
+        "ledgermem_subscribers{",
+        "ledgermem_records_per_fsync",
+        "acme",
+    ):
+        assert log_wide not in metrics, f"a tenant's /metrics shows {log_wide}"
+    # The operator's view: the whole log.
+    assert log_status["scope"] == "log"
+    assert log_status["head"] > beta_seqs[-1], "acme wrote after beta"
+    assert log_status["subscribers"]["sse"] == 1
+    assert "ledgermem_log_head_seq" in admin_metrics and "ledgermem_appends_total" in admin_metrics
+    # A tenant's view: its own figures, nothing log-wide.
+    assert status["scope"] == "tenant" and status["tenant"] == "beta"
+    assert status["sessions"] == 1 and status["items"] == 3
+    assert status["appends"] == 4  # session.created and three items
+    assert set(status["subscribers"].values()) == {0}, "acme's stream is not beta's business"
+    assert status["checkpoint"]["size"] is None
+    assert status["fsync"] == {"count": None, "mean_ms": None}
+    assert status["verifier"]["verified_through"] is None
+    assert str(log_status["head"]) not in {str(v) for v in status.values()}
+    assert acme_status["subscribers"]["sse"] == 1 and acme_status["appends"] == 6
+    assert 'ledgermem_tenant_appends{tenant="beta"} 4.0' in metrics
+    assert 'ledgermem_tenant_items{tenant="beta"} 3.0' in metrics
