@@ -197,7 +197,7 @@ def parse_subscribe_frame(text: str | None) -> tuple[int, dict[str, list[str]]]:
     try:
         frame = loads_strict(text)
     except InvalidPayload as exc:
-        raise _bad(f"the first frame is not accepted JSON: {exc}") from None
+        raise _bad(f"first frame: {exc}") from None
     if type(frame) is not dict:
         raise _bad('the first frame must be a JSON object {"after": N, "filter": {...}}')
     unknown = set(frame) - {"after", "filter"}
