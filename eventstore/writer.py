@@ -23,6 +23,7 @@ from .checkpoint import SigningKey, sign_checkpoint
 from .entry import MAX_PAYLOAD_BYTES, Entry, as_entry
 from .errors import InvalidInput, StalePosition, WriterClosed
 from .file_sink import Durability, FileSink
+from .filemodes import make_dir
 from .lockfile import WriterLock
 from .pending import Pending, Waiter, wake_waiters
 from .record import Record
@@ -81,7 +82,7 @@ class LogWriter:
         bytes reproducible, for tests)."""
         _check_seg_bits(seg_bits)
         log_dir = Path(log_dir)
-        log_dir.mkdir(parents=True, exist_ok=True)
+        make_dir(log_dir)
         lock = WriterLock(log_dir / layout.LOCK)
         lock.acquire()
         sink = FileSink(log_dir, seg_bits, durability)
