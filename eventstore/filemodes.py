@@ -10,7 +10,6 @@ only what is created or replaced from then on is private (docs/service.md, "File
 
 from __future__ import annotations
 
-import contextlib
 import os
 import stat
 from pathlib import Path
@@ -27,9 +26,12 @@ def make_dir(path: str | os.PathLike[str]) -> Path:
         return path
     if not path.parent.is_dir():
         make_dir(path.parent)
-    with contextlib.suppress(FileExistsError):  # another process made it meanwhile
+    try:
         path.mkdir(mode=DIR_MODE)
-    return path
+    except FileExistsError:
+        if not path.is_dir():  # a file of that name
+            raise
+    return path  # another process may have made it meanwhile
 
 
 def others_can_enter(path: str | os.PathLike[str]) -> bool:

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .atomic import write_atomically
+from .atomic import fsync_dir, write_atomically
 from .checkpoint import SigningKey, check_origin
 from .errors import BadKey
 from .filemodes import DIR_MODE, make_dir, others_can_enter
@@ -49,9 +49,11 @@ def load_or_create_key(data: DataDir, origin: str | None = None, create: bool = 
         raise BadKey(f"no signing key at {data.signing_key}")
     origin = check_origin(origin or f"ledgermem.local/{secrets.token_hex(4)}")
     key = SigningKey.generate(origin)
-    make_dir(data.root)
     make_dir(data.keys)
     os.chmod(data.keys, DIR_MODE)
+    # The new directories' own entries, so that a power loss cannot drop the key with them.
+    fsync_dir(data.root.parent)
+    fsync_dir(data.root)
     write_atomically(origin_file, (origin + "\n").encode())
     key.save(data.signing_key)
     return KeyInfo(key, data.signing_key, True)
