@@ -18,12 +18,11 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from . import file_recovery, layout, redaction
+from . import file_recovery, filemodes, layout, redaction
 from .checkpoint import SigningKey, sign_checkpoint
 from .entry import MAX_PAYLOAD_BYTES, Entry, as_entry
 from .errors import InvalidInput, StalePosition, WriterClosed
 from .file_sink import Durability, FileSink
-from .filemodes import make_dir
 from .lockfile import WriterLock
 from .pending import Pending, Waiter, wake_waiters
 from .record import Record
@@ -82,7 +81,7 @@ class LogWriter:
         bytes reproducible, for tests)."""
         _check_seg_bits(seg_bits)
         log_dir = Path(log_dir)
-        make_dir(log_dir)
+        filemodes.make_dir(log_dir)
         lock = WriterLock(log_dir / layout.LOCK)
         lock.acquire()
         sink = FileSink(log_dir, seg_bits, durability)

@@ -80,7 +80,7 @@ def _add(section: str, content: object, *, idempotency_key: str | None = None,
 def _add_many(section: str, items: list[dict], *, idempotency_key: str | None = None,
               expected_version: int | None = None):  # fmt: skip
     """Add items atomically: one record."""
-    return (section, _json(items)), idempotency_key, expected_version
+    return (section, _json(list(items))), idempotency_key, expected_version
 
 
 def _update(section: str, item: str, *, idempotency_key: str | None = None,
