@@ -9,12 +9,16 @@ none skips one of the three steps; each is created with mode 0600 (filemodes.py)
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
 from .filemodes import FILE_MODE
+
+# What link() answers on file systems that have no hard links (FAT, some FUSE mounts).
+_NO_HARD_LINKS = frozenset({errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV})
 
 
 def fsync_dir(path: str | os.PathLike[str]) -> None:
@@ -83,7 +87,15 @@ def create_atomically(path: str | os.PathLike[str], data: bytes, *, mode: int = 
     finally:
         os.close(fd)
     try:
-        os.link(tmp, path)
+        try:
+            os.link(tmp, path)
+        except OSError as exc:
+            if exc.errno not in _NO_HARD_LINKS:
+                raise
+            if path.exists():  # a file system without hard links: check, then rename
+                raise FileExistsError(errno.EEXIST, "File exists", str(path)) from None
+            os.rename(tmp, path)
     finally:
-        os.unlink(tmp)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
     fsync_dir(path.parent)

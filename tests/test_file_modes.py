@@ -7,6 +7,7 @@ did) still opens, keeping the modes its old files have.
 
 from __future__ import annotations
 
+import logging
 import os
 import stat
 from pathlib import Path
@@ -125,7 +126,7 @@ def test_the_key_is_created_whole_private_and_never_replaced(tmp_path):
     assert SigningKey.load(path, key.origin).vkey == key.vkey
 
 
-def test_an_older_data_directory_with_open_modes_still_opens(tmp_path):
+def test_an_older_data_directory_with_open_modes_still_opens(tmp_path, caplog):
     data = tmp_path / "data"
     with Memory.open(data, durability=Durability.UNSAFE_NO_FSYNC) as m:
         m.session("s").add("findings", "before")
@@ -137,6 +138,7 @@ def test_an_older_data_directory_with_open_modes_still_opens(tmp_path):
         elif path.name != "signing.key":
             os.chmod(path, 0o644)
     segment = data / "log" / layout.segment_name(0)
+    caplog.set_level(logging.WARNING, logger="eventstore.store")
     with Memory.open(data, durability=Durability.UNSAFE_NO_FSYNC) as m:
         s = m.session("s")
         s.add("findings", "after")
@@ -145,6 +147,7 @@ def test_an_older_data_directory_with_open_modes_still_opens(tmp_path):
     # Existing files and directories keep their modes (docs/service.md); what is written from
     # now on is private: the replaced checkpoint, the new snapshot and its attachment.
     assert mode(segment) == 0o644 and mode(data / "log") == 0o755
+    assert f"chmod -R go= {data}" in caplog.text  # and the operator is told how to change that
     assert mode(data / "log" / layout.CHECKPOINT) == FILE_MODE
     assert mode(snapshot) == FILE_MODE
     assert {mode(p) for p in snapshot.parent.glob(snapshot.stem + ".*")} == {FILE_MODE}
