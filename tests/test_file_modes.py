@@ -21,7 +21,9 @@ from eventstore import layout
 from eventstore.atomic import temporary_path, write_atomically
 from eventstore.checkpoint import SigningKey
 from eventstore.filemodes import DIR_MODE, FILE_MODE
+from eventstore.store import open_log
 from eventstore.writer import Durability, LogWriter
+from replay.mirror import Mirror
 from sections.memory import Memory
 
 
@@ -151,3 +153,18 @@ def test_an_older_data_directory_with_open_modes_still_opens(tmp_path, caplog):
     assert mode(data / "log" / layout.CHECKPOINT) == FILE_MODE
     assert mode(snapshot) == FILE_MODE
     assert {mode(p) for p in snapshot.parent.glob(snapshot.stem + ".*")} == {FILE_MODE}
+
+
+def test_a_mirror_is_private(tmp_path):
+    writer, _ = open_log(tmp_path / "source", seg_bits=3)
+    for k in range(20):
+        writer.append("default", "s", "notes", "x.y", {"k": k})
+    writer.close()
+    log_dir = tmp_path / "source" / "log"
+    lines = b"".join(path.read_bytes() for _, path in layout.list_segments(log_dir)).splitlines()
+    mirror = Mirror.open(tmp_path / "mirror")
+    mirror.append(lines)
+    assert mirror.install_checkpoint((log_dir / layout.CHECKPOINT).read_text())
+    mirror.close()
+    found = assert_private(tmp_path / "mirror")
+    assert layout.CHECKPOINT in found and layout.segment_name(2) in found
