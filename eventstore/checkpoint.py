@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,7 +14,9 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from .atomic import create_atomically
 from .errors import BadKey, LedgerError
+from .filemodes import make_dir
 
 ALG_ED25519 = b"\x01"
 SIGNATURE_PREFIX = "\u2014 "  # an em dash and one space
@@ -112,19 +113,15 @@ class SigningKey:
         return cls(origin, private)
 
     def save(self, path: Path) -> None:
-        """Write the key with mode 0600, refusing to replace an existing one."""
+        """Write the key with mode 0600, all or nothing and durably, refusing to replace an
+        existing one (FileExistsError)."""
         pem = self._private.private_bytes(
             serialization.Encoding.PEM,
             serialization.PrivateFormat.PKCS8,
             serialization.NoEncryption(),
         )
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            os.write(fd, pem)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        make_dir(path.parent)
+        create_atomically(path, pem)
 
     def sign(self, message: bytes) -> bytes:
         return self._private.sign(message)

@@ -22,6 +22,7 @@ from .atomic import fsync_dir
 from .checkpoint import CheckpointError, SigningKey, parse_checkpoint, sign_checkpoint
 from .errors import BadKey, CorruptLog
 from .file_sink import FileSink
+from .filemodes import DIR_MODE, FILE_MODE
 from .identifiers import CONTROL_TENANT
 from .merkle import CompactRange
 from .record import genesis
@@ -94,10 +95,10 @@ def quarantine(log_dir: Path, segment: int, offset: int, fragment: bytes) -> Non
     """Keep a crash leftover in `quarantine/` (durably) before the segment is cut."""
     qdir = log_dir / layout.QUARANTINE
     if not qdir.is_dir():
-        qdir.mkdir()
+        qdir.mkdir(mode=DIR_MODE)
         fsync_dir(log_dir)  # else a power loss can drop the new directory
     name = layout.quarantine_name(segment, offset, set(os.listdir(qdir)))
-    fd = os.open(qdir / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    fd = os.open(qdir / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
     try:
         view = memoryview(fragment)
         while view:  # the segment is cut right after: every byte must be in the copy

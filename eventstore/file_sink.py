@@ -21,6 +21,7 @@ from pathlib import Path
 
 from . import layout, redaction
 from .atomic import fsync_dir, write_atomically
+from .filemodes import FILE_MODE
 from .record import Record
 from .sequencer import StartSegment
 from .sink import COMMITTED, Batch, CommitResult, RedactionRewrite, SignedCheckpoint
@@ -87,7 +88,7 @@ class FileSink:
         """Append to segment file `n` from now on; a new one must not exist yet."""
         path = self.log_dir / layout.segment_name(n)
         flags = os.O_WRONLY | os.O_APPEND | (0 if existing else os.O_CREAT | os.O_EXCL)
-        fd = os.open(path, flags, 0o644)
+        fd = os.open(path, flags, FILE_MODE)
         self.close()
         self._fd = fd
         self._segment = n

@@ -5,6 +5,11 @@ produces the RFC 8785 bytes. orjson gives the same bytes as JCS for payloads who
 non-integral with a magnitude in [1e-5, 1e16) and whose object keys stay in the Basic
 Multilingual Plane (the property tests prove it against `rfc8785`), so those take orjson;
 everything else takes `rfc8785`.
+
+Input is also held to a nesting limit, `MAX_DEPTH`, that the log's format does not have: every
+payload a caller gives (`check_value`, `canonical`) and every JSON text that arrives from outside
+(`loads_strict`: HTTP bodies, WebSocket frames) is refused with `TooDeep` beyond it. Only the
+verifier and recovery, which must accept any line already written, pass `max_depth=None`.
 """
 
 from __future__ import annotations
@@ -17,24 +22,49 @@ import rfc8785
 
 from .errors import InvalidPayload
 
+# Arrays and objects nested in one another, the outermost counting as 1. Everything that carries
+# a payload wraps it in a few more levels (the line: 2, a snapshot: 9, an HTTP answer: 4-7) and
+# orjson refuses to encode or decode beyond 255, so 128 leaves every later path more than 100
+# levels to spare; Python code that recurses over a payload stays far from its recursion limit.
+MAX_DEPTH = 128
 MAX_SAFE_INTEGER = 2**53 - 1
 _JCS_INTEGER_LIMIT = 1e21  # at or above this JCS switches to exponent form
 # Non-integral doubles with a magnitude in [1e-5, 1e16) come out of orjson and JCS alike: the
 # shortest round-trip digits in plain decimal notation. Outside, their exponent forms differ.
 _ORJSON_FLOAT_MIN, _ORJSON_FLOAT_MAX = 1e-5, 1e16
+_UTF8_BOM = b"\xef\xbb\xbf"
 
 
-def check_value(value: object) -> bool:
+class TooDeep(InvalidPayload):
+    """JSON nested deeper than the limit (`MAX_DEPTH` unless the caller gave another)."""
+
+    def __init__(self, where: str, limit: int) -> None:
+        super().__init__(
+            f"{where}: nested deeper than the limit of {limit} levels of arrays and objects"
+        )
+        self.limit = limit
+
+
+def check_value(value: object, *, max_depth: int | None = MAX_DEPTH) -> bool:
     """Raise InvalidPayload unless `value` is an I-JSON value; return whether orjson is exact.
 
     orjson is exact when the value holds no object key outside the BMP (key order then agrees
     between UTF-16 code units and code points) and every float is non-integral with a
-    magnitude in [1e-5, 1e16).
+    magnitude in [1e-5, 1e16). Nesting beyond `max_depth` raises `TooDeep` (None: no limit, for
+    checking lines already in a log).
     """
-    return _check(value, "payload")
+    try:
+        return _check(value, "payload", -1 if max_depth is None else max_depth)
+    except _Deeper as exc:
+        raise TooDeep(exc.path, max_depth) from None  # type: ignore[arg-type]
 
 
-def _check(value: object, path: str) -> bool:
+class _Deeper(Exception):
+    def __init__(self, path: str) -> None:
+        self.path = path if len(path) <= 60 else path[:60] + "..."
+
+
+def _check(value: object, path: str, depth_left: int) -> bool:
     kind = type(value)
     if kind is str or value is None or kind is bool:
         return True
@@ -54,6 +84,10 @@ def _check(value: object, path: str) -> bool:
                 )
             return False  # JCS writes 1.0 as 1 and -0.0 as 0; orjson keeps them
         return _ORJSON_FLOAT_MIN <= abs(value) < _ORJSON_FLOAT_MAX  # type: ignore[arg-type]
+    if kind is dict or kind is list:
+        if depth_left == 0:
+            raise _Deeper(path)
+        depth_left -= 1
     if kind is dict:
         fast = True
         for key, item in value.items():  # type: ignore[union-attr]
@@ -61,13 +95,13 @@ def _check(value: object, path: str) -> bool:
                 raise InvalidPayload(f"{path}: object key {key!r} is not a string")
             if not key.isascii() and max(key) > "\uffff":
                 fast = False
-            if not _check(item, f"{path}.{key}"):
+            if not _check(item, f"{path}.{key}", depth_left):
                 fast = False
         return fast
     if kind is list:
         fast = True
         for index, item in enumerate(value):  # type: ignore[arg-type]
-            if not _check(item, f"{path}[{index}]"):
+            if not _check(item, f"{path}[{index}]", depth_left):
                 fast = False
         return fast
     raise InvalidPayload(f"{path}: {kind.__name__} is not a JSON value")
@@ -108,21 +142,50 @@ def _unique_object(pairs: list[tuple[str, object]]) -> dict:
     return result
 
 
-def loads_strict(data: bytes | str) -> object:
+def loads_strict(data: bytes | str, *, max_depth: int | None = MAX_DEPTH) -> object:
     """Parse JSON text, refusing duplicate keys, NaN/Infinity tokens and non-I-JSON values.
 
-    orjson silently keeps the last of duplicate keys, so untrusted text (HTTP bodies, lines
-    under verification) is parsed here. Raises InvalidPayload.
+    orjson silently keeps the last of duplicate keys, so untrusted text (HTTP bodies, WebSocket
+    frames, lines under verification) is parsed here. The text is UTF-8 with no byte order mark
+    (RFC 8259 section 8.1): `json.loads` would also take UTF-16, UTF-32 and a BOM. Nesting beyond
+    `max_depth` raises `TooDeep` (None: no limit, for lines already in a log). Raises
+    InvalidPayload.
     """
+    text = _utf8_text(data)
     try:
-        value = json.loads(data, object_pairs_hook=_unique_object, parse_constant=_refuse_constant)
+        value = json.loads(text, object_pairs_hook=_unique_object, parse_constant=_refuse_constant)
     except InvalidPayload:
         raise
+    except RecursionError:
+        # Python's parser gives up far beyond any limit we set (around 1,000 levels). Without a
+        # limit the caller decides (the verifier names it `record.depth`).
+        if max_depth is None:
+            raise
+        raise TooDeep("JSON text", max_depth) from None
     except (ValueError, UnicodeError) as exc:
         raise InvalidPayload(f"not JSON: {exc}") from None
-    check_value(value)
+    try:
+        check_value(value, max_depth=max_depth)
+    except TooDeep:
+        raise TooDeep("JSON text", max_depth) from None  # type: ignore[arg-type]
     _check_strings(value)
     return value
+
+
+def _utf8_text(data: bytes | str) -> str:
+    if type(data) is str:
+        if data.startswith("\ufeff"):
+            raise InvalidPayload("JSON text must not start with a byte order mark (U+FEFF)")
+        return data
+    if data.startswith(_UTF8_BOM):
+        raise InvalidPayload("JSON text must be UTF-8 without a byte order mark")
+    # No JSON text holds a NUL byte (not even inside a string), but UTF-16 and UTF-32 ones do.
+    if b"\x00" in data[:4] or data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise InvalidPayload("JSON text must be UTF-8: this looks like UTF-16 or UTF-32")
+    try:
+        return data.decode("utf-8")  # type: ignore[union-attr]
+    except UnicodeDecodeError as exc:
+        raise InvalidPayload(f"JSON text must be UTF-8: {exc.reason} at byte {exc.start}") from None
 
 
 def _check_strings(value: object) -> None:

@@ -303,7 +303,7 @@ def parse_line(line: bytes) -> tuple[dict, bytes | None, bool]:
     if pb is None or not needs_jcs(pb, payload):
         return obj, pb, True
     try:
-        jcs.check_value(payload)
+        jcs.check_value(payload, max_depth=None)  # the depth limit is for input, not the format
         pjcs = jcs.jcs_reference(payload)
     except InvalidPayload as exc:
         raise LineError("payload.ijson", str(exc)) from None
@@ -314,7 +314,7 @@ def _parse_strict(line: bytes) -> tuple[dict, bytes | None, bool]:
     if not is_json_text(line):
         raise NotJsonText()
     try:
-        obj = jcs.loads_strict(line.decode("utf-8"))
+        obj = jcs.loads_strict(line.decode("utf-8"), max_depth=None)
     except InvalidPayload as exc:
         raise LineError("record.json", str(exc).removeprefix("payload.")) from None
     if type(obj) is not dict:

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from .errors import LockHeld
+from .filemodes import FILE_MODE
 
 
 class WriterLock:
@@ -22,7 +23,7 @@ class WriterLock:
         self._fd: int | None = None
 
     def acquire(self) -> None:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, FILE_MODE)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -24,6 +24,7 @@ import orjson
 from . import layout, segfile
 from .atomic import write_atomically
 from .errors import CorruptLog, InvalidInput
+from .filemodes import make_dir
 from .filters import MATCH_ALL, RecordFilter
 from .merkle import CompactRange, consistency_proof, inclusion_proof, root
 from .record import Record
@@ -223,7 +224,7 @@ class LogReader:
         if index_path is None:
             return
         try:
-            index_path.parent.mkdir(exist_ok=True)
+            make_dir(index_path.parent)
             # A cache, checked against the lines it points at when loaded: no fsync needed.
             write_atomically(
                 index_path,

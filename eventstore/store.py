@@ -4,10 +4,14 @@ DATA/log/              segments, checkpoint, quarantine/, LOCK
 DATA/keys/signing.key  Ed25519 private key, PEM PKCS#8, mode 0600
 DATA/keys/origin       the log's origin, so the key can be used before the log exists
 DATA/index/            the reader's sparse offset indexes (a cache, rebuilt if lost)
+
+Every directory is created 0700 and every file 0600 (filemodes.py); the key and its origin are
+written all or nothing and durably, the origin first: the key's presence says both are complete.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import time
@@ -15,11 +19,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .atomic import write_atomically
+from .atomic import fsync_dir, write_atomically
 from .checkpoint import SigningKey, check_origin
 from .errors import BadKey
+from .filemodes import DIR_MODE, make_dir, others_can_enter
 from .layout import DataDir
 from .writer import DEFAULT_SEG_BITS, Durability, LogWriter
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -42,8 +49,11 @@ def load_or_create_key(data: DataDir, origin: str | None = None, create: bool = 
         raise BadKey(f"no signing key at {data.signing_key}")
     origin = check_origin(origin or f"ledgermem.local/{secrets.token_hex(4)}")
     key = SigningKey.generate(origin)
-    data.keys.mkdir(parents=True, exist_ok=True, mode=0o700)
-    os.chmod(data.keys, 0o700)
+    make_dir(data.keys)
+    os.chmod(data.keys, DIR_MODE)
+    # The new directories' own entries, so that a power loss cannot drop the key with them.
+    fsync_dir(data.root.parent)
+    fsync_dir(data.root)
     write_atomically(origin_file, (origin + "\n").encode())
     key.save(data.signing_key)
     return KeyInfo(key, data.signing_key, True)
@@ -62,6 +72,16 @@ def open_log(
     """Open the data directory's log for writing, creating the directory, key and log if asked."""
     data = DataDir(data_dir)
     info = load_or_create_key(data, origin, create)
+    if create:
+        make_dir(data.log)
+    if data.root.is_dir() and others_can_enter(data.root):
+        # Left as it is (an operator may have opened it on purpose); new files are 0600 anyway.
+        log.warning(
+            "%s can be entered by other users: what earlier versions wrote there may be readable "
+            "by them; `chmod -R go= %s` makes it private",
+            data.root,
+            data.root,
+        )
     writer = LogWriter.open(
         data.log,
         info.key,

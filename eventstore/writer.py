@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from . import file_recovery, layout, redaction
+from . import file_recovery, filemodes, layout, redaction
 from .checkpoint import SigningKey, sign_checkpoint
 from .entry import MAX_PAYLOAD_BYTES, Entry, as_entry
 from .errors import InvalidInput, StalePosition, WriterClosed
@@ -78,7 +78,7 @@ class LogWriter(FailedWrites):
         bytes reproducible, for tests)."""
         _check_seg_bits(seg_bits)
         log_dir = Path(log_dir)
-        log_dir.mkdir(parents=True, exist_ok=True)
+        filemodes.make_dir(log_dir)
         lock = WriterLock(log_dir / layout.LOCK)
         lock.acquire()
         sink = FileSink(log_dir, seg_bits, durability)

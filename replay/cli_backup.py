@@ -9,7 +9,8 @@ one when the copy holds every record it covers and its root matches them.
 
 Erased content stays erased: a redaction whose segment rewrite the copy missed (it raced the
 copy) is applied to the copy, and snapshots older than the copy's last redaction are left out.
-The reader's offset indexes (`DATA/index/`) are a cache and are not copied.
+The reader's offset indexes (`DATA/index/`) are a cache and are not copied. The copy is private
+whatever the source's modes: directories 0700, files 0600 (it holds the signing key).
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import argparse
 import os
 import re
 import shutil
-import stat
 import time
 from pathlib import Path
 
@@ -28,6 +28,7 @@ from eventstore import layout, segfile
 from eventstore.atomic import fsync_dir, write_atomically
 from eventstore.checkpoint import Checkpoint, CheckpointError, VerifierKey, parse_checkpoint
 from eventstore.errors import CorruptLog, InvalidInput
+from eventstore.filemodes import DIR_MODE, FILE_MODE, make_dir
 from eventstore.merkle import CompactRange
 from eventstore.store import load_or_create_key
 from eventstore.verify import verify_log
@@ -82,7 +83,7 @@ def backup(data_dir: Path, out: Path) -> Summary:
     _make_out(source.root, target.root)
     summary = Summary(vkey)
 
-    target.log.mkdir()
+    target.log.mkdir(mode=DIR_MODE)
     copy = SegmentCopy(source.log, target.log)
     checkpoint = _read_checkpoint(source.log, vkey)  # first: it covers only durable records
     copy.extend_to(checkpoint)
@@ -111,8 +112,8 @@ def backup(data_dir: Path, out: Path) -> Summary:
 def _make_out(source: Path, out: Path) -> None:
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise InvalidInput(f"{out} exists and is not an empty directory: back up into a new one")
-    out.mkdir(parents=True, exist_ok=True)
-    os.chmod(out, stat.S_IMODE(source.stat().st_mode))
+    make_dir(out)
+    os.chmod(out, DIR_MODE)  # it holds the signing key: private, whatever the source's modes
     fsync_dir(out.parent)
 
 
@@ -217,14 +218,13 @@ def _complete_lines(path: Path) -> bytes:
 
 
 def _copy_tree(source: Path, target: Path) -> None:
-    """Copy a small directory's files, keeping their modes (the key stays 0600)."""
+    """Copy a small directory's files."""
     if not source.is_dir():
         return
-    target.mkdir(exist_ok=True)
-    os.chmod(target, stat.S_IMODE(source.stat().st_mode))
+    make_dir(target)
     for entry in sorted(source.iterdir()):
         if entry.is_file() and not entry.name.endswith(".tmp"):
-            shutil.copy2(entry, target / entry.name)
+            _copy_file(entry, target / entry.name)
             _fsync(target / entry.name)
     fsync_dir(target)
 
@@ -242,9 +242,9 @@ def _copy_snapshots(source: Path, target: Path, floor: int, records: int) -> int
             continue
         if not floor <= seq < records:
             continue
-        target.mkdir(exist_ok=True)
+        make_dir(target)
         try:
-            shutil.copy2(path, target / path.name)
+            _copy_file(path, target / path.name)
         except FileNotFoundError:
             continue  # replaced by a newer one meanwhile
         _fsync(target / path.name)
@@ -254,7 +254,15 @@ def _copy_snapshots(source: Path, target: Path, floor: int, records: int) -> int
     return copied
 
 
-def _write_file(path: Path, data: bytes, mode: int = 0o644) -> None:
+def _copy_file(source: Path, target: Path) -> None:
+    """Copy one file; the copy is 0600 whatever the source's mode (filemodes.py)."""
+    with open(source, "rb") as src:
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+        with open(fd, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+
+
+def _write_file(path: Path, data: bytes, mode: int = FILE_MODE) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
         view = memoryview(data)

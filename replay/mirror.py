@@ -18,6 +18,7 @@ from eventstore import layout, segfile
 from eventstore.atomic import fsync_dir, write_atomically
 from eventstore.checkpoint import CheckpointError, VerifierKey, parse_checkpoint
 from eventstore.errors import LedgerError
+from eventstore.filemodes import FILE_MODE, make_dir
 from eventstore.lockfile import WriterLock
 from eventstore.record import Record, genesis
 
@@ -54,7 +55,7 @@ class Mirror:
     def open(cls, path: str | os.PathLike[str]) -> Mirror:
         """Open a mirror directory: new (missing or empty) or one this command wrote before."""
         self = cls(Path(path))
-        self.path.mkdir(parents=True, exist_ok=True)
+        make_dir(self.path)
         segments = layout.list_segments(self.path)
         if not segments:
             others = [n for n in os.listdir(self.path) if n != layout.LOCK]
@@ -170,7 +171,7 @@ class Mirror:
         self._close_fd()
         path = self.path / layout.segment_name(n)
         exists = path.exists()
-        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
         self._segment = n
         self._new_files |= not exists
 

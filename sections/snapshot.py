@@ -22,6 +22,7 @@ from pathlib import Path
 import orjson
 
 from eventstore.atomic import fsync_dir, write_atomically
+from eventstore.filemodes import make_dir
 from eventstore.reader import LogReader
 
 FORMAT = "ledgermem.snapshot/2"  # 2: items carry `ts`
@@ -46,7 +47,7 @@ def snapshot_paths(directory: Path) -> list[Path]:
 def write_snapshot(
     directory: Path, origin: str, snapshot: Snapshot, attachments: dict[str, bytes] | None = None
 ) -> Path:
-    directory.mkdir(parents=True, exist_ok=True)
+    make_dir(directory)
     stem = f"snap-{snapshot.seq:016d}"
     digests = {}
     for name, data in (attachments or {}).items():

@@ -16,14 +16,15 @@ from collections.abc import AsyncIterator, Awaitable
 from typing import NamedTuple
 from urllib.parse import parse_qsl
 
-import orjson
 from sse_starlette import EventSourceResponse
 from starlette.requests import HTTPConnection
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from eventstore.errors import InvalidPayload
 from eventstore.filters import RecordFilter
 from eventstore.identifiers import is_identifier
+from eventstore.jcs import loads_strict
 
 from .auth import Principal
 from .errors import ApiError, error_response
@@ -194,9 +195,9 @@ def parse_subscribe_frame(text: str | None) -> tuple[int, dict[str, list[str]]]:
     if text is None:
         raise _bad('the first frame must be a text frame {"after": N, "filter": {...}}')
     try:
-        frame = orjson.loads(text)
-    except orjson.JSONDecodeError:
-        raise _bad("the first frame is not JSON") from None
+        frame = loads_strict(text)
+    except InvalidPayload as exc:
+        raise _bad(f"first frame: {exc}") from None
     if type(frame) is not dict:
         raise _bad('the first frame must be a JSON object {"after": N, "filter": {...}}')
     unknown = set(frame) - {"after", "filter"}
