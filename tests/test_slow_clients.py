@@ -180,9 +180,12 @@ def test_with_few_descriptors_idle_sockets_cannot_starve_the_writer(tmp_path):
                 refused += sock.recv(100).startswith(b"HTTP/1.1 503 ")
         assert refused >= len(idle) - budget, (refused, len(idle), budget)
         client.close()
+        for sock in idle:
+            sock.close()
+        with httpx.Client(base_url=server.url, timeout=20) as again:
+            assert again.get("/v1/sessions/s").status_code == 200
+        assert server.stop() == 0
     finally:
         for sock in idle:
             sock.close()
-    with httpx.Client(base_url=server.url, timeout=20) as again:
-        assert again.get("/v1/sessions/s").status_code == 200
-    assert server.stop() == 0
+        server.kill()
