@@ -138,7 +138,8 @@ def run(args: argparse.Namespace) -> int:
     except (LedgerError, OSError) as exc:
         if phase[0] == "start":
             return _refuse(startup_problem(exc, settings.data))
-        return _refuse(f"shutdown failed: {exc}; run `ledgermem verify` on {settings.data}", 1)
+        what = "shutdown failed" if phase[0] == "stop" else "stopped"
+        return _refuse(f"{what}: {exc}; run `ledgermem verify` on {settings.data}", 1)
     problem = final_checkpoint_problem(service)
     if problem:
         return _refuse(problem, 1)

@@ -101,7 +101,10 @@ def _parse_tokens(raw: object) -> tuple[Token, ...]:
             or not entry["token"]
         ):
             raise InvalidInput("each token needs a non-empty 'token' string")
-        scopes = frozenset(entry.get("scopes", SCOPES))
+        raw_scopes = entry.get("scopes", list(SCOPES))
+        if not isinstance(raw_scopes, list) or not all(isinstance(s, str) for s in raw_scopes):
+            raise InvalidInput(f"token scopes must be a list among {', '.join(SCOPES)}")
+        scopes = frozenset(raw_scopes)
         if not scopes <= set(SCOPES):
             raise InvalidInput(f"token scopes must be among {', '.join(SCOPES)}")
         tenant = entry.get("tenant", DEFAULT_TENANT)
