@@ -5,9 +5,11 @@ from __future__ import annotations
 import contextlib
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 
 from . import api, openapi, search_api, status, ui
 from .errors import EXCEPTION_HANDLERS
+from .guards import GuardPolicy, RequestGuard
 from .service import Service
 from .settings import Settings
 
@@ -33,6 +35,11 @@ def create_app(settings: Settings, service: Service | None = None) -> Starlette:
         + openapi.routes()
         + ui.routes(service)
     )
-    app = Starlette(routes=routes, exception_handlers=EXCEPTION_HANDLERS, lifespan=lifespan)
+    app = Starlette(
+        routes=routes,
+        exception_handlers=EXCEPTION_HANDLERS,
+        lifespan=lifespan,
+        middleware=[Middleware(RequestGuard, policy=GuardPolicy.from_settings(settings))],
+    )
     app.state.service = service
     return app

@@ -7,6 +7,8 @@ runs uvicorn on it. SIGTERM and SIGINT shut down gracefully (streams/service.py)
 from __future__ import annotations
 
 import argparse
+import asyncio
+import errno
 import socket
 import sys
 
@@ -34,6 +36,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="acknowledge writes before fsync: tests and benchmarks only, a crash loses acknowledged writes",
     )
     parser.add_argument(
+        "--allowed-host",
+        action="append",
+        help="a name of this service that Host may carry, besides loopback and --host "
+        "(repeatable; LEDGERMEM_ALLOWED_HOSTS, comma-separated)",
+    )
+    parser.add_argument(
+        "--allowed-origin",
+        action="append",
+        help="an origin whose pages may call this service, answered with CORS "
+        "(repeatable; LEDGERMEM_ALLOWED_ORIGINS, comma-separated)",
+    )
+    parser.add_argument(
         "--seg-bits", type=int, help="log segment size as a power of two (new logs only)"
     )
 
@@ -42,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from .app import create_app
+    from .connections import ConnectionBudget, guarded_protocol
     from .service import Service
     from .settings import load_settings
 
@@ -55,19 +70,15 @@ def run(args: argparse.Namespace) -> int:
             unsafe_no_fsync=args.unsafe_no_fsync,
             memory_config=args.memory_config,
             seg_bits=args.seg_bits,
+            allowed_hosts=args.allowed_host,
+            allowed_origins=args.allowed_origin,
         )
-        family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
-        # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY on accepted connections only then, and
-        # without it every response on a kept-alive connection waits ~40 ms for delayed ACKs.
-        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((settings.host, settings.port))
-        sock.listen(2048)  # connections queue from now on, even before uvicorn accepts them
+        budget = ConnectionBudget.from_rlimit(settings.fd_reserve)
+        sock = _listen(settings.host, settings.port, budget.backlog)
     except (LedgerError, OSError) as exc:
-        print(f"ledgermem serve: {exc}", file=sys.stderr)
-        return 2
+        return _refuse(startup_problem(exc, args.data or "the data directory"))
     port = sock.getsockname()[1]
-    host = f"[{settings.host}]" if family == socket.AF_INET6 else settings.host
+    host = f"[{settings.host}]" if sock.family == socket.AF_INET6 else settings.host
     url = f"http://{host}:{port}"
 
     def announce(service: Service) -> None:
@@ -81,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"data directory  {service.memory.data.root}", flush=True)
         print(f"signing key     {key.path}{created}", flush=True)
         print(f"vkey            {key.key.vkey}", flush=True)
+        print(f"connections     {budget.describe()}", flush=True)
         print(f"listening on {url}", flush=True)
 
     service = Service(settings, announce)
@@ -101,12 +113,106 @@ def run(args: argparse.Namespace) -> int:
         ws_ping_interval=settings.heartbeat_seconds,
         ws_ping_timeout=settings.heartbeat_seconds * 2,
         timeout_graceful_shutdown=10,
-        lifespan="on",
+        http=guarded_protocol(budget, settings.header_timeout, settings.body_timeout),
+        backlog=budget.backlog,
+        # The service starts and stops around uvicorn (below), not in a lifespan: a failed
+        # start-up then reaches us as the exception it is, not as uvicorn's traceback and exit 3.
+        lifespan="off",
     )
     server = Server(config)
+
+    phase = ["start"]
+
+    async def serve() -> None:
+        await service.startup()
+        phase[0] = "serve"
+        try:
+            await server.serve(sockets=[sock])
+        finally:
+            phase[0] = "stop"
+            await service.shutdown()
+
     try:
-        server.run(sockets=[sock])
-    except LedgerError as exc:
-        print(f"ledgermem serve: {exc}", file=sys.stderr)
-        return 2
+        with asyncio.Runner(loop_factory=config.get_loop_factory()) as runner:
+            runner.run(serve())
+    except (LedgerError, OSError) as exc:
+        if phase[0] == "start":
+            return _refuse(startup_problem(exc, settings.data))
+        what = "shutdown failed" if phase[0] == "stop" else "stopped"
+        return _refuse(f"{what}: {exc}; run `ledgermem verify` on {settings.data}", 1)
+    problem = final_checkpoint_problem(service)
+    if problem:
+        return _refuse(problem, 1)
     return 0
+
+
+def _listen(host: str, port: int, backlog: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY on accepted connections only then, and
+    # without it every response on a kept-alive connection waits ~40 ms for delayed ACKs.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(backlog)  # connections queue from now on, even before uvicorn accepts them
+    return sock
+
+
+def _refuse(message: str, code: int = 2) -> int:
+    print(f"ledgermem serve: {message}", file=sys.stderr)
+    return code
+
+
+def startup_problem(exc: BaseException, data: str) -> str:
+    """One line: what is wrong and what to do about it."""
+    from eventstore.errors import BadKey, LockHeld
+    from sections.errors import ConfigError
+
+    if isinstance(exc, LockHeld):
+        return str(exc)  # names the holder and says what to do
+    if isinstance(exc, ConfigError):
+        return f"{exc}; fix the sections config given with --memory-config (docs/sections.md)"
+    if isinstance(exc, BadKey):
+        return (
+            f"{exc}; restore {data}/keys from a backup, or use another --data for a new log "
+            "with a new key"
+        )
+    if isinstance(exc, PermissionError | IsADirectoryError | NotADirectoryError) or (
+        isinstance(exc, OSError) and exc.errno == errno.EROFS
+    ):
+        where = exc.filename or data
+        return (
+            f"cannot write {where}: {exc.strerror}; make {data} a writable directory for this "
+            "user, or choose another with --data"
+        )
+    if isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE:
+        return f"{exc.strerror}; stop what listens there, or choose another --port"
+    if isinstance(exc, OSError):
+        return f"{exc.strerror or exc} ({exc.filename or data})"
+    return str(exc)
+
+
+def final_checkpoint_problem(service) -> str | None:
+    """Whether the shutdown left a signed checkpoint covering every record, `log.close` included.
+
+    The writer stops quietly when the final checkpoint cannot be written; the process must then
+    not exit 0 as if the log were closed cleanly.
+    """
+    from eventstore.checkpoint import parse_checkpoint
+    from eventstore.layout import CHECKPOINT
+
+    memory = service.memory
+    if memory is None:
+        return None
+    path = memory.data.log / CHECKPOINT
+    try:
+        checkpoint = parse_checkpoint(path.read_text("utf-8"), memory.key.key.vkey)
+        covered = checkpoint.size
+    except (OSError, LedgerError, ValueError) as exc:
+        return f"the final checkpoint could not be read back ({exc}); run `ledgermem verify`"
+    if covered < memory.writer.next_seq:
+        return (
+            f"the final checkpoint was not written: {path} covers {covered} of "
+            f"{memory.writer.next_seq} records; run `ledgermem verify` on {memory.data.root} "
+            "(its records are intact, the next start writes a new checkpoint)"
+        )
+    return None

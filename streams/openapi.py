@@ -13,6 +13,12 @@ from .routing import RawRoute
 
 _ERROR = {"description": "refused: {error: {code, message}}; nothing was appended"}
 _WRITE = {"description": "durable: the record's exact line under `record`"}
+# streams/guards.py: what a web page must not be able to make the service do.
+_FOREIGN = {
+    "description": "forbidden_origin: Origin is neither the service's own nor in allowed_origins"
+}
+_HOST = {"description": "unknown_host: Host is not one of the service's names (allowed_hosts)"}
+_MEDIA = {"description": "unsupported_media_type: a body must be JSON sent as application/json"}
 _SESSION = {"name": "session", "in": "path", "required": True, "schema": {"type": "string"},
             "description": "percent-encoded; may hold / : @ +"}  # fmt: skip
 _SECTION = {"name": "section", "in": "path", "required": True, "schema": {"type": "string"}}
@@ -79,10 +85,16 @@ def _op(
     op: dict = {
         "summary": summary,
         "parameters": params or [],
-        "responses": {ok: _WRITE if write else {"description": "ok"}, "4XX": _ERROR},
+        "responses": {
+            ok: _WRITE if write else {"description": "ok"},
+            "403": _FOREIGN,
+            "421": _HOST,
+            "4XX": _ERROR,
+        },
     }
     if body is not None:
         op["requestBody"] = {"content": {"application/json": {"schema": body}}}
+        op["responses"]["415"] = _MEDIA
     return op
 
 

@@ -13,7 +13,8 @@ from urllib.parse import unquote
 from starlette.routing import BaseRoute, Match
 from starlette.types import Receive, Scope, Send
 
-from .errors import ApiError
+from .errors import error_response
+from .guards import body_refusal
 
 
 def _segments(raw_path: bytes) -> list[str] | None:
@@ -71,10 +72,24 @@ class RawRoute(BaseRoute):
             return
         endpoint = self.endpoints.get(scope["method"])
         if endpoint is None:
-            raise ApiError(
-                405, "method_not_allowed", f"{scope['method']} is not allowed on {self.pattern}"
+            allowed = self.allowed_methods()
+            response = error_response(
+                405,
+                "method_not_allowed",
+                f"{scope['method']} is not allowed on {self.pattern}; use {', '.join(allowed)}",
+                {"Allow": ", ".join(allowed)},
             )
+            await response(scope, receive, send)
+            return
+        refusal = body_refusal(scope)
+        if refusal is not None:
+            await error_response(*refusal)(scope, receive, send)
+            return
         await endpoint(scope, receive, send)
+
+    def allowed_methods(self) -> list[str]:
+        """What a 405 lists in `Allow` (RFC 9110 15.5.6): exactly the methods routed here."""
+        return sorted(self.endpoints)
 
     def url_path_for(self, name: str, /, **path_params: str):  # pragma: no cover - unused
         raise NotImplementedError

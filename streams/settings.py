@@ -11,6 +11,11 @@ max_batch_items = 1000
 max_subscribers_per_client = 64
 memory_config = "memory.toml"  # sections config (docs/sections.md)
 dedup_window_us = 900000000    # observations with the same content within it are one (15 min)
+allowed_hosts = ["memory.internal"]            # Host names besides loopback and the bound host
+allowed_origins = ["https://app.example"]      # cross-origin callers; CORS answers only to them
+header_timeout = 10.0          # seconds a client may take to send a request's headers
+body_timeout = 60.0            # and its body (streams answer for as long as they like)
+fd_reserve = 64                # file descriptors kept for the log, never used for connections
 
 [[tokens]]
 token = "s3cret"
@@ -28,6 +33,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from eventstore.errors import InvalidInput
+from eventstore.identifiers import is_identifier
 
 SCOPES = ("read", "write", "admin")
 DEFAULT_TENANT = "default"
@@ -59,6 +65,11 @@ class Settings:
     checkpoint_interval: float = 1.0
     unsafe_no_fsync: bool = False  # tests and benchmarks only: acknowledges before fsync
     dedup_window_us: int = 15 * 60 * 1_000_000  # observations: identical content within it is one
+    allowed_hosts: tuple = ()  # Host names accepted besides loopback and the bound host
+    allowed_origins: tuple = ()  # foreign origins allowed to call (and answered with CORS)
+    header_timeout: float = 10.0  # a request's headers must arrive within it
+    body_timeout: float = 60.0  # and its body within it (a response may stream for ever)
+    fd_reserve: int = 64  # descriptors no connection may take, so the log can always open files
     extra: dict = field(default_factory=dict)
 
     def check(self) -> Settings:
@@ -90,15 +101,48 @@ def _parse_tokens(raw: object) -> tuple[Token, ...]:
             or not entry["token"]
         ):
             raise InvalidInput("each token needs a non-empty 'token' string")
-        scopes = frozenset(entry.get("scopes", SCOPES))
+        raw_scopes = entry.get("scopes", list(SCOPES))
+        if not isinstance(raw_scopes, list) or not all(isinstance(s, str) for s in raw_scopes):
+            raise InvalidInput(f"token scopes must be a list among {', '.join(SCOPES)}")
+        scopes = frozenset(raw_scopes)
         if not scopes <= set(SCOPES):
             raise InvalidInput(f"token scopes must be among {', '.join(SCOPES)}")
-        tokens.append(Token(entry["token"], str(entry.get("tenant", DEFAULT_TENANT)), scopes))
+        tenant = entry.get("tenant", DEFAULT_TENANT)
+        if not is_identifier(tenant):
+            # An empty tenant is a typo (`t::read`), not a request for tenant `default`.
+            raise InvalidInput(
+                f"token {len(tokens) + 1} has tenant {tenant!r}: give it a tenant name of 1 to "
+                "128 characters of A-Z a-z 0-9 . _ : @ / + -"
+            )
+        tokens.append(Token(entry["token"], tenant, scopes))
     return tuple(tokens)
+
+
+def _tokens_from_env(text: str) -> list[dict]:
+    """`token:tenant:scope+scope,...`; an entry is never echoed, it holds a secret."""
+    entries = []
+    for number, item in enumerate(text.split(","), 1):
+        if not item:
+            continue
+        parts = item.split(":")
+        if len(parts) != 3 or not all(parts):
+            raise InvalidInput(
+                f"LEDGERMEM_TOKENS entry {number} is not token:tenant:scopes; write it like "
+                "s3cret:acme:read+write (scopes among read, write, admin, joined by +)"
+            )
+        token, tenant, scopes = parts
+        entries.append({"token": token, "tenant": tenant, "scopes": scopes.split("+")})
+    return entries
 
 
 def _coerce(name: str, value: object) -> object:
     kind = {f.name: f.type for f in fields(Settings)}[name]
+    if kind == "tuple":
+        if isinstance(value, str):  # from the environment: comma-separated
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+            raise InvalidInput(f"setting {name} must be a list of strings, not {value!r}")
+        return tuple(value)
     try:
         if kind == "bool" and isinstance(value, str):
             return value.lower() in ("1", "true", "yes", "on")
@@ -128,13 +172,8 @@ def load_settings(
         key = "LEDGERMEM_" + name.upper()
         if key in env:
             values[name] = env[key]
-    if "LEDGERMEM_TOKENS" in env:  # token:tenant:scope+scope,...
-        values["tokens"] = [
-            {"token": t, "tenant": tenant, "scopes": scopes.split("+")}
-            for t, tenant, scopes in (
-                item.split(":") for item in env["LEDGERMEM_TOKENS"].split(",") if item
-            )
-        ]
+    if "LEDGERMEM_TOKENS" in env:
+        values["tokens"] = _tokens_from_env(env["LEDGERMEM_TOKENS"])
     values.update({k: v for k, v in flags.items() if v is not None})
     unknown = set(values) - names - {"tokens"}
     if unknown:

@@ -13,10 +13,13 @@ ROOT = Path(__file__).parent.parent
 
 
 class Server:
-    def __init__(self, data_dir: Path, *args: str, env: dict | None = None) -> None:
+    def __init__(
+        self, data_dir: Path, *args: str, env: dict | None = None, preexec_fn=None
+    ) -> None:
         self.data_dir = Path(data_dir)
         self.args = args
         self.env = env or {}
+        self.preexec_fn = preexec_fn  # e.g. to lower the server's RLIMIT_NOFILE
         self.proc: subprocess.Popen | None = None
         self.url = ""
         self.output: list[str] = []
@@ -39,6 +42,7 @@ class Server:
             stderr=subprocess.STDOUT,
             text=True,
             env={**os.environ, "PYTHONPATH": str(ROOT), **self.env},
+            preexec_fn=self.preexec_fn,
         )
         ready = threading.Event()
 

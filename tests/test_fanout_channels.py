@@ -694,7 +694,7 @@ def test_a_stalled_client_holds_a_bounded_buffer_never_slows_the_writer_and_catc
         stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         stalled.connect(("127.0.0.1", int(srv.url.rsplit(":", 1)[1])))
         path = f"/v1/stream/{channel}?after={start}"
-        stalled.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        stalled.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
         while not hub.subscriptions:
             time.sleep(0.01)
         (subscription,) = hub.subscriptions

@@ -1,0 +1,161 @@
+"""Connections that cannot pin the service's file descriptors: read deadlines and a budget.
+
+uvicorn reads a request's headers before the app sees anything, with no time limit, and accepts
+connections until the process runs out of file descriptors. A client that dribbles header bytes
+holds its descriptor for ever, and enough of them make the *writer* the one that gets EMFILE when
+it opens its next segment or checkpoint file: a failed write, which stops the memory. So:
+
+- `guarded_protocol(budget, header_timeout, body_timeout)` is uvicorn's httptools protocol with
+  two deadlines per request: the headers must be in within `header_timeout` of the connection (or,
+  on a kept-alive one, of the request's first byte), the body within `body_timeout` of the
+  headers. A late client gets 408 and its connection is closed. Only the request is timed: a
+  response may stream for as long as it likes (SSE, JSONL, long-poll), and a WebSocket leaves the
+  HTTP protocol at its upgrade; such streams are bounded by `max_subscribers_per_client` instead.
+- `ConnectionBudget` derives the most connections from `RLIMIT_NOFILE`: the soft limit (raised
+  to the hard one first) less the descriptors already open, less `fd_reserve` kept for the log's
+  files and the reader threads, less the listen backlog (connections the event loop may accept in
+  one go before it can refuse any). Past it a new connection gets 503 and is closed at once.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+from dataclasses import dataclass
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from eventstore.errors import InvalidInput
+
+MIN_CONNECTIONS = 16
+MAX_BACKLOG = 2048
+
+
+@dataclass(frozen=True)
+class ConnectionBudget:
+    fd_limit: int  # RLIMIT_NOFILE's soft limit, after raising it to the hard one
+    in_use: int  # descriptors open at start-up
+    reserve: int  # kept for the log and the reader threads
+    backlog: int  # the listen backlog
+    max_connections: int
+
+    @classmethod
+    def from_rlimit(cls, reserve: int) -> ConnectionBudget:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard == resource.RLIM_INFINITY or hard > soft:
+            target = 1 << 20 if hard == resource.RLIM_INFINITY else hard
+            try:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+                soft = target
+            except (ValueError, OSError):
+                pass  # keep the soft limit we were given
+        in_use = _open_descriptors()
+        free = soft - in_use - reserve
+        backlog = max(8, min(MAX_BACKLOG, free // 8))
+        budget = cls(soft, in_use, reserve, backlog, free - backlog)
+        if budget.max_connections < MIN_CONNECTIONS:
+            raise InvalidInput(
+                f"RLIMIT_NOFILE is {soft} with {in_use} descriptors open and fd_reserve {reserve}: "
+                f"room for {budget.max_connections} connections, fewer than {MIN_CONNECTIONS}; "
+                "raise it (ulimit -n 4096) or lower fd_reserve"
+            )
+        return budget
+
+    def describe(self) -> str:
+        return (
+            f"at most {self.max_connections} (RLIMIT_NOFILE {self.fd_limit}: {self.in_use} open, "
+            f"{self.reserve} kept for the log, backlog {self.backlog})"
+        )
+
+
+def _open_descriptors() -> int:
+    try:
+        return len(os.listdir("/proc/self/fd"))
+    except OSError:  # not Linux: count what is open the slow way
+        count = 0
+        for fd in range(min(resource.getrlimit(resource.RLIMIT_NOFILE)[0], 65536)):
+            try:
+                os.fstat(fd)
+                count += 1
+            except OSError:
+                pass
+        return count
+
+
+def _plain_response(status: bytes, message: bytes) -> bytes:
+    return b"".join(
+        [
+            b"HTTP/1.1 " + status + b"\r\n",
+            b"content-type: text/plain; charset=utf-8\r\n",
+            b"content-length: %d\r\n" % len(message),
+            b"connection: close\r\n\r\n",
+            message,
+        ]
+    )
+
+
+TOO_MANY = _plain_response(b"503 Service Unavailable", b"too many connections; retry later\n")
+TOO_SLOW = _plain_response(b"408 Request Timeout", b"the request took too long to arrive\n")
+
+
+def guarded_protocol(
+    budget: ConnectionBudget, header_timeout: float, body_timeout: float
+) -> type[HttpToolsProtocol]:
+    """uvicorn's HTTP protocol class with the budget and the two read deadlines."""
+
+    class GuardedHttpProtocol(HttpToolsProtocol):
+        _deadline = None
+        _refused = False
+
+        def connection_made(self, transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            if len(self.connections) > budget.max_connections:
+                self._refused = True
+                transport.write(TOO_MANY)
+                transport.close()
+                return
+            self._arm(header_timeout)
+
+        def data_received(self, data: bytes) -> None:
+            if not self._refused:
+                super().data_received(data)
+
+        def on_message_begin(self) -> None:
+            super().on_message_begin()
+            if self._deadline is None:  # a kept-alive connection's next request
+                self._arm(header_timeout)
+
+        def on_headers_complete(self) -> None:
+            super().on_headers_complete()
+            self._arm(body_timeout)
+
+        def on_message_complete(self) -> None:
+            self._disarm()
+            super().on_message_complete()
+
+        def handle_websocket_upgrade(self) -> None:
+            self._disarm()  # the WebSocket protocol owns the connection from here
+            super().handle_websocket_upgrade()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def _arm(self, seconds: float) -> None:
+            self._disarm()
+            self._deadline = self.loop.call_later(seconds, self._too_slow)
+
+        def _disarm(self) -> None:
+            if self._deadline is not None:
+                self._deadline.cancel()
+                self._deadline = None
+
+        def _too_slow(self) -> None:
+            self._deadline = None
+            if self.transport.is_closing():
+                return
+            if self.cycle is None or not self.cycle.response_started:
+                self.transport.write(TOO_SLOW)
+            self.transport.close()
+
+    return GuardedHttpProtocol
