@@ -9,10 +9,12 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import orjson
+
 from eventstore.reader import LogReader
 from eventstore.record import Record
 
-from . import inject, render
+from . import checkpoints, inject, render
 from .errors import NotFound
 from .projection import apply
 from .snapshot import Snapshot, newest_snapshot
@@ -26,16 +28,34 @@ class History:
     def __init__(self, reader: LogReader, snapshot_dir: Path | None = None) -> None:
         self.reader = reader
         self.snapshot_dir = snapshot_dir
+        self.checkpoints = checkpoints.Checkpoints()
 
     def state_at(self, upto: int, use_snapshots: bool = True) -> MemoryState:
-        """The state right after record `upto`: a snapshot at or before it, plus the tail."""
-        return self.load(upto, use_snapshots)[0]
+        """The state right after record `upto`: the nearest snapshot or checkpoint at or before
+        it, plus the tail (leaving checkpoints behind). Without snapshots: from zero, alone."""
+        if not use_snapshots:
+            return self.load(upto, False)[0]
+        generation = self.checkpoints.generation
+        state, _, _ = self.load(upto, tail=False)
+        nearest = self.checkpoints.nearest(upto)
+        if nearest is not None and nearest[0] > state.seq:
+            state = MemoryState.from_json(orjson.loads(nearest[1]))
+        return self._replay(state, upto, generation)
+
+    def _replay(self, state: MemoryState, upto: int, generation: int) -> MemoryState:
+        every = checkpoints.EVERY
+        for record in self.reader.records(after=state.seq, until=upto + 1):
+            apply(state, record, self.restate)
+            if record.seq % every == every - 1 and record.seq < upto:
+                self.checkpoints.put(record.seq, state.to_json(), generation)
+        return state
 
     def load(
-        self, upto: int, use_snapshots: bool = True
+        self, upto: int, use_snapshots: bool = True, tail: bool = True
     ) -> tuple[MemoryState, Snapshot | None, set[tuple[str, str]]]:
         """`state_at`, with the snapshot it started from and the (tenant, session) keys of the
-        records replayed after it: what another projection loaded from that snapshot must redo."""
+        records replayed after it: what another projection loaded from that snapshot must redo.
+        Checkpoints are not used: start-up and verification read the files alone."""
         snapshot = None
         if use_snapshots and self.snapshot_dir is not None:
             snapshot = newest_snapshot(
@@ -49,10 +69,11 @@ class History:
                 log.warning("ignoring snapshot at seq %d: unreadable state (%r)", snapshot.seq, exc)
                 snapshot = None
         touched: set[tuple[str, str]] = set()
-        for record in self.reader.records(after=state.seq, until=upto + 1):
-            apply(state, record, self.restate)
-            if not record.is_control:
-                touched.add((record.tenant, record.session))
+        if tail:
+            for record in self.reader.records(after=state.seq, until=upto + 1):
+                apply(state, record, self.restate)
+                if not record.is_control:
+                    touched.add((record.tenant, record.session))
         return state, snapshot, touched
 
     def restate(self, record: Record) -> dict | None:

@@ -106,6 +106,7 @@ class Memory(CommandRunner):
         try:
             self._reader = LogReader(self.data.log, index_dir=self.data.root / "index")
             self.history = History(self._reader, self.snapshot_dir)
+            self.erase_hooks.append(self.history.checkpoints.forget)  # they may quote erased data
             self._state, snapshot, touched = self.history.load(self._writer.size - 1)
             self.search_index = self._open_index(snapshot, touched)
             self._since_snapshot = 0
