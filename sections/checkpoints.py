@@ -24,7 +24,8 @@ MAX_BYTES = 64 * 1024 * 1024
 
 
 class Checkpoints:
-    def __init__(self, max_bytes: int = MAX_BYTES) -> None:
+    def __init__(self, every: int = EVERY, max_bytes: int = MAX_BYTES) -> None:
+        self.every = every
         self.max_bytes = max_bytes
         self.generation = 0
         self._lock = threading.Lock()

@@ -28,10 +28,8 @@ from typing import TYPE_CHECKING, Any
 from eventstore.errors import InvalidInput, WriterClosed
 from eventstore.record import Record
 
-from . import commands, erase_flow, inject, observations, summaries
+from . import commands, erase_flow, inject, observations, read_traces, summaries
 from .commands import Command, Decision, get_session
-from .config import SESSION_SECTION
-from .errors import SessionNotFound
 from .observations import TENANT_SESSION, Observation
 from .search import MAX_TIME, Query
 from .state import MemoryState, SessionState, item_id, parse_item_id
@@ -225,74 +223,46 @@ def _filled(memory: Memory, _record: Record | None, decision: Decision | None) -
 READ_ITEMS = CommandSpec("read_items", _read_items, result=_filled, result_blocks=True)
 
 
-# Time travel and summaries return content too, so they append their reads first (docs/events.md,
-# "items.read"): `purpose` "state" (with `at`, the seq read) or "summary" (the quoted messages).
-
-
-def quoted(summary: dict | None) -> list[str]:
-    """The ids of the messages a session summary quotes (an erased quote has text None)."""
-    ends = (summary or {}).get("first_user"), (summary or {}).get("last_user")
-    return sorted({q["id"] for q in ends if q is not None and q.get("text") is not None})
-
-
-def _past_reads(session: SessionState) -> dict[str, list[str]]:
-    reads = {name: list(section.items) for name, section in session.sections.items()}
-    quotes = [i for i in quoted(session.summary) if i not in reads.get("messages", ())]
-    if quotes:
-        reads["messages"] = [*reads.get("messages", ()), *quotes]
-    return {name: ids for name, ids in reads.items() if ids}
+# Reads that return content without naming items (time travel, summaries, live channels) leave
+# their traces too: the rules are in sections/read_traces.py.
 
 
 def _past_state(memory: Memory, tenant: str, wanted: str | None, args: tuple) -> tuple:
-    """Time travel's replay, outside the lock: the sessions' JSON at `at` and what they hold."""
+    """Time travel's replay, outside the lock (on a worker thread in the async runner)."""
     (at,) = args
     if memory.writer.closed:
         raise WriterClosed("the memory is closed")
-    state = memory.state_at(at)
-    found = [s for (t, sid), s in sorted(state.sessions.items()) if t == tenant and wanted in (None, sid)]  # fmt: skip
-    if wanted is not None and not found:
-        raise SessionNotFound(f"session {wanted!r} did not exist at seq {at}")
-    reads = {s.id: _past_reads(s) for s in found}
+    found, reads = read_traces.past_sessions(memory.state_at(at), tenant, wanted, at)
     live = memory.read(lambda now: {sid for sid in reads if (tenant, sid) in now.sessions})
-    if any(reads[sid] for sid in set(reads) - live):
+    if any(reads[sid] for sid in set(reads) - live):  # traced on the tenant's own session
         memory.append(lambda now: tenant_session(memory, now, tenant))
-    return at, [s.to_json() for s in found], reads
+    return at, found, reads
 
 
 def _state_read(_memory, state, tenant, _session, args, _idem, _expected) -> Decision:
     at, found, reads = args
-    made, gone = [], {}
-    for sid, by_section in reads.items():
-        session = state.sessions.get((tenant, sid))
-        if session is None:  # deleted since `at`: traced on the tenant's own session
-            gone[sid] = by_section
-        else:
-            made.append(commands.read_items(session, by_section, "operator", "state", at))
-    if any(gone.values()):
-        holder = get_session(state, tenant, TENANT_SESSION)
-        payload = commands.base_payload(holder, None)
-        payload.update({"reader": "operator", "purpose": "state", "at": at, "items": {}})
-        payload["sessions"] = {sid: ids for sid, ids in gone.items() if ids}
-        made.append(Command(tenant, TENANT_SESSION, SESSION_SECTION, "items.read", payload))
-    return Decision([c for c in made if c is not None], found, state.seq)
-
-
-READ_STATE = CommandSpec("read_state", _state_read, result=_decided, prepare=_past_state)
+    return Decision(read_traces.state_reads(state, tenant, at, reads), found, state.seq)
 
 
 def _summary_read(_memory, state, tenant, session_id, args, _idem, _expected) -> Decision:
     limit, reader = args
-    if session_id is not None:
-        session = get_session(state, tenant, session_id)
-        chosen = [session] if session.summary_at is not None else []
-    else:
-        chosen = summaries.recent(state, tenant, TENANT_SESSION, limit)
-    made = [commands.read_items(s, {"messages": quoted(s.summary)}, reader, "summary") for s in chosen]  # fmt: skip
-    found = [{"session": s.id, "seq": s.summary_at[0], **s.summary} for s in chosen]  # type: ignore[index]
-    return Decision([c for c in made if c is not None], found, state.seq)
+    made, found = read_traces.summary_reads(state, tenant, session_id, limit, reader)
+    return Decision(made, found, state.seq)
 
 
+def _stream_holder(memory: Memory, tenant: str, _session: None, args: tuple) -> tuple:
+    memory.append(lambda state: tenant_session(memory, state, tenant))
+    return args
+
+
+def _stream_trace(_memory, state, tenant, _session, args, _idem, _expected) -> Decision:
+    event, stream = args
+    return _one(read_traces.stream_trace(state, tenant, event, stream))
+
+
+READ_STATE = CommandSpec("read_state", _state_read, result=_decided, prepare=_past_state)
 READ_SUMMARIES = CommandSpec("read_summaries", _summary_read, result=_decided)
+TRACE_STREAM = CommandSpec("trace_stream", _stream_trace, prepare=_stream_holder)
 
 
 def _ranked_observations(memory: Memory, tenant: str, session: str, args: tuple) -> tuple:
@@ -476,5 +446,5 @@ ERASE_SESSION = CommandSpec(
 SPECS = (
     ADD_ITEMS, UPDATE_ITEM, REMOVE_ITEMS, CONFIGURE_SECTION, COMMIT, END_TURN, END_SESSION,
     DELETE_SESSION, CREATE_SESSION, GET_OR_CREATE_SESSION, READ_ITEMS, READ_STATE, READ_SUMMARIES,
-    ASSEMBLE_CONTEXT, SEARCH, OBSERVE, ERASE_ITEMS, ERASE_SESSION,
+    TRACE_STREAM, ASSEMBLE_CONTEXT, SEARCH, OBSERVE, ERASE_ITEMS, ERASE_SESSION,
 )  # fmt: skip
