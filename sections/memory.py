@@ -282,8 +282,9 @@ class Memory(CommandRunner):
         return self.read(lambda state: reads.session_sections(state, tenant, session_id))
 
     def session_summary(self, tenant: str, session_id: str) -> dict | None:
-        """The summary appended when the session last ended, or None."""
-        return self.read(lambda state: reads.session_summary(state, tenant, session_id))
+        """The summary appended when the session last ended, or None. A read: traced."""
+        found = self.run(command_specs.READ_SUMMARIES, tenant, session_id, (1, "agent"))
+        return found[0] if found else None
 
     # ---- sessions ------------------------------------------------------------------------------
 
@@ -406,8 +407,8 @@ class Memory(CommandRunner):
         return await self.run_async(command_specs.OBSERVE, tenant or self.tenant, None, args)
 
     def summaries(self, tenant: str | None = None, limit: int = 10) -> list[dict]:
-        """The newest session summaries of a tenant, newest first."""
-        return self.read(lambda state: reads.summaries(state, tenant or self.tenant, limit))
+        """The newest session summaries of a tenant, newest first. A read: traced."""
+        return self.run(command_specs.READ_SUMMARIES, tenant or self.tenant, None, (limit, "agent"))
 
     def close(self) -> None:
         """Snapshot, then close the log (log.close and the final checkpoint)."""

@@ -298,7 +298,11 @@ def _call(data, server, client, path, method, params, finding) -> None:
         asyncio.run(asyncio.wait_for(one(), 20))
         if channel != "longpoll":  # its closing trace follows the disconnection: wait for it
             _wait_for(
-                lambda: [r for r in _traces(data, after, channel) if "last" in r.payload["stream"]]
+                lambda: [
+                    r
+                    for r in _traces(data, after, channel)
+                    if r.payload["stream"]["after"] == after and "last" in r.payload["stream"]
+                ]
             )
         return
     if method == "post":
@@ -334,3 +338,17 @@ def test_each_operation_without_content_appends_nothing(live, operation):
     assert answer.status_code == 200, answer.text
     assert b"margin 12%" not in answer.content
     assert _head(client) == head
+
+
+def test_the_python_api_traces_summaries_too(tmp_path):
+    with Memory.open(tmp_path / "data") as memory:
+        session = memory.session("s")
+        first = session.add("messages", "my question", role="user")
+        session.end()
+        for read in (session.summary, memory.summaries):
+            before = memory.writer.size - 1
+            read()
+            reads = _reads(tmp_path / "data", before)
+            assert [(r.payload["purpose"], r.payload["items"]) for r in reads] == [
+                ("summary", {"messages": [first.id]})
+            ]
