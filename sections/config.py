@@ -6,6 +6,7 @@ depends on this module's current defaults.
 
 from __future__ import annotations
 
+import functools
 import logging
 import tomllib
 from dataclasses import dataclass, replace
@@ -87,9 +88,7 @@ class SectionConfig:
             raise ConfigError(f"section {name!r}: unknown settings {sorted(unknown)}")
         settings = {k: v for k, v in data.items() if k != "items"}
         if settings.get("audit_reads") is False:  # an old record: replay it, traced
-            if not _warned_untraced:
-                _warned_untraced.append(name)
-                log.warning("audit_reads=false in the log is ignored: every read is traced")
+            _warn_untraced()
             settings["audit_reads"] = True
         return cls(name=name, **settings)
 
@@ -104,7 +103,9 @@ def refuse_untraced(name: str, settings: dict) -> None:
         )
 
 
-_warned_untraced: list[str] = []  # warn once per process, not once per replayed record
+@functools.cache  # once per process, not once per replayed record
+def _warn_untraced() -> None:
+    log.warning("audit_reads=false in the log is ignored: every read is traced")
 
 
 OBSERVATIONS = "observations"  # long-term memory (sections/observations.py)
