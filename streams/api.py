@@ -37,7 +37,9 @@ Handler = Callable[[Request], Awaitable[Response]]
 LARGE_BODY = 256 * 1024
 # Context injection (sections/inject.py): observations for a query, recent sessions' summaries.
 CONTEXT_EXTRAS = ("query", "observations", "summaries", "observation_chars")
-STATE_AT_CALLS = 2  # time-travel replays at once (the machine's cores); more answer 429 busy
+STATE_AT_CALLS = (
+    1  # replays at once: a second one only shares the GIL (bench/state_at.py); 429 busy
+)
 
 
 async def read_json(request: Request, limit: int, required: bool = True) -> dict:
@@ -312,7 +314,7 @@ class Api:
             return error_response(
                 429,
                 "busy",
-                f"{STATE_AT_CALLS} state calls are running; retry",
+                f"time travel is busy (at most {STATE_AT_CALLS} at once); retry in a second",
                 {"Retry-After": "1"},
             )
         self._state_calls += 1
