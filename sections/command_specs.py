@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from eventstore.errors import InvalidInput, WriterClosed
 from eventstore.record import Record
 
-from . import commands, erase_flow, inject, observations, render, summaries
+from . import commands, erase_flow, inject, observations, read_traces, render, summaries
 from .commands import Command, Decision, get_session
 from .observations import TENANT_SESSION, Observation
 from .search import MAX_TIME, Query
@@ -223,6 +223,48 @@ def _filled(memory: Memory, _record: Record | None, decision: Decision | None) -
 READ_ITEMS = CommandSpec("read_items", _read_items, result=_filled, result_blocks=True)
 
 
+# Reads that return content without naming items (time travel, summaries, live channels) leave
+# their traces too: the rules are in sections/read_traces.py.
+
+
+def _past_state(memory: Memory, tenant: str, wanted: str | None, args: tuple) -> tuple:
+    """Time travel's replay, outside the lock (on a worker thread in the async runner)."""
+    (at,) = args
+    if memory.writer.closed:
+        raise WriterClosed("the memory is closed")
+    found, reads = read_traces.past_sessions(memory.state_at(at), tenant, wanted, at)
+    live = memory.read(lambda now: {sid for sid in reads if (tenant, sid) in now.sessions})
+    if any(reads[sid] for sid in set(reads) - live):  # traced on the tenant's own session
+        memory.append(lambda now: tenant_session(memory, now, tenant))
+    return at, found, reads
+
+
+def _state_read(_memory, state, tenant, _session, args, _idem, _expected) -> Decision:
+    at, found, reads = args
+    return Decision(read_traces.state_reads(state, tenant, at, reads), found, state.seq)
+
+
+def _summary_read(_memory, state, tenant, session_id, args, _idem, _expected) -> Decision:
+    limit, reader = args
+    made, found = read_traces.summary_reads(state, tenant, session_id, limit, reader)
+    return Decision(made, found, state.seq)
+
+
+def _stream_holder(memory: Memory, tenant: str, _session: None, args: tuple) -> tuple:
+    memory.append(lambda state: tenant_session(memory, state, tenant))
+    return args
+
+
+def _stream_trace(_memory, state, tenant, _session, args, _idem, _expected) -> Decision:
+    event, stream = args
+    return _one(read_traces.stream_trace(state, tenant, event, stream))
+
+
+READ_STATE = CommandSpec("read_state", _state_read, result=_decided, prepare=_past_state)
+READ_SUMMARIES = CommandSpec("read_summaries", _summary_read, result=_decided)
+TRACE_STREAM = CommandSpec("trace_stream", _stream_trace, prepare=_stream_holder)
+
+
 def _ranked_observations(memory: Memory, tenant: str, session: str, args: tuple) -> tuple:
     """Context assembly's first step, outside the lock: rank the observations for the query."""
     budget, sections, reader, extra = args
@@ -411,6 +453,6 @@ ERASE_SESSION = CommandSpec(
 
 SPECS = (
     ADD_ITEMS, UPDATE_ITEM, REMOVE_ITEMS, CONFIGURE_SECTION, COMMIT, END_TURN, END_SESSION,
-    DELETE_SESSION, CREATE_SESSION, GET_OR_CREATE_SESSION, READ_ITEMS, ASSEMBLE_CONTEXT, SEARCH,
-    OBSERVE, ERASE_ITEMS, ERASE_SESSION,
+    DELETE_SESSION, CREATE_SESSION, GET_OR_CREATE_SESSION, READ_ITEMS, READ_STATE, READ_SUMMARIES,
+    TRACE_STREAM, ASSEMBLE_CONTEXT, SEARCH, OBSERVE, ERASE_ITEMS, ERASE_SESSION,
 )  # fmt: skip

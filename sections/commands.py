@@ -15,7 +15,13 @@ from eventstore.errors import InvalidInput
 from eventstore.identifiers import check_identifier
 
 from . import render
-from .config import SESSION_SECTION, SETTINGS, MemoryConfig, SectionConfig
+from .config import (
+    SESSION_SECTION,
+    SETTINGS,
+    MemoryConfig,
+    SectionConfig,
+    refuse_untraced,
+)
 from .errors import (
     ImmutableSection,
     ItemNotFound,
@@ -162,6 +168,7 @@ def configure_section(
     unknown = set(settings) - SETTINGS
     if unknown:
         raise InvalidInput(f"unknown section settings {sorted(unknown)}")
+    refuse_untraced(name, settings)
     config = SectionConfig.from_json(name, {**base, **settings})
     payload = base_payload(session, idem)
     payload["config"] = config.to_json()
@@ -372,16 +379,23 @@ def get_item(section: SectionState, id_: str) -> Item:
 
 
 def read_items(
-    session: SessionState, reads: dict[str, list[str]], reader: str, purpose: str
+    session: SessionState,
+    reads: dict[str, list[str]],
+    reader: str,
+    purpose: str,
+    at: int | None = None,
 ) -> Command | None:
-    """The `items.read` record for a read, or None when no section read audits its reads."""
+    """The `items.read` record for a read, or None when it read nothing. No setting silences it.
+    `at`: the seq of the past state the ids were read from (time travel)."""
     if reader not in READERS:
         raise InvalidInput(f"reader must be one of {', '.join(READERS)}")
-    audited = {n: ids for n, ids in reads.items() if ids and session.sections[n].config.audit_reads}
+    audited = {n: ids for n, ids in reads.items() if ids}
     if not audited:
         return None
     payload = base_payload(session, None)
     payload.update({"reader": reader, "purpose": purpose, "items": audited})
+    if at is not None:
+        payload["at"] = at
     section = next(iter(audited)) if len(audited) == 1 else SESSION_SECTION
     return Command(session.tenant, session.id, section, "items.read", payload)
 

@@ -6,6 +6,8 @@ depends on this module's current defaults.
 
 from __future__ import annotations
 
+import functools
+import logging
 import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -13,6 +15,8 @@ from pathlib import Path
 from eventstore.identifiers import is_identifier
 
 from .errors import ConfigError
+
+log = logging.getLogger("ledgermem.config")
 
 POLICIES = ("fifo", "lifo", "lru", "lfu", "priority", "refuse", "none")
 LIFETIMES = ("turn", "process", "commit", "durable")
@@ -30,6 +34,8 @@ class SectionConfig:
     lifetime: str = "durable"
     mutable: bool = True
     searchable: bool = False
+    # Every read leaves a record, whatever the config says: kept as a field because old logs
+    # wrote it, but only true is accepted (from_json turns an old record's false into true).
     audit_reads: bool = True
 
     def __post_init__(self) -> None:
@@ -58,10 +64,10 @@ class SectionConfig:
                 f"section {self.name!r}: policy 'none' never evicts, so it needs an unbounded budget "
                 "or an immutable section"
             )
-        if self.policy in ("lru", "lfu") and not self.audit_reads:
+        if not self.audit_reads:
             raise ConfigError(
-                f"section {self.name!r}: policy {self.policy!r} is driven by read records; "
-                "audit_reads cannot be false"
+                f"section {self.name!r}: audit_reads cannot be false: every read leaves a "
+                "record; remove the setting"
             )
 
     def to_json(self) -> dict:
@@ -80,7 +86,26 @@ class SectionConfig:
         unknown = set(data) - SETTINGS - {"items"}
         if unknown:
             raise ConfigError(f"section {name!r}: unknown settings {sorted(unknown)}")
-        return cls(name=name, **{k: v for k, v in data.items() if k != "items"})
+        settings = {k: v for k, v in data.items() if k != "items"}
+        if settings.get("audit_reads") is False:  # an old record: replay it, traced
+            _warn_untraced()
+            settings["audit_reads"] = True
+        return cls(name=name, **settings)
+
+
+def refuse_untraced(name: str, settings: dict) -> None:
+    """New settings (config files, overrides, configure) may not ask for untraced reads; old
+    records that did still replay (`SectionConfig.from_json`)."""
+    if "audit_reads" in settings and settings["audit_reads"] is not True:
+        raise ConfigError(
+            f"section {name!r}: audit_reads cannot be false: every read leaves a record; "
+            "remove the setting"
+        )
+
+
+@functools.cache  # once per process, not once per replayed record
+def _warn_untraced() -> None:
+    log.warning("audit_reads=false in the log is ignored: every read is traced")
 
 
 OBSERVATIONS = "observations"  # long-term memory (sections/observations.py)
@@ -123,6 +148,7 @@ class MemoryConfig:
         for name, changes in overrides.items():
             if type(changes) is not dict:
                 raise ConfigError(f"override for section {name!r} must be an object")
+            refuse_untraced(name, changes)
             base = by_name.get(name)
             if base is None:
                 by_name[name] = SectionConfig.from_json(name, changes)

@@ -9,13 +9,15 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import orjson
+
 from eventstore.reader import LogReader
 from eventstore.record import Record
 
-from . import inject, render
+from . import checkpoints, inject, render
 from .errors import NotFound
 from .projection import apply
-from .snapshot import Snapshot, newest_snapshot
+from .snapshot import Snapshot, newest_snapshot, read_snapshot, snapshot_paths
 from .state import Item, MemoryState, parse_item_id
 
 ERASE_PREFIX = "items.erased@"
@@ -26,16 +28,54 @@ class History:
     def __init__(self, reader: LogReader, snapshot_dir: Path | None = None) -> None:
         self.reader = reader
         self.snapshot_dir = snapshot_dir
+        self.checkpoints = checkpoints.Checkpoints()
 
     def state_at(self, upto: int, use_snapshots: bool = True) -> MemoryState:
-        """The state right after record `upto`: a snapshot at or before it, plus the tail."""
-        return self.load(upto, use_snapshots)[0]
+        """The state right after record `upto`: from the nearest checkpoint or snapshot at or
+        before it, plus the tail, leaving checkpoints behind. Without snapshots: from zero."""
+        if not use_snapshots:
+            return self.load(upto, False)[0]
+        generation = self.checkpoints.generation
+        nearest = self.checkpoints.nearest(upto)
+        state = self._from_snapshot(nearest[0] if nearest else -1, upto, generation)
+        if state is None:
+            state = MemoryState.from_json(orjson.loads(nearest[1])) if nearest else MemoryState()
+        every = self.checkpoints.every
+        for record in self.reader.records(after=state.seq, until=upto + 1):
+            apply(state, record, self.restate)
+            if record.seq % every == every - 1 and record.seq < upto:
+                self.checkpoints.put(record.seq, state.to_json(), generation)
+        return state
+
+    def _from_snapshot(self, after: int, upto: int, generation: int) -> MemoryState | None:
+        """The newest valid snapshot with `after` < seq <= `upto` (by file name first: reading
+        one costs as much as a checkpoint saves), kept as a checkpoint too."""
+        if self.snapshot_dir is None:
+            return None
+        for path in snapshot_paths(self.snapshot_dir):  # newest first
+            seq = path.stem.removeprefix("snap-")
+            if not seq.isdigit() or int(seq) > upto:
+                continue
+            if int(seq) <= after:
+                return None
+            snapshot = read_snapshot(path, self.reader.origin, self.reader, at_most=upto)
+            if snapshot is None:
+                continue
+            try:
+                state = MemoryState.from_json(snapshot.projections["sections"])
+            except (KeyError, TypeError, ValueError) as exc:  # written by other code: a miss
+                log.warning("ignoring snapshot at seq %d: unreadable state (%r)", snapshot.seq, exc)
+                continue
+            self.checkpoints.put(snapshot.seq, snapshot.projections["sections"], generation)
+            return state
+        return None
 
     def load(
         self, upto: int, use_snapshots: bool = True
     ) -> tuple[MemoryState, Snapshot | None, set[tuple[str, str]]]:
-        """`state_at`, with the snapshot it started from and the (tenant, session) keys of the
-        records replayed after it: what another projection loaded from that snapshot must redo."""
+        """The state at `upto` from the files alone (start-up, verification: no checkpoints),
+        with the snapshot it started from and the (tenant, session) keys of the records
+        replayed after it: what another projection loaded from that snapshot must redo."""
         snapshot = None
         if use_snapshots and self.snapshot_dir is not None:
             snapshot = newest_snapshot(

@@ -107,6 +107,7 @@ class Memory(CommandRunner):
         try:
             self._reader = LogReader(self.data.log, index_dir=self.data.root / "index")
             self.history = History(self._reader, self.snapshot_dir)
+            self.erase_hooks.append(self.history.checkpoints.forget)  # they may quote erased data
             self._state, snapshot, touched = self.history.load(self._writer.size - 1)
             self.search_index = self._open_index(self._state, snapshot, touched)
             self._since_snapshot = 0
@@ -316,8 +317,9 @@ class Memory(CommandRunner):
         return self.read(lambda state: reads.session_sections(state, tenant, session_id))
 
     def session_summary(self, tenant: str, session_id: str) -> dict | None:
-        """The summary appended when the session last ended, or None."""
-        return self.read(lambda state: reads.session_summary(state, tenant, session_id))
+        """The summary appended when the session last ended, or None. A read: traced."""
+        found = self.run(command_specs.READ_SUMMARIES, tenant, session_id, (1, "agent"))
+        return found[0] if found else None
 
     # ---- sessions ------------------------------------------------------------------------------
 
@@ -440,8 +442,8 @@ class Memory(CommandRunner):
         return await self.run_async(command_specs.OBSERVE, tenant or self.tenant, None, args)
 
     def summaries(self, tenant: str | None = None, limit: int = 10) -> list[dict]:
-        """The newest session summaries of a tenant, newest first."""
-        return self.read(lambda state: reads.summaries(state, tenant or self.tenant, limit))
+        """The newest session summaries of a tenant, newest first. A read: traced."""
+        return self.run(command_specs.READ_SUMMARIES, tenant or self.tenant, None, (limit, "agent"))
 
     def close(self) -> None:
         """Snapshot, then close the log (log.close and the final checkpoint)."""

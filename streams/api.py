@@ -26,7 +26,7 @@ from sections.session import item_ids
 from sections.views import Extra
 
 from .auth import Principal
-from .errors import ApiError
+from .errors import ApiError, error_response
 from .responses import json_response, record_json
 from .routing import RawRoute
 from .service import Service
@@ -37,6 +37,9 @@ Handler = Callable[[Request], Awaitable[Response]]
 LARGE_BODY = 256 * 1024
 # Context injection (sections/inject.py): observations for a query, recent sessions' summaries.
 CONTEXT_EXTRAS = ("query", "observations", "summaries", "observation_chars")
+STATE_AT_CALLS = (
+    1  # replays at once: a second one only shares the GIL (bench/state_at.py); 429 busy
+)
 
 
 async def read_json(request: Request, limit: int, required: bool = True) -> dict:
@@ -113,6 +116,7 @@ def _string(body: dict, key: str, required: bool = False) -> str | None:
 class Api:
     def __init__(self, service: Service) -> None:
         self.service = service
+        self._state_calls = 0  # time-travel calls running (one event loop: a plain counter)
 
     @property
     def memory(self) -> Memory:
@@ -298,20 +302,29 @@ class Api:
         return json_response({"record": record_json(record), "messages": messages})
 
     async def state_at(self, request: Request) -> Response:
+        """Time travel. Each call replays from the nearest snapshot or checkpoint on a worker
+        thread; at most STATE_AT_CALLS run at once (the replay holds the GIL in bursts that
+        would stall writers), the others get 429 at once."""
         p = self.service.principal(request, "read")
         at = _int_param(request, "at")
         head = self.memory.writer.size - 1
         if at is None or not 0 <= at <= head:
             raise ApiError(400, "invalid_input", f"give ?at=SEQ with 0 <= SEQ <= {head}")
-        state = await asyncio.to_thread(self.memory.state_at, at)
-        wanted = request.path_params.get("session")
-        sessions = [
-            s.to_json()
-            for (tenant, sid), s in sorted(state.sessions.items())
-            if tenant == p.tenant and wanted in (None, sid)
-        ]
-        if wanted is not None and not sessions:
-            raise ApiError(404, "not_found", f"session {wanted!r} did not exist at seq {at}")
+        if self._state_calls >= STATE_AT_CALLS:
+            return error_response(
+                429,
+                "busy",
+                f"time travel is busy (at most {STATE_AT_CALLS} at once); retry in a second",
+                {"Retry-After": "1"},
+            )
+        self._state_calls += 1
+        try:
+            with self.service.write():  # the read is traced: it appends
+                sessions = await self.memory.run_async(
+                    specs.READ_STATE, p.tenant, request.path_params.get("session"), (at,)
+                )
+        finally:
+            self._state_calls -= 1
         return json_response({"at": at, "sessions": sessions})
 
     async def erase(self, request: Request) -> Response:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
 import re
 from collections.abc import AsyncIterator, Awaitable
@@ -21,15 +22,16 @@ from starlette.requests import HTTPConnection
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from eventstore.errors import InvalidPayload
+from eventstore.errors import InvalidPayload, LedgerError
 from eventstore.filters import RecordFilter
 from eventstore.identifiers import is_identifier
 from eventstore.jcs import loads_strict
+from sections import command_specs as specs
 
 from .auth import Principal
 from .errors import ApiError, error_response
 from .fanout_errors import FanoutError, HubClosed, TooManySubscribers
-from .hub import EncodedRecord, Hub, Slot
+from .hub import EncodedRecord, Hub, Slot, Subscription
 from .responses import dumps
 from .routing import RawRoute
 
@@ -43,6 +45,8 @@ WS_TRY_AGAIN_LATER = 1013
 _INTEGER = re.compile(r"-?[0-9]{1,19}")
 STREAM_HEADERS = [(b"cache-control", b"no-store"), (b"x-accel-buffering", b"no")]
 JSONL_HEADERS = [(b"content-type", b"application/x-ndjson"), *STREAM_HEADERS]
+READ_TYPE = "items.read"  # traces only: delivering them to a long-poll is not traced (no echo)
+log = logging.getLogger("ledgermem.fanout")
 
 
 class Refusal(NamedTuple):
@@ -252,12 +256,37 @@ class Channels:
         return self.service.hub
 
     def _begin(self, scope: Scope, allowed: tuple[str, ...]):
-        """Authenticate, parse the query, and build the filter: (params, filter)."""
+        """Authenticate, parse the query, and build the filter: (principal, params, filter)."""
         self._watch_closing()
         principal = self.service.principal(HTTPConnection(scope), "read")
         params = query_params(scope, allowed)
         where = scoped_filter(_query_filter(params), principal, bool(self.service.settings.tokens))
-        return params, where
+        return principal, params, where
+
+    # -- traces: one record when a stream opens, one when it closes (sections/read_traces.py)
+
+    async def _trace(self, principal: Principal, event: str, stream: dict) -> None:
+        with self.service.write():
+            await self.service.memory.run_async(
+                specs.TRACE_STREAM, principal.tenant, None, (event, stream)
+            )
+
+    @contextlib.asynccontextmanager
+    async def _traced(
+        self, principal: Principal, subscription: Subscription, stream: dict
+    ) -> AsyncIterator[None]:
+        """Trace the opening (before anything is sent: a failure refuses the stream) and the
+        closing, with the last seq delivered (best effort: at shutdown the log may be closed)."""
+        with subscription:
+            await self._trace(principal, "opened", stream)
+            try:
+                yield
+            finally:
+                closing = {**stream, "last": subscription.delivered}
+                try:
+                    await asyncio.shield(self._trace(principal, "closed", closing))
+                except (ApiError, LedgerError, asyncio.CancelledError) as exc:
+                    log.warning("stream close not traced (%s): %s", stream["channel"], exc)
 
     def _watch_closing(self) -> None:
         """End every stream as soon as shutdown begins (uvicorn then waits for connections)."""
@@ -272,7 +301,7 @@ class Channels:
 
     async def sse(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            params, where = self._begin(scope, ("after", "typed"))
+            principal, params, where = self._begin(scope, ("after", "typed"))
             last_event_id = HTTPConnection(scope).headers.get("last-event-id")
             if last_event_id:
                 after = parse_cursor(last_event_id, "Last-Event-ID")
@@ -291,20 +320,23 @@ class Channels:
                 if delivery.items:
                     yield b"".join([frame(item) for item in delivery.items])
 
-        with subscription:
-            response = EventSourceResponse(
-                events(),
-                headers=dict((k.decode(), v.decode()) for k, v in STREAM_HEADERS),
-                ping=self.service.settings.heartbeat_seconds,
-                sep="\n",
-            )
-            await response(scope, receive, send)
+        try:
+            async with self._traced(principal, subscription, _stream(scope, "sse", where, after)):
+                response = EventSourceResponse(
+                    events(),
+                    headers=dict((k.decode(), v.decode()) for k, v in STREAM_HEADERS),
+                    ping=self.service.settings.heartbeat_seconds,
+                    sep="\n",
+                )
+                await response(scope, receive, send)
+        except ApiError as exc:  # the opening could not be traced: nothing was sent
+            await _error_response(exc)(scope, receive, send)
 
     # -- JSONL
 
     async def jsonl(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            params, where = self._begin(scope, ("after", "follow"))
+            principal, params, where = self._begin(scope, ("after", "follow"))
             after = parse_cursor(_single(params, "after") or "-1")
             follow = _flag(params, "follow", True)
             subscription = self.hub.subscribe(
@@ -326,15 +358,18 @@ class Channels:
                     await send({"type": "http.response.body", "body": body, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
 
-        with subscription:
-            await _until_disconnect(receive, stream())
+        try:
+            async with self._traced(principal, subscription, _stream(scope, "jsonl", where, after)):
+                await _until_disconnect(receive, stream())
+        except ApiError as exc:  # the opening could not be traced: nothing was sent
+            await _error_response(exc)(scope, receive, send)
 
     # -- long-poll
 
     async def events(self, scope: Scope, receive: Receive, send: Send) -> None:
         settings = self.service.settings
         try:
-            params, where = self._begin(scope, ("after", "limit", "wait"))
+            principal, params, where = self._begin(scope, ("after", "limit", "wait"))
             after = parse_cursor(_single(params, "after") or "-1")
             limit = _number(params, "limit", DEFAULT_LIMIT, 1, settings.max_batch_items)
             if limit != int(limit):
@@ -357,6 +392,9 @@ class Channels:
                     break  # records, the end (shutdown), or the wait is over
             if delivery is not None:
                 records = delivery.items
+            if any(item.type != READ_TYPE for item in records):  # one trace per answer with content
+                polled = {**_stream(scope, "longpoll", where, after), "last": records[-1].seq}
+                await self._trace(principal, "polled", polled)
             body = b'{"records":[%s],"next":%d,"head":%d}' % (
                 b",".join([item.line for item in records]),
                 records[-1].seq if records else after,
@@ -366,8 +404,11 @@ class Channels:
             await send({"type": "http.response.start", "status": 200, "headers": headers})
             await send({"type": "http.response.body", "body": body})
 
-        with subscription:
-            await _until_disconnect(receive, poll())
+        try:
+            with subscription:
+                await _until_disconnect(receive, poll())
+        except ApiError as exc:  # the read could not be traced: nothing was sent
+            await _error_response(exc)(scope, receive, send)
 
     # -- WebSocket
 
@@ -418,8 +459,22 @@ class Channels:
                     await send({"type": "websocket.send", "text": item.text()})
             await _close(send, WS_GOING_AWAY, "the server is shutting down; resume with after")
 
-        with subscription:
-            await _until_disconnect(receive, pump(), "websocket.disconnect")
+        try:
+            async with self._traced(
+                principal, subscription, _stream(None, "ws", where, after, slot.client)
+            ):
+                await _until_disconnect(receive, pump(), "websocket.disconnect")
+        except ApiError as exc:  # the opening could not be traced: nothing was sent
+            await _close(send, WS_TRY_AGAIN_LATER, exc.message)
+
+
+def _stream(
+    scope: Scope | None, channel: str, where: RecordFilter, after: int, client: str | None = None
+) -> dict:
+    """What a stream's traces say about it: channel, client address, filter, starting cursor."""
+    fields = {k: sorted(getattr(where, k)) for k in FILTER_KEYS if getattr(where, k) is not None}
+    address = client if client is not None else client_address(scope or {})
+    return {"channel": channel, "client": address, "filter": fields, "after": after}
 
 
 async def _close(send: Send, code: int, reason: str) -> None:

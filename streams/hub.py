@@ -132,6 +132,7 @@ class Subscription:
         # labels() lookup per send cost about a tenth of the fan-out's CPU.
         self._served = {"log": 0, "live": 0}
         self._lag: int | None = None  # records behind the head at the latest send
+        self.delivered = cursor.position  # the last seq handed out (the close trace names it)
 
     @property
     def closed(self) -> bool:
@@ -179,6 +180,8 @@ class Subscription:
             kind = type(action)
             if kind is Send:
                 self._served[action.source] += len(action.items)
+                if action.items:
+                    self.delivered = action.items[-1].seq
                 self._lag = max(0, hub.head - cursor.position)
                 return Delivery(action.items, action.source)
             if kind is ReadLog:

@@ -19,6 +19,7 @@ from starlette.responses import Response
 
 from eventstore.errors import InvalidInput
 from eventstore.timestamps import parse_time
+from sections import command_specs as specs
 from sections.observations import Outcome
 
 from .api import Api, Handler, _int_param, _reader, _wrap
@@ -88,14 +89,21 @@ class SearchApi(Api):
         limit = _int_param(request, "limit", 10)
         if not 1 <= limit <= 1000:  # type: ignore[operator]
             raise InvalidInput("limit must be from 1 to 1000")
-        return json_response({"summaries": self.memory.summaries(p.tenant, limit)})  # type: ignore[arg-type]
+        with self.service.write():  # summaries quote messages: their reads are traced
+            found = await self.memory.run_async(
+                specs.READ_SUMMARIES, p.tenant, None, (limit, _reader(request))
+            )
+        return json_response({"summaries": found})
 
     async def summary(self, request: Request) -> Response:
         session = self._session(self.service.principal(request, "read"), request)
-        summary = session.summary()
-        if summary is None:
+        with self.service.write():
+            found = await self.memory.run_async(
+                specs.READ_SUMMARIES, session.tenant, session.id, (1, _reader(request))
+            )
+        if not found:
             raise ApiError(404, "not_found", f"session {session.id!r} has not ended yet")
-        return json_response(summary)
+        return json_response(found[0])
 
 
 def routes(service: Service) -> list[RawRoute]:

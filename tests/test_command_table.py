@@ -105,6 +105,7 @@ UNKEYED = {  # commands that take no idempotency key
 # Reached through Memory's own methods (tests/test_search*.py, test_observations.py, the session
 # routes in test_http_api.py), not through a Session.
 ELSEWHERE = {"create_session", "get_or_create_session", "search", "observe"}
+ELSEWHERE |= {"read_state", "read_summaries", "trace_stream"}  # tests/test_traced_reads.py
 
 
 def test_the_table_is_covered():

@@ -122,7 +122,8 @@ def test_tail_survives_kill_9_and_restarts_without_loss_or_duplicates(tmp_path):
             wait_until(
                 lambda: (
                     (mirror / "checkpoint").exists()
-                    and (mirror / "checkpoint").read_text().split("\n")[1] == str(head + 1)
+                    # >=: the tails' own reconnections append stream traces (issue 13, item 14)
+                    and int((mirror / "checkpoint").read_text().split("\n")[1]) >= head + 1
                 ),
                 what="the mirror's checkpoint",
             )
@@ -139,16 +140,16 @@ def test_tail_survives_kill_9_and_restarts_without_loss_or_duplicates(tmp_path):
     seqs = [orjson.loads(line)["seq"] for line in printed.splitlines()]
     assert seqs == list(range(len(seqs))), "every seq once, in order"
     assert printed == files[: len(printed)], "the exact bytes of the segment files"
-    assert len(seqs) == head + 1
+    assert len(seqs) >= head + 1  # and maybe the stream traces of the tails' last reconnection
     restarts = [r for r in map(orjson.loads, printed.splitlines()) if r["type"] == "log.resume"]
     assert [r["payload"]["clean"] for r in restarts] == [False, True]
     assert len(layout.list_segments(data / "log")) >= 3
 
     assert log_bytes(mirror) == files[: len(log_bytes(mirror))]
-    assert [n for n, _ in layout.list_segments(mirror)][-1] == head >> 3
+    assert [n for n, _ in layout.list_segments(mirror)][-1] >= head >> 3
     report = orjson.loads(ledgermem("verify", mirror, "--vkey", vkey, "--json").stdout)
     assert report["verdict"] == "VALID-LOCAL"
-    assert report["records"] == head + 1 and report["unanchored_records"] == 0
+    assert report["records"] >= head + 1 and report["unanchored_records"] == 0
 
 
 @pytest.fixture(scope="module")
@@ -177,7 +178,10 @@ def tenant_lines(server: Server) -> list[bytes]:
 def test_tail_exits_at_head_with_exactly_the_tenants_records(quiet_server):
     result = ledgermem("tail", quiet_server.url, "--exit-at-head", env={"LEDGERMEM_TOKEN": TOKEN})
     assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines() == tenant_lines(quiet_server)
+    printed, lines = result.stdout.splitlines(), tenant_lines(quiet_server)
+    assert printed == lines[: len(printed)]
+    # What follows is the tail's own stream, traced when it opened and closed (issue 13, item 14).
+    assert {orjson.loads(line)["session"] for line in lines[len(printed) :]} == {"_tenant"}
 
 
 def test_tail_passes_filters_through(quiet_server):
