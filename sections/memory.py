@@ -452,6 +452,10 @@ class Memory(CommandRunner):
         try:
             if self._since_snapshot and self.failure is None:
                 self.snapshot()
+        except OSError as exc:
+            # A snapshot is a cache of the log: without it the next open replays a longer tail.
+            # It must not stop the log from closing cleanly (log.close, the final checkpoint).
+            log.warning("no snapshot at close (%s): the next open replays the log's tail", exc)
         finally:
             self._writer.close()
             self.search_index.close()
