@@ -287,34 +287,52 @@ class Memory(CommandRunner):
 
     # ---- consistent reads ----------------------------------------------------------------------
 
-    def read(self, fn: Callable[[MemoryState], T]) -> T:
+    def read(self, fn: Callable[[MemoryState], T], *, session: tuple[str, str] | None = None) -> T:
         """`fn(state)` under the memory's lock: a consistent read of the live state. `fn` must
-        not change the state, nor keep references into it that it reads later."""
+        not change the state, nor keep references into it that it reads later.
+
+        The answer comes only once every record it may reflect is durable, so no read shows a
+        record that a failed write then drops. `session=(tenant, id)` says `fn` reads that one
+        session only: then only its own last record is waited for, not every record in flight
+        (an HTTP answer's ETag after a write would otherwise wait for other sessions' group
+        commits on the event loop)."""
         with self._lock:
             self._refuse_if_failed()
             result = fn(self._state)
-            seq = self._state.seq
-        if seq >= self._writer.size:
-            # Records applied a moment ago are still on their way to the disk: answer only once
-            # they are durable, so no read shows a record a failed write then drops.
+            if session is None:
+                seq = self._state.seq
+            else:
+                found = self._state.sessions.get(session)
+                seq = found.last_seq if found is not None else -1
+        if seq >= self._writer.size:  # still on its way to the disk
             self._writer.wait_for(seq)
         return result
 
     def require_session(self, tenant: str, session_id: str) -> None:
         """SessionNotFound unless the session exists."""
-        self.read(lambda state: commands.get_session(state, tenant, session_id))
+        self.read(
+            lambda state: commands.get_session(state, tenant, session_id),
+            session=(tenant, session_id),
+        )
 
     def session_info(self, tenant: str, session_id: str) -> dict:
         return self.read(
-            lambda state: reads.session_info(commands.get_session(state, tenant, session_id))
+            lambda state: reads.session_info(commands.get_session(state, tenant, session_id)),
+            session=(tenant, session_id),
         )
 
     def session_version(self, tenant: str, session_id: str) -> int:
-        return self.read(lambda state: commands.get_session(state, tenant, session_id).version)
+        return self.read(
+            lambda state: commands.get_session(state, tenant, session_id).version,
+            session=(tenant, session_id),
+        )
 
     def session_sections(self, tenant: str, session_id: str) -> dict:
         """Each section's config with its tokens, item count and evictions."""
-        return self.read(lambda state: reads.session_sections(state, tenant, session_id))
+        return self.read(
+            lambda state: reads.session_sections(state, tenant, session_id),
+            session=(tenant, session_id),
+        )
 
     def session_summary(self, tenant: str, session_id: str) -> dict | None:
         """The summary appended when the session last ended, or None. A read: traced."""
