@@ -12,26 +12,13 @@ from __future__ import annotations
 
 import http.server
 import json
-import os
 import threading
-from pathlib import Path
 
 import httpx
 import pytest
+from helpers.chromium import launched_browser
 from server import Server
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 SECRET = "the launch code is 0000"
 
 ATTACK = """<!doctype html>
@@ -83,26 +70,7 @@ window.results = results;
 
 @pytest.fixture(scope="module")
 def browser():
-    missing = None
-    if not CHROMIUM.exists():
-        missing = f"{CHROMIUM} is missing: apt-get install -y chromium"
-    else:
-        try:
-            import playwright.sync_api  # noqa: F401
-        except ImportError:
-            missing = "playwright is not installed: pip install -e '.[test]'"
-    if missing:
-        if IN_CI:
-            pytest.fail(missing)
-        pytest.skip(missing)
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(
-            executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True
-        )
-        yield chromium
-        chromium.close()
+    yield from launched_browser()
 
 
 class AttackerSite:

@@ -21,52 +21,17 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
+from helpers.chromium import launched_browser
 
 from tests.server import Server
 
-CHROMIUM = Path("/usr/bin/chromium")
-# The machine's network is closed: without the background-networking switches chromium keeps
-# trying to reach Google's services and logs every refused connection.
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 SCREENSHOT = Path(__file__).parent.parent / "docs" / "dashboard.png"
 LIVE = 2000  # ms: how soon a change must show on the page (issue 7)
 
 
-def _browser_missing() -> str | None:
-    if not CHROMIUM.exists():
-        return f"{CHROMIUM} is missing: apt-get install -y chromium (.ci/run does)"
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        return "playwright is not installed: pip install -e '.[test]'"
-    return None
-
-
 @pytest.fixture(scope="module")
 def browser():
-    missing = _browser_missing()
-    if missing:
-        if IN_CI:
-            pytest.fail(missing)
-        pytest.skip(missing)
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(
-            executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True
-        )
-        yield chromium
-        chromium.close()
+    yield from launched_browser()
 
 
 @pytest.fixture(scope="module")
