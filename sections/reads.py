@@ -5,7 +5,6 @@ from __future__ import annotations
 from .commands import get_session
 from .observations import TENANT_SESSION
 from .state import MemoryState, SessionState
-from .summaries import recent
 
 
 def session_info(session: SessionState) -> dict:
@@ -32,14 +31,6 @@ def session_sections(state: MemoryState, tenant: str, session_id: str) -> dict:
         }
         for name, s in get_session(state, tenant, session_id).sections.items()
     }
-
-
-def session_summary(state: MemoryState, tenant: str, session_id: str) -> dict | None:
-    """The summary appended when the session last ended, or None."""
-    session = get_session(state, tenant, session_id)
-    if session.summary_at is None:
-        return None
-    return {"session": session_id, "seq": session.summary_at[0], **session.summary}  # type: ignore[dict-item]
 
 
 def list_sessions(state: MemoryState, tenant: str, metadata: dict) -> list[dict]:
@@ -70,11 +61,3 @@ def stats(state: MemoryState, tenant: str, session: str | None) -> dict | None:
             evictions[name] = evictions.get(name, 0) + section.evictions
             items += len(section.items)
     return {"sessions": len(sessions), "items": items, "tokens": tokens, "evictions": evictions}
-
-
-def summaries(state: MemoryState, tenant: str, limit: int) -> list[dict]:
-    """The newest session summaries of a tenant, newest first."""
-    return [
-        {"session": s.id, "seq": s.summary_at[0], **s.summary}  # type: ignore[index]
-        for s in recent(state, tenant, TENANT_SESSION, limit)
-    ]
