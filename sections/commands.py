@@ -34,7 +34,7 @@ from .errors import (
 from .policies import choose_victims
 from .render import Injection
 from .state import Item, MemoryState, SectionState, SessionState
-from .tokens import TokenCounter
+from .tokens import TokenCounter, count_input
 from .tool_calls import default_group
 
 READERS = ("agent", "operator")
@@ -267,9 +267,9 @@ def _new_item(
     group = data.get("group") or default_group(config.name, item, existing, batch)
     if group is not None:
         item["group"] = group
-    tokens = counter.count(data["content"])
+    tokens = count_input(counter, data["content"])
     if tool_calls:
-        tokens += counter.count(tool_calls)
+        tokens += count_input(counter, tool_calls)
     item["tokens"] = tokens
     return item
 

@@ -13,7 +13,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from eventstore.errors import InvalidInput
-from eventstore.jcs import check_value
 
 from . import command_specs as specs
 from . import observations
@@ -64,29 +63,22 @@ def _second(pair: tuple) -> Any:
 # Every function returns (the spec's args, idempotency key, expected version).
 
 
-def _json(value: object) -> object:
-    """The caller's JSON, refused at once when it is no JSON value or nested beyond the limit
-    (`TooDeep`): the command counts tokens in it before its record's payload is checked."""
-    check_value(value)
-    return value
-
-
 def _add(section: str, content: object, *, idempotency_key: str | None = None,
          expected_version: int | None = None, **fields: object):  # fmt: skip
     """Add one item (fields: kind, role, tags, priority, metadata, group, name, tool_calls, tool_call_id)."""
-    return (section, [_json({"content": content, **fields})]), idempotency_key, expected_version
+    return (section, [{"content": content, **fields}]), idempotency_key, expected_version
 
 
 def _add_many(section: str, items: list[dict], *, idempotency_key: str | None = None,
               expected_version: int | None = None):  # fmt: skip
     """Add items atomically: one record."""
-    return (section, _json(list(items))), idempotency_key, expected_version
+    return (section, list(items)), idempotency_key, expected_version
 
 
 def _update(section: str, item: str, *, idempotency_key: str | None = None,
             expected_version: int | None = None, **changes: object):  # fmt: skip
     """Change an item's content, tags, priority, metadata, kind or role."""
-    return (section, item, _json(changes)), idempotency_key, expected_version
+    return (section, item, changes), idempotency_key, expected_version
 
 
 def _remove(section: str, items: list[str] | str, *, idempotency_key: str | None = None,

@@ -7,6 +7,8 @@ from typing import Protocol
 
 import orjson
 
+from eventstore.jcs import check_value
+
 
 class TokenCounter(Protocol):
     name: str
@@ -31,3 +33,14 @@ class ApproxTokenCounter:
 
 
 DEFAULT_COUNTER = ApproxTokenCounter()
+
+
+def count_input(counter: TokenCounter, content: object) -> int:
+    """Tokens of a caller's content, which is counted before its record's payload is checked:
+    when the counter cannot serialize it (orjson refuses nesting beyond 255 levels with an
+    untyped error), the payload rules say what is wrong instead (`TooDeep`, not JSON, ...)."""
+    try:
+        return counter.count(content)
+    except (TypeError, ValueError, RecursionError):
+        check_value(content)
+        raise
