@@ -60,11 +60,8 @@ class CommandRunner:
         """Run one command of the table (sections/command_specs.py); returns once durable."""
         if spec.prepare is not None:
             args = spec.prepare(self, tenant, session, args)
-        outcome, decision = self._submit(
-            lambda state: spec.decide(
-                self, state, tenant, session, args, idempotency_key, expected_version
-            ),
-            _idem(spec, tenant, session, idempotency_key),
+        outcome, decision = self._submit_spec(
+            spec, tenant, session, args, idempotency_key, expected_version
         )
         if type(outcome) is Pending:
             self._wait(outcome.wait)
@@ -90,11 +87,8 @@ class CommandRunner:
         """`run` for asyncio: the same steps; those that read files go to a worker thread."""
         if spec.prepare is not None:
             args = await asyncio.to_thread(spec.prepare, self, tenant, session, args)
-        outcome, decision = self._submit(
-            lambda state: spec.decide(
-                self, state, tenant, session, args, idempotency_key, expected_version
-            ),
-            _idem(spec, tenant, session, idempotency_key),
+        outcome, decision = self._submit_spec(
+            spec, tenant, session, args, idempotency_key, expected_version
         )
         if type(outcome) is Pending:
             try:
@@ -114,6 +108,13 @@ class CommandRunner:
         if spec.result_blocks:
             return await asyncio.to_thread(spec.result, self, record, decision)
         return spec.result(self, record, decision)
+
+    def _submit_spec(self, spec: CommandSpec, tenant, session, args, key, expected):
+        """The step both runners share: decide the spec under the lock, submit and apply."""
+        return self._submit(
+            lambda state: spec.decide(self, state, tenant, session, args, key, expected),
+            _idem(spec, tenant, session, key),
+        )
 
     def append(self, decide: Decide) -> Record | None:
         """The primitive under every command: run `decide(state)` under the lock, append the
