@@ -101,6 +101,17 @@ def _assert_log_holds(data: Path, acked: dict, live_stats: dict, streamed: list[
     assert live_stats == reads.stats(state, "default", None)
 
 
+def _assert_healed(server, client: httpx.Client, seen, data: Path, acked: dict) -> None:
+    """After the cause went: ready again, the verifier satisfied, a clean stop, and the log holds
+    every acknowledged record, the live state and exactly what the stream delivered."""
+    assert client.get("/readyz").status_code == 200
+    _assert_verifier_ok(client)
+    live_stats = client.get("/v1/stats").json()
+    seen.wait_for(max(acked))
+    assert server.stop() == 0, "\n".join(server.output[-5:])
+    _assert_log_holds(data, acked, live_stats, seen.seqs)
+
+
 def test_running_out_of_file_descriptors_stops_writes_only_while_it_lasts(tmp_path):
     data = tmp_path / "d"
     with Server(data, "--seg-bits", "4") as server:
@@ -138,16 +149,11 @@ def test_running_out_of_file_descriptors_stops_writes_only_while_it_lasts(tmp_pa
                 response = _post(client, f"later {n}")
                 assert response.status_code == 201, response.text
                 _acknowledged(response, acked)
-            assert client.get("/readyz").status_code == 200
             metrics = client.get("/metrics").text
             assert _sample(metrics, "ledgermem_write_failures_total") >= 1
             assert _sample(metrics, "ledgermem_log_reopens_total") >= 1
             assert _sample(metrics, "ledgermem_writes_refused") == 0
-            _assert_verifier_ok(client)
-            live_stats = client.get("/v1/stats").json()
-            seen.wait_for(max(acked))
-        assert server.stop() == 0, "\n".join(server.output[-5:])
-    _assert_log_holds(data, acked, live_stats, seen.seqs)
+            _assert_healed(server, client, seen, data, acked)
 
 
 def test_a_full_disk_answers_507_disk_full_and_writes_resume_once_space_is_freed(tmp_path):
@@ -182,12 +188,7 @@ def test_a_full_disk_answers_507_disk_full_and_writes_resume_once_space_is_freed
             ballast.unlink()
             took = _wait_until_written(client, acked, "the disk was freed")
             assert took < HEALED_WITHIN, f"writes came back {took:.2f} s after space was freed"
-            assert client.get("/readyz").status_code == 200
-            _assert_verifier_ok(client)
-            live_stats = client.get("/v1/stats").json()
-            seen.wait_for(max(acked))
-            assert server.stop() == 0, "\n".join(server.output[-5:])
-        _assert_log_holds(data, acked, live_stats, seen.seqs)
+            _assert_healed(server, client, seen, data, acked)
 
 
 def test_memory_heal_rebuilds_the_state_from_the_log_and_listeners_see_no_gap(tmp_path):
