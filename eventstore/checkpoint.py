@@ -112,6 +112,10 @@ class SigningKey:
             raise BadKey(f"signing key {path} is not an Ed25519 key")
         return cls(origin, private)
 
+    def with_origin(self, origin: str) -> SigningKey:
+        """The same private key under another origin: a partition's key (`<origin>/p<N>`)."""
+        return SigningKey(origin, self._private)
+
     def save(self, path: Path) -> None:
         """Write the key with mode 0600, all or nothing and durably, refusing to replace an
         existing one (FileExistsError)."""

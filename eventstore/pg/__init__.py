@@ -1,0 +1,26 @@
+"""The log on PostgreSQL: a shared store of P partitions, each one complete log with one fenced
+leader (docs/scale-out.md).
+
+Everything here is an I/O layer over the same sans-I/O core as the file store: the sequencer
+decides every byte, `PgSink` makes the bytes durable in a table, and the mirror keeps each
+replica's copy as spec segment files. psycopg is an optional dependency (the `postgresql`
+extra); `require_psycopg()` names the install step when it is missing.
+"""
+
+from __future__ import annotations
+
+from ..errors import LedgerError
+
+
+class StoreError(LedgerError):
+    """The shared store is missing, of another shape, or unusable as configured."""
+
+
+def require_psycopg():
+    try:
+        import psycopg
+    except ImportError:  # pragma: no cover - the test extra installs it
+        raise StoreError(
+            "a PostgreSQL store needs psycopg: pip install 'ledgermem[postgresql]'"
+        ) from None
+    return psycopg

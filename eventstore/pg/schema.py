@@ -1,0 +1,197 @@
+"""The shared store's tables, creating them (`init-store`), and reading what they describe.
+
+    lm_store         one row: origin, partitions P, seg_bits (fixed at creation)
+    lm_head          per partition: vkey, the chain head (last_seq, last_h), the lease
+                     (epoch, owner, lease_until): the row every write is fenced on
+    lm_record        the log: (partition, seq) -> h and the exact line bytes (newline included)
+    lm_checkpoint    signed checkpoints per partition; the newest is the largest size
+    lm_segment_root  the Merkle root of each full segment: a takeover rebuilds from these
+    lm_replica       live service replicas: id, internal URL, last heartbeat (balance, forwarding)
+
+The head of an empty partition is (-1, genesis(origin/pN)), so the append statement's
+precondition "the head is the batch's predecessor" needs no special case for seq 0. Times are
+the database's (`now()`), never a replica's clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..checkpoint import SigningKey
+from ..errors import BadKey
+from ..layout import DataDir
+from ..partitions import check_partitions, partition_origin
+from ..record import genesis
+from . import StoreError, require_psycopg
+
+DDL = """
+CREATE TABLE IF NOT EXISTS lm_store (
+    singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+    origin text NOT NULL,
+    partitions integer NOT NULL CHECK (partitions >= 1),
+    seg_bits integer NOT NULL CHECK (seg_bits BETWEEN 2 AND 40),
+    created_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE IF NOT EXISTS lm_head (
+    partition integer PRIMARY KEY,
+    vkey text NOT NULL,
+    last_seq bigint NOT NULL DEFAULT -1,
+    last_h bytea NOT NULL,
+    epoch bigint NOT NULL DEFAULT 0,
+    owner text,
+    lease_until timestamptz NOT NULL DEFAULT '-infinity'
+);
+CREATE TABLE IF NOT EXISTS lm_record (
+    partition integer NOT NULL,
+    seq bigint NOT NULL,
+    h bytea NOT NULL,
+    line bytea NOT NULL,
+    PRIMARY KEY (partition, seq)
+);
+CREATE TABLE IF NOT EXISTS lm_checkpoint (
+    partition integer NOT NULL,
+    size bigint NOT NULL,
+    text text NOT NULL,
+    epoch bigint NOT NULL,
+    PRIMARY KEY (partition, size)
+);
+CREATE TABLE IF NOT EXISTS lm_segment_root (
+    partition integer NOT NULL,
+    segment bigint NOT NULL,
+    root bytea NOT NULL,
+    PRIMARY KEY (partition, segment)
+);
+CREATE TABLE IF NOT EXISTS lm_replica (
+    id text PRIMARY KEY,
+    url text NOT NULL,
+    seen_at timestamptz NOT NULL DEFAULT now()
+);
+"""
+
+NOTIFY_CHANNEL = "lm_records"  # payload "partition:first:last", never the lines
+
+
+@dataclass(frozen=True)
+class StoreInfo:
+    origin: str
+    partitions: int
+    seg_bits: int
+    vkeys: tuple[str, ...]  # index = partition
+
+    def key_for(self, key: SigningKey, partition: int) -> SigningKey:
+        """`key` as partition N signs with it, after checking it is the store's key."""
+        partition_key = key.with_origin(partition_origin(self.origin, partition))
+        if str(partition_key.vkey) != self.vkeys[partition]:
+            raise BadKey(
+                f"this replica's signing key ({partition_key.vkey}) is not the store's key for "
+                f"partition {partition} ({self.vkeys[partition]}): copy the keys/ directory of "
+                "the data directory that ran init-store"
+            )
+        return partition_key
+
+
+def connect(url: str):
+    """A connection to the store's database (autocommit: each statement is its own transaction,
+    `with conn.transaction()` groups several), refusing one that could lose acknowledged commits."""
+    psycopg = require_psycopg()
+    try:
+        conn = psycopg.connect(url, autocommit=True, connect_timeout=5)
+    except psycopg.Error as exc:
+        raise StoreError(
+            f"cannot connect to the store {redact_url(url)}: {one_line(exc)}"
+        ) from None
+    setting = conn.execute("SHOW synchronous_commit").fetchone()[0]
+    if setting not in ("on", "remote_write", "remote_apply"):
+        conn.close()
+        raise StoreError(
+            f"the store's synchronous_commit is {setting!r}: a commit could be acknowledged and "
+            "then lost; set synchronous_commit = on"
+        )
+    return conn
+
+
+def init_store(
+    url: str,
+    partitions: int,
+    data_dir: str | Path,
+    *,
+    seg_bits: int = 16,
+    origin: str | None = None,
+) -> StoreInfo:
+    """Create the schema and record the origin and each partition's vkey (idempotent).
+
+    The key comes from `data_dir` (created there if it has none). Running it again on an
+    existing store checks that P and the key match and changes nothing."""
+    from ..store import load_or_create_key
+
+    check_partitions(partitions)
+    conn = connect(url)
+    try:
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(7468101)")  # two init-stores at once
+            conn.execute(DDL)
+            existing = _read_store(conn)
+            if existing is not None:
+                if existing.partitions != partitions:
+                    raise StoreError(
+                        f"the store already has {existing.partitions} partitions; it cannot be "
+                        f"changed to {partitions}"
+                    )
+                info = load_or_create_key(DataDir(data_dir), existing.origin, create=True)
+                for n in range(partitions):
+                    existing.key_for(info.key, n)
+                return existing
+            info = load_or_create_key(DataDir(data_dir), origin, create=True)
+            key = info.key
+            conn.execute(
+                "INSERT INTO lm_store (origin, partitions, seg_bits) VALUES (%s, %s, %s)",
+                (key.origin, partitions, seg_bits),
+            )
+            vkeys = []
+            for n in range(partitions):
+                part_origin = partition_origin(key.origin, n)
+                vkey = str(key.with_origin(part_origin).vkey)
+                vkeys.append(vkey)
+                conn.execute(
+                    "INSERT INTO lm_head (partition, vkey, last_h) VALUES (%s, %s, %s)",
+                    (n, vkey, genesis(part_origin)),
+                )
+            return StoreInfo(key.origin, partitions, seg_bits, tuple(vkeys))
+    finally:
+        conn.close()
+
+
+def read_store(conn) -> StoreInfo:
+    """The store's description; StoreError when `init-store` never ran on this database."""
+    psycopg = require_psycopg()
+    try:
+        info = _read_store(conn)
+    except psycopg.errors.UndefinedTable:
+        info = None
+    if info is None:
+        raise StoreError("the database holds no ledgermem store: run ledgermem init-store first")
+    return info
+
+
+def _read_store(conn) -> StoreInfo | None:
+    row = conn.execute("SELECT origin, partitions, seg_bits FROM lm_store").fetchone()
+    if row is None:
+        return None
+    vkeys = [v for (v,) in conn.execute("SELECT vkey FROM lm_head ORDER BY partition")]
+    return StoreInfo(row[0], row[1], row[2], tuple(vkeys))
+
+
+def redact_url(url: str) -> str:
+    """The URL without its password, for messages."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
