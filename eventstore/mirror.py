@@ -74,8 +74,25 @@ class Mirror:
         self.closed = False
         self.size = 0
         self.last_h = genesis(origin)
+        self.checkpoint_size = -1  # the size the `checkpoint` file covers; -1 for none
         self._recover()
+        self._check_checkpoint()
         return self
+
+    def _check_checkpoint(self) -> None:
+        """Keep the checkpoint file only if it covers no more than the files hold: after a cut
+        tail it may not, and the directory would not verify until the tail refilled it."""
+        path = self.log_dir / layout.CHECKPOINT
+        try:
+            size = _checkpoint_size(path.read_text("utf-8"))
+        except FileNotFoundError:
+            return
+        except (ValueError, UnicodeDecodeError):
+            size = self.size + 1
+        if size > self.size:
+            path.unlink()
+        else:
+            self.checkpoint_size = size
 
     def _recover(self) -> None:
         segments = layout.list_segments(self.log_dir)
@@ -280,9 +297,14 @@ class Mirror:
     # ---- checkpoints, waiting, listeners -----------------------------------------------------
 
     def install_checkpoint(self, text: str) -> None:
-        """Make `text` the mirror's `checkpoint` file, atomically (not durably: a cache)."""
+        """Make `text` the mirror's `checkpoint` file, atomically (not durably: a cache), unless
+        the mirror holds a newer one already (the sink and the tail both install them)."""
+        size = _checkpoint_size(text)
         with self._lock:
+            if size <= self.checkpoint_size:
+                return
             write_atomically(self.log_dir / layout.CHECKPOINT, text.encode(), durable=False)
+            self.checkpoint_size = size
 
     def add_listener(self, fn: Listener) -> None:
         """Call `fn(records)` after each extend that added records, in seq order. Keep it quick."""
@@ -327,6 +349,14 @@ class Mirror:
     def __exit__(self, *exc: object) -> None:
         with contextlib.suppress(OSError):
             self.close()
+
+
+def _checkpoint_size(text: str) -> int:
+    """The tree size a checkpoint note names (its second line); ValueError when it has none."""
+    lines = text.split("\n", 2)
+    if len(lines) < 3 or not lines[1].isdigit():
+        raise ValueError("not a checkpoint note")
+    return int(lines[1])
 
 
 def _seq_of(line: bytes) -> int:

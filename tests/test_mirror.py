@@ -147,6 +147,29 @@ def test_a_torn_tail_is_cut_on_open_and_refilled(tmp_path, source):
     mirror.close()
 
 
+def test_checkpoints_only_move_forward_and_a_stale_one_goes_on_open(tmp_path, source):
+    writer, sink, _ = source
+    append(writer, 3)
+    writer.checkpoint()
+    small = sink.checkpoints[-1]
+    append(writer, 3)
+    writer.checkpoint()
+    big = sink.checkpoints[-1]
+    log_dir = tmp_path / "log"
+    with Mirror.open(log_dir, ORIGIN, SEG_BITS) as mirror:
+        mirror.extend(list(sink.lines))
+        mirror.install_checkpoint(big.text)
+        mirror.install_checkpoint(small.text)  # late, from a slower feeder: ignored
+        assert (log_dir / "checkpoint").read_text() == big.text
+    last = layout.list_segments(log_dir)[-1][1]
+    last.write_bytes(last.read_bytes()[:-5])  # cut below the checkpoint's size
+    with Mirror.open(log_dir, ORIGIN, SEG_BITS) as mirror:
+        assert mirror.size < big.size and not (log_dir / "checkpoint").exists()
+        mirror.extend(list(sink.lines))
+        mirror.install_checkpoint(big.text)
+        assert mirror.checkpoint_size == big.size
+
+
 def test_another_logs_directory_is_refused(tmp_path, source):
     writer, sink, _ = source
     append(writer, 3)

@@ -17,7 +17,7 @@ from pathlib import Path
 from eventstore.layout import DataDir
 from eventstore.memory_sink import MemorySink
 from eventstore.merkle import CompactRange
-from eventstore.pg.schema import StoreInfo, connect, init_store
+from eventstore.pg.schema import NOTIFY_CHANNEL, StoreInfo, connect, init_store
 from eventstore.record import SEGMENT_SEAL, Record
 from eventstore.store import load_or_create_key
 from eventstore.writer import LogWriter
@@ -56,7 +56,7 @@ class SeededPartition:
     def lines(self) -> list[bytes]:
         return list(self.sink.lines)
 
-    def publish(self) -> int:
+    def publish(self, notify: bool = True) -> int:
         """Copy every new or rewritten line, the checkpoints, the full segments' roots and the
         head into the tables; return the partition's size."""
         self.writer.checkpoint()
@@ -95,6 +95,9 @@ class SeededPartition:
                     "UPDATE lm_head SET last_seq = %s, last_h = %s WHERE partition = %s",
                     (last.seq, bytes.fromhex(last.h), p),
                 )
+                if notify and len(lines) > len(self.published):
+                    wake = f"{p}:{len(self.published)}:{last.seq}"
+                    conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, wake))
         finally:
             conn.close()
         self.published = lines
