@@ -22,6 +22,7 @@ the new records in seq order after the bytes are in the files.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import threading
 from collections import deque
@@ -37,6 +38,7 @@ from .filemodes import FILE_MODE, make_dir
 from .linecheck import LineError, check_line
 from .record import REDACTION, Record, genesis
 
+log = logging.getLogger("ledgermem.mirror")
 Listener = Callable[[list[Record]], None]
 RECENT_HASHES = 1 << 12  # h of the newest records kept in memory, for duplicate checks
 
@@ -186,7 +188,10 @@ class Mirror:
         try:
             if new:
                 for listener in list(self._listeners):
-                    listener(new)
+                    try:
+                        listener(new)
+                    except Exception:  # the bytes are in: the others still get them
+                        log.exception("a mirror listener failed on seqs %d..", new[0].seq)
         finally:
             self._delivering.release()
         return new

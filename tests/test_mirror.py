@@ -230,6 +230,11 @@ def test_listeners_see_each_record_once_in_order_from_racing_feeders(tmp_path, s
     lines = list(sink.lines)
     mirror = Mirror.open(tmp_path / "log", ORIGIN, SEG_BITS)
     got: list[int] = []
+
+    def broken(records: list[Record]) -> None:
+        raise RuntimeError("a listener with a bug")
+
+    mirror.add_listener(broken)  # it must cost the others nothing
     mirror.add_listener(lambda records: got.extend(r.seq for r in records))
 
     def feed(step: int) -> None:

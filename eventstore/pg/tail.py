@@ -87,6 +87,11 @@ class StoreTail:
                 self._stopping.wait(backoff)
                 backoff = min(MAX_BACKOFF, backoff * 2)
                 continue
+            except Exception:  # a bug must not end the tail: every mirror would go stale
+                log.exception("store tail: unexpected error; reconnecting in %.1f s", backoff)
+                self._stopping.wait(backoff)
+                backoff = min(MAX_BACKOFF, backoff * 2)
+                continue
             finally:
                 _close(self._feed_conn)
                 self._feed_conn = None
