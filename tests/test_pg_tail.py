@@ -186,3 +186,16 @@ def test_a_hub_fed_by_a_mirror_delivers_every_record_once_in_order(pg_url, tmp_p
     finally:
         tail.stop()
     assert got == list(range(len(seed.lines)))
+
+
+def test_stop_ends_the_thread_while_it_waits_for_a_wake_up(pg_url, tmp_path):  # noqa: F811
+    import threading
+
+    info, _ = seeded_store(pg_url, tmp_path / "data", partitions=1)
+    tail = StoreTail(pg_url, mirrors_for(tmp_path, info), poll_interval=600.0)
+    tail.start()
+    _wait_new_pid(tail, set())  # listening, with no poll due for ten minutes
+    stopper = threading.Thread(target=tail.stop)
+    stopper.start()
+    stopper.join(WAIT)
+    assert not stopper.is_alive(), "stop() hung while the tail waited for a NOTIFY"

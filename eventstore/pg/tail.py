@@ -30,6 +30,7 @@ log = logging.getLogger("ledgermem.store.tail")
 
 PAGE_ROWS = 1000  # rows per query: bounded memory whatever the backlog
 MAX_BACKOFF = 5.0
+STOP_CHECK = 0.25  # seconds: the longest a wait for a wake-up lasts before looking at stop()
 
 
 class StoreTail:
@@ -106,7 +107,8 @@ class StoreTail:
         self._fed = True
         next_poll = time.monotonic() + self.poll_interval
         while not self._stopping.is_set():
-            wait = max(0.0, next_poll - time.monotonic())
+            # Bounded, so that stop() is seen soon even with a long poll interval.
+            wait = min(STOP_CHECK, max(0.0, next_poll - time.monotonic()))
             woken: set[int] = set()
             if self.listen:
                 for notify in conn.notifies(timeout=wait, stop_after=1):
