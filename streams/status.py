@@ -139,7 +139,7 @@ def store_status(service: Service) -> dict:
         "replica": cluster.replica_id,
         "partitions": partitions,
         "subscribers": service.metrics.subscriber_counts(),
-        "stream_traces_skipped": int(service.metrics.stream_traces_skipped._value.get()),
+        "stream_traces_skipped": service.metrics.traces_skipped,
     }
 
 
