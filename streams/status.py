@@ -47,6 +47,14 @@ def routes(service: Service) -> list[RawRoute]:
             code, _ = refusal_code(refusal)
             return error_response(503, code, f"writes are refused until the log reopens: {refusal}")
         if service.cluster is not None:
+            unreachable = service.cluster.store_unreachable()
+            if unreachable is not None:
+                return error_response(
+                    503,
+                    "store_unreachable",
+                    f"the store has not answered for {unreachable:.1f} s; this replica leads "
+                    "no partition until it does",
+                )
             partitions = [
                 {key: entry[key] for key in ("partition", "head", "leader", "leading")}
                 for entry in service.cluster.status()

@@ -83,6 +83,7 @@ class Cluster:
         self._free_since: dict[int, float] = {}
         self._heads: list = []
         self._stop = threading.Event()
+        self._last_look = time.monotonic()  # the last tick that reached the store
         self._thread: threading.Thread | None = None
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="ledgermem-takeover")
         self.stream_traces_skipped = 0
@@ -118,6 +119,12 @@ class Cluster:
             replicas = registry.replicas(conn, self.lease_seconds)
         self._heads = heads
         self._refresh_routes(heads, replicas)
+
+    def store_unreachable(self) -> float | None:
+        """Seconds since the leadership loop last reached the store, once that is longer than a
+        lease (this replica then leads nothing); None while it reaches it."""
+        since = time.monotonic() - self._last_look
+        return since if since > self.lease_seconds else None
 
     def hub(self, partition: int) -> Hub:
         return self._hubs[partition]
@@ -246,6 +253,7 @@ class Cluster:
                     conn = connect(self.store_url)
                     registry.prune(conn)
                 self._tick(conn)
+                self._last_look = time.monotonic()
             except Exception as exc:
                 # The store is unreachable or failed: leases keep their local deadlines, and the
                 # next tick steps down from those that passed (route() already says NoLeader).
