@@ -72,3 +72,20 @@ def test_every_replica_streams_every_partition(pg_url, tmp_path):  # noqa: F811
         assert frames == lines
         tenants = [line for line in lines if line["tenant"] == "default"]
         assert asyncio.run(ws_first(other, {"filter": {"tenant": "default"}}, 1)) == tenants[:1]
+
+        # Status on every replica, per partition; both agree on who leads what.
+        views = [httpx.get(f"{s.url}/v1/log/status", timeout=10).json() for s in (a, b)]
+        for view, server in zip(views, (a, b), strict=True):
+            assert view["scope"] == "store" and len(view["partitions"]) == 2
+            assert {p["partition"] for p in view["partitions"] if p["leading"]} == leading(server)
+        assert [p["leader"] for p in views[0]["partitions"]] == [
+            p["leader"] for p in views[1]["partitions"]
+        ]
+        assert views[0]["stream_traces_skipped"] + views[1]["stream_traces_skipped"] > 0
+        for server in (a, b):
+            checkpoint = httpx.get(
+                f"{server.url}/v1/log/checkpoint", params={"partition": home}, timeout=10
+            )
+            assert checkpoint.status_code == 200 and f"/p{home}\n".encode() in checkpoint.content
+            bad = httpx.get(f"{server.url}/v1/log/checkpoint", params={"partition": 2}, timeout=10)
+            assert bad.status_code == 400
