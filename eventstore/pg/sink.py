@@ -18,6 +18,7 @@ so an error there is logged and never turns a durable commit into a failure.
 from __future__ import annotations
 
 import base64
+import collections
 import contextlib
 import logging
 import threading
@@ -67,6 +68,8 @@ class PgSink:
         self._conn = connect(url)  # refuses synchronous_commit = off at once
         self._reader = None  # read_record runs on callers' threads: a connection of its own
         self._reader_lock = threading.Lock()
+        # How each commit that lost its connection was decided, by the head: for metrics/tests.
+        self.after_loss: collections.Counter[str] = collections.Counter()
 
     # ---- appends ---------------------------------------------------------------------------
 
@@ -120,6 +123,7 @@ class PgSink:
             except self._psycopg.OperationalError as exc:
                 self._drop_writer()
                 decision = self._decide_after_loss(params, started, exc)
+                self.after_loss[decision if decision == "resend" else type(decision).__name__] += 1
                 if decision == "resend":
                     continue
                 return decision
