@@ -302,6 +302,8 @@ class PgSink:
                     raise StoreUnreachable(
                         f"the store stayed unreachable until the lease's deadline: {one_line(exc)}"
                     ) from None
+            except self._psycopg.Error as exc:  # as an OSError: the writer's timer stops on it
+                raise StoreUnreachable(f"the store refused a write: {one_line(exc)}") from None
             time.sleep(delay)
             delay = min(delay * 2, BACKOFF_MAX)
 
