@@ -18,8 +18,9 @@ With `--store postgresql://...` the same scenarios also run against the PostgreS
 LogWriter on a PgSink (eventstore/pg/) leading partition 0 of a fresh store, in a scratch
 database the bench creates on that server and drops afterwards (the URL's own database is only
 used to connect), with the file store's scenarios beside them in the same run. Their CPU figures
-add the server's processes (`postgres_cpu_us_per_record`, from /proc; other clients of the same
-server count too, see `neighbour_cores_est`).
+add the server's (`postgres_cpu_us_per_record`: from /proc, the postgres processes alive for the
+whole scenario, i.e. its own backend and the server's background processes, which other clients
+of the same server also use; see `neighbour_cores_est`).
 
 Usage: .venv/bin/python bench/append.py [--seconds S] [--quick] [--out FILE] [--store URL]
 Figures and how to read them: docs/benchmarks.md, section "append".
@@ -283,9 +284,9 @@ class Scenario:
                 lease = leases.take(conn, 0, "bench", 10.0)
             writer = open_partition_writer(url, info, key, 0, lease)
             keeper = LeaseKeeper(url, lease).start()
-            server0 = postgres_cpu_seconds()
+            server0 = postgres_cpu_by_pid()
             figures = self._measure(writer, warmup, seconds)
-            server = postgres_cpu_seconds() - server0
+            server = postgres_cpu_since(server0)
             keeper.stop()
             with connect(url) as conn:
                 count, total = conn.execute(
@@ -405,9 +406,10 @@ def scratch_store(server_url: str, data_dir: Path):
         shutil.rmtree(data_dir, ignore_errors=True)
 
 
-def postgres_cpu_seconds() -> float:
-    """CPU time (utime + stime) of every process named postgres on this machine, from /proc."""
-    total = 0
+def postgres_cpu_by_pid() -> dict[int, float]:
+    """CPU seconds (utime + stime) of each process named postgres on this machine, from /proc."""
+    found = {}
+    tick = os.sysconf("SC_CLK_TCK")
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
@@ -419,8 +421,16 @@ def postgres_cpu_seconds() -> float:
         name, _, rest = stat.partition(" (")[2].rpartition(") ")
         if name.startswith("postgres"):
             fields = rest.split()
-            total += int(fields[11]) + int(fields[12])
-    return total / os.sysconf("SC_CLK_TCK")
+            found[int(entry.name)] = (int(fields[11]) + int(fields[12])) / tick
+    return found
+
+
+def postgres_cpu_since(before: dict[int, float]) -> float:
+    """The server's CPU since `before`, over the processes alive at both ends: the scenario's
+    own backend and the server's background processes (WAL writer, checkpointer...), without
+    the CPU of other clients' backends that ended meanwhile."""
+    after = postgres_cpu_by_pid()
+    return sum(after[pid] - before[pid] for pid in after.keys() & before.keys())
 
 
 def server_description(server_url: str) -> dict:
