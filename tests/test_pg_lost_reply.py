@@ -18,10 +18,11 @@ import pytest
 from eventstore.pg import lease as leases
 from eventstore.pg.leadership import open_partition_writer
 from eventstore.pg.schema import connect
+from eventstore.sink import CommitUnknown
 from tests.helpers.pg import pg_url  # noqa: F401
 from tests.helpers.pglog import assert_chain, make_store
 
-# In the bound parameters of every append of these records (bytea goes as hex text).
+# In the bound parameters of every append of these records (raw in binary, hex in text).
 APPEND_MARKS = (b'"item.added"', b'"item.added"'.hex().encode())
 
 
@@ -40,6 +41,7 @@ class CuttingProxy:
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = self._listener.getsockname()[1]
         self._lock = threading.Lock()
+        self._sockets: list[socket.socket] = []
         threading.Thread(target=self._accept, daemon=True).start()
 
     def arm(self, mode: str) -> None:
@@ -61,6 +63,7 @@ class CuttingProxy:
             except OSError:
                 return
             server = socket.create_connection(self.target)
+            self._sockets += [client, server]
             state = {"cut_on_reply": False}
             threading.Thread(target=self._up, args=(client, server, state), daemon=True).start()
             threading.Thread(target=self._down, args=(server, client, state), daemon=True).start()
@@ -88,7 +91,8 @@ class CuttingProxy:
         _close(client, server)
 
     def close(self) -> None:
-        self._listener.close()
+        """Stop listening and cut every connection: the store is unreachable from now on."""
+        _close(self._listener, *self._sockets)  # shutdown wakes the accept() blocked on it
 
 
 def _close(*socks) -> None:
@@ -130,3 +134,29 @@ def test_a_lost_append_is_decided_from_the_head(pg_url, tmp_path, mode, decision
     assert events == list(range(40))  # each exactly once, in order
     for seq, n in acked.items():
         assert objs[seq]["payload"] == {"n": n}
+
+
+def test_a_store_unreachable_until_the_deadline_acknowledges_nothing(pg_url, tmp_path):  # noqa: F811
+    info, key = make_store(pg_url, tmp_path / "data", seg_bits=3)
+    proxy = CuttingProxy(("127.0.0.1", 5432))
+    proxied = pg_url.replace("127.0.0.1:5432", f"127.0.0.1:{proxy.port}")
+    with connect(pg_url) as conn:
+        lease = leases.take(conn, 0, "replica-a", 1.0)
+    writer = open_partition_writer(proxied, info, key, 0, lease, checkpoint_interval=3600)
+    first = writer.append("acme", "s-1", "messages", "item.added", {"n": 0})
+    proxy.close()
+    with pytest.raises(CommitUnknown, match="unreachable"):
+        writer.append("acme", "s-1", "messages", "item.added", {"n": 1})
+    assert not lease.valid()  # it gave up at its deadline, not before
+    assert writer._sink.after_loss["Unknown"] == 1
+    writer.close()
+
+    with connect(pg_url) as conn:
+        while (successor := leases.take(conn, 0, "replica-b", 10.0)) is None:
+            pass
+    again = open_partition_writer(pg_url, info, key, 0, successor)
+    again.append("acme", "s-1", "messages", "item.added", {"n": 2})
+    again.close()
+    objs = assert_chain(pg_url, info)
+    assert [o["payload"]["n"] for o in objs if o["tenant"] == "acme"] == [0, 2]
+    assert objs[first.seq]["payload"] == {"n": 0}

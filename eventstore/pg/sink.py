@@ -120,7 +120,7 @@ class PgSink:
             try:
                 conn = self._writer()
                 inserted, moved = conn.execute(sql, params).fetchone()
-            except self._psycopg.OperationalError as exc:
+            except (self._psycopg.OperationalError, StoreError) as exc:  # StoreError: reconnecting
                 self._drop_writer()
                 decision = self._decide_after_loss(params, started, exc)
                 self.after_loss[decision if decision == "resend" else type(decision).__name__] += 1
@@ -177,7 +177,7 @@ class PgSink:
                 .execute("SELECT owner, epoch FROM lm_head WHERE partition = %s", (self.partition,))
                 .fetchone()
             )
-        except self._psycopg.OperationalError:
+        except (self._psycopg.OperationalError, StoreError):
             self._drop_writer()
             return Refused("unknown (the store did not answer)")
         owner, epoch = row
