@@ -127,3 +127,69 @@ def test_kill9_of_the_leader_loses_no_acknowledged_record(pg_url, tmp_path):  # 
         if o["type"] == "redaction":
             for target in o["payload"]["targets"]:
                 assert "payload" not in objs[target["seq"]], orjson.dumps(objs[target["seq"]])
+
+
+def test_a_leader_stopped_past_its_lease_acknowledges_nothing_after_it(pg_url, tmp_path):  # noqa: F811
+    """SIGSTOP the leader process past its lease, take over, SIGCONT: the old leader finds its
+    deadline passed (or its epoch fenced) and acknowledges nothing more."""
+    info, key = make_store(pg_url, tmp_path / "data", seg_bits=SEG_BITS)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
+    proc = subprocess.Popen(
+        [sys.executable, str(PG_WRITER), pg_url, str(tmp_path / "data"), "old", str(LEASE_SECONDS),
+         "3", "old"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+    )  # fmt: skip
+    lines: list[bytes] = []
+    ready = threading.Event()
+
+    def pump() -> None:
+        for line in proc.stdout:  # type: ignore[union-attr]
+            lines.append(line)
+            if line.startswith(b"ready "):
+                ready.set()
+
+    reader = threading.Thread(target=pump)
+    reader.start()
+    try:
+        assert ready.wait(30), proc.stderr.read()  # type: ignore[union-attr]
+        time.sleep(0.3)
+        os.kill(proc.pid, signal.SIGSTOP)
+        with connect(pg_url) as conn:
+            while (lease := leases.take(conn, 0, "new", 30.0)) is None:
+                time.sleep(0.05)
+        writer = open_partition_writer(pg_url, info, key, 0, lease)
+        takeover = writer.size - 1  # the new leader's log.resume
+        new = [
+            writer.append("acme", "s", "messages", "item.added", {"id": f"new/{n}"})
+            for n in range(20)
+        ]
+        os.kill(proc.pid, signal.SIGCONT)
+        assert proc.wait(30) == 0  # every appender was refused, so it exits by itself
+        more = writer.append("acme", "s", "messages", "item.added", {"id": "new/last"})
+        writer.close()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        reader.join()
+        proc.stdout.close()  # type: ignore[union-attr]
+        proc.stderr.close()  # type: ignore[union-attr]
+    acked = {}
+    refused = []
+    for line in lines:
+        head, _, rest = line.rstrip(b"\n").partition(b" ")
+        if head == b"refused":
+            refused.append(rest)
+        elif head.isdigit():
+            acked[int(head)] = rest.decode()
+    assert len(refused) >= 4 and set(refused) == {b"CommitRefused"}, refused
+    objs = assert_chain(pg_url, info)
+    assert objs[takeover]["type"] == "log.resume"
+    for seq, ident in acked.items():
+        assert seq < takeover, f"the old leader acknowledged seq {seq} after the takeover"
+        assert objs[seq].get("payload", {"id": ident}) == {"id": ident}
+    after = [o["payload"]["id"] for o in objs[takeover + 1 :] if o["tenant"] == "acme"]
+    assert after == [f"new/{n}" for n in range(20)] + ["new/last"]
+    assert [r.seq for r in new] + [more.seq] == [
+        o["seq"] for o in objs[takeover + 1 :] if o["tenant"] == "acme"
+    ]

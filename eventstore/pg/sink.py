@@ -50,7 +50,11 @@ BACKOFF_FIRST, BACKOFF_MAX = 0.02, 0.5
 class Fenced(LedgerError, OSError):
     """A write other than an append found the partition led by someone else (or the lease
     ended): the writer stops. An OSError so the writer's checkpoint timer treats it as a
-    failed write."""
+    failed write; `refused` makes the writer answer CommitRefused, as a refused append does."""
+
+    def __init__(self, message: str, owner: str) -> None:
+        super().__init__(message)
+        self.refused = Refused(owner)
 
 
 class StoreUnreachable(LedgerError, OSError):
@@ -282,17 +286,17 @@ class PgSink:
         ).fetchone()
         if row is None or row[0] != self.lease.owner or row[1] != self.lease.epoch:
             self.lease.lose()
-            raise Fenced(
-                f"partition {self.partition} is led by {row[0] if row else None} "
-                f"(epoch {row[1] if row else None}) now, not by this replica"
-            )
+            owner = f"{row[0]} (epoch {row[1]})" if row else "nobody"
+            raise Fenced(f"partition {self.partition} is led by {owner} now", owner)
 
     def _retrying(self, write: Callable[[object], None]) -> None:
         """Run an idempotent fenced write, reconnecting while the lease lasts."""
         delay = BACKOFF_FIRST
         while True:
             if not self.lease.valid():
-                raise Fenced(f"this replica's lease on partition {self.partition} expired")
+                raise Fenced(
+                    f"this replica's lease on partition {self.partition} expired", LEASE_EXPIRED
+                )
             try:
                 write(self._writer())
                 return

@@ -70,6 +70,8 @@ def batch_appender(writer: LogWriter, tag: str) -> None:
 def redactor(writer: LogWriter) -> None:
     while True:
         time.sleep(0.03)
+        if writer.failure is not None:  # fenced while there was nothing to redact
+            return refused(writer.failure)
         if not REDACTABLE:
             continue
         target = REDACTABLE.popleft()
