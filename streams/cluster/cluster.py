@@ -32,7 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from eventstore.layout import DataDir
-from eventstore.partitions import partition_of
+from eventstore.partitions import partition_of, partition_origin
 from eventstore.store import load_or_create_key
 
 from ..hub import Hub
@@ -86,7 +86,6 @@ class Cluster:
         self._last_look = time.monotonic()  # the last tick that reached the store
         self._thread: threading.Thread | None = None
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="ledgermem-takeover")
-        self.stream_traces_skipped = 0
 
     # ---- what requests use (cheap: no I/O) ----------------------------------------------------
 
@@ -192,8 +191,6 @@ class Cluster:
         self.key = load_or_create_key(DataDir(self.data), create=False)
         for partition in range(self.info.partitions):
             self.info.key_for(self.key.key, partition)
-        from eventstore.partitions import partition_origin
-
         for partition in range(self.info.partitions):
             self._mirrors[partition] = Mirror.open(
                 partition_dir(self.data, partition) / "log",
