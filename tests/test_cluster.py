@@ -31,7 +31,7 @@ from eventstore.verify.run import verify_log
 from sections.history import History
 from tests.helpers.pg import pg_url  # noqa: F401  (the fixture)
 from tests.helpers.pglog import assert_chain, head
-from tests.helpers.replicas import leading, make_replicas, replica, wait_until
+from tests.helpers.replicas import leading, make_replicas, readiness, replica, wait_until
 from tests.server import ROOT
 
 
@@ -256,3 +256,39 @@ def test_rebuild_equals_live_on_a_replica_that_took_over(pg_url, tmp_path):  # n
     live = history.state_at(snapshot.seq, use_snapshots=True)
     rebuilt = history.state_at(snapshot.seq, use_snapshots=False)
     assert live.state_hash() == rebuilt.state_hash()
+
+
+def terminate_backends(url: str) -> int:
+    """End every connection to the test's database but this one: the replicas' loops, tails
+    and sinks all lose theirs at once."""
+    with connect(url) as conn:
+        rows = conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchall()
+    return len(rows)
+
+
+def test_lost_connections_under_load_lose_no_acknowledged_write(pg_url, tmp_path):  # noqa: F811
+    """Every backend of the store terminated under load, several times: the replicas reconnect
+    (leadership loop, store tail, sink), writes are taken again, nothing acknowledged is lost."""
+    info, dirs = make_replicas(pg_url, tmp_path, 2)
+    with replica(dirs[0], pg_url, 1.0) as a, replica(dirs[1], pg_url, 1.0) as b:
+        wait_until(lambda: leading(a) | leading(b) == {0}, what="a leader")
+        with Writers([a, b]) as writers:
+            for _ in range(3):
+                before = writers.count()
+                wait_until(lambda b=before: writers.count() > b + 30, what="writes")
+                assert terminate_backends(pg_url) > 0
+            before = writers.count()
+            wait_until(lambda: writers.count() > before + 30, what="writes after the last cut")
+        assert_acknowledged_in_table(pg_url, writers.acked)
+        _, _, epoch, _ = head(pg_url)
+        assert resumes(pg_url, info) == epoch - 1
+        # Both mirrors caught up through their tails: the follower's too.
+        last = head(pg_url)[0]
+        for server in (a, b):
+            wait_until(
+                lambda s=server: readiness(s)[0]["head"] == last, what="the mirrors to catch up"
+            )
+    export_verifies(pg_url, info, tmp_path / "export")
