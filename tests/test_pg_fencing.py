@@ -19,7 +19,7 @@ import pytest
 from eventstore.errors import WriterClosed
 from eventstore.pg import StoreError
 from eventstore.pg import lease as leases
-from eventstore.pg.leadership import open_partition_writer
+from eventstore.pg.leadership import LeaseKeeper, open_partition_writer
 from eventstore.pg.schema import connect
 from eventstore.pg.sink import PgSink
 from eventstore.sink import CommitRefused
@@ -207,3 +207,42 @@ def test_synchronous_commit_off_is_refused_at_start(pg_url, tmp_path):  # noqa: 
         open_partition_writer(pg_url, info, key, 0, lease)
     with psycopg.connect(pg_url) as conn:
         assert conn.execute("SELECT count(*) FROM lm_record").fetchone()[0] == 0
+
+
+def test_the_heartbeat_keeps_an_idle_leaders_lease(pg_url, tmp_path):  # noqa: F811
+    info, key = make_store(pg_url, tmp_path / "data", seg_bits=SEG_BITS)
+    with connect(pg_url) as conn:
+        lease = leases.take(conn, 0, "replica-a", 0.6)
+    writer = open_partition_writer(pg_url, info, key, 0, lease)
+    keeper = LeaseKeeper(pg_url, lease).start()
+    try:
+        time.sleep(2.0)  # idle for over three lease lengths
+        assert lease.valid()
+        with connect(pg_url) as conn:
+            assert leases.take(conn, 0, "replica-b", 0.6) is None
+        writer.append("acme", "s-1", "messages", "item.added", {"n": 1})
+    finally:
+        keeper.stop()
+        writer.close()
+    lost = []
+    with connect(pg_url) as conn:
+        lease_b = _steal(pg_url, "replica-b")
+    keeper = LeaseKeeper(pg_url, lease, on_lost=lost.append).start()
+    time.sleep(0.5)
+    keeper.stop()
+    assert lost == [lease] and not lease.valid() and lease_b.valid()
+
+
+def test_a_fence_found_by_the_checkpoint_timer_is_a_refusal_too(pg_url, tmp_path):  # noqa: F811
+    info, key = make_store(pg_url, tmp_path / "data", seg_bits=SEG_BITS)
+    with connect(pg_url) as conn:
+        lease = leases.take(conn, 0, "replica-a", 0.4)
+    writer = open_partition_writer(pg_url, info, key, 0, lease, checkpoint_interval=0.6)
+    writer.append("acme", "s-1", "messages", "item.added", {"n": 1})
+    deadline = time.monotonic() + 10
+    while writer.failure is None and time.monotonic() < deadline:
+        time.sleep(0.02)  # the timer's checkpoint, due after the deadline, finds it over
+    assert isinstance(writer.failure, CommitRefused)
+    with pytest.raises(CommitRefused, match="lease expired"):
+        writer.append("acme", "s-1", "messages", "item.added", {"n": 2})
+    writer.close()
