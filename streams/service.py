@@ -25,6 +25,7 @@ from sections.memory import Memory
 from .auth import Principal, authenticate
 from .errors import ApiError
 from .metrics import Metrics
+from .replica_secret import load_replica_secret
 from .settings import Settings
 from .verifier import BackgroundVerifier
 
@@ -52,6 +53,8 @@ class Service:
         self._idle: asyncio.Event = None  # type: ignore[assignment]
         self._loop: asyncio.AbstractEventLoop | None = None
         self._healer: asyncio.Task | None = None
+        # What signs and checks forwarded requests (streams/replica_secret.py); None: none.
+        self.replica_secret: bytes | None = None  # loaded at startup
 
     @property
     def writer(self):
@@ -69,6 +72,7 @@ class Service:
         self._idle = asyncio.Event()
         self._idle.set()
         s = self.settings
+        self.replica_secret = load_replica_secret(s.data)
         durability = Durability.UNSAFE_NO_FSYNC if s.unsafe_no_fsync else Durability.FSYNC
         self.memory = await asyncio.to_thread(
             Memory.open,
@@ -154,7 +158,7 @@ class Service:
             await asyncio.to_thread(self.memory.close)
 
     def principal(self, conn: HTTPConnection, scope: str) -> Principal:
-        principal = authenticate(conn, self.settings)
+        principal = authenticate(conn, self.settings, self.replica_secret)
         principal.require(scope)
         return principal
 
