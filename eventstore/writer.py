@@ -7,12 +7,14 @@ can apply them in seq order. One thread owned by the writer then drains everythi
 it was busy and hands it to the sink (sink.py) in one commit (group commit) before
 acknowledging any of it: threads wait on a lock, asyncio tasks on a future, so the event loop
 never blocks on storage. `open()` puts a log directory behind it (file_sink.py, recovered by
-file_recovery.py); `create_on()` starts a new log on any other sink. A failed write stops the
+file_recovery.py); `create_on()` starts a new log on any other sink, `resume_on()` continues
+one recovered elsewhere (a PostgreSQL partition). A failed write stops the
 writer until `reopen()` (writer_failure.py) has recovered the directory in place.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -37,7 +39,7 @@ from .sink import (
     SignedCheckpoint,
     WriteCheckpoint,
 )
-from .writer_failure import FailedWrites
+from .writer_failure import FailedWrites, _NotCommitted
 
 __all__ = ["DEFAULT_SEG_BITS", "MAX_PAYLOAD_BYTES", "Durability", "Entry", "LogWriter", "Pending"]
 
@@ -87,13 +89,7 @@ class LogWriter(FailedWrites):
             if recovered is None:
                 self = cls._new(sink, key, seg_bits, checkpoint_interval, clock, salts)
             else:
-                state = recovered.state
-                self = cls._assemble(sink, key, state, checkpoint_interval, clock, salts)
-                self._cp_size = recovered.checkpoint_size
-                ops, _ = self._sequencer.resume(self.now(), recovered.resume, recovered.sealed_root)
-                self._execute(ops)
-                self.last_resume = recovered.resume
-                self._write_checkpoint()
+                self = cls._resume(sink, key, recovered, checkpoint_interval, clock, salts)
             self.log_dir, self.durability, self._lock = log_dir, durability, lock
         except BaseException:
             sink.close()
@@ -120,10 +116,40 @@ class LogWriter(FailedWrites):
         return self
 
     @classmethod
+    def resume_on(
+        cls,
+        sink: DurabilitySink,
+        key: SigningKey,
+        recovered: file_recovery.Recovered,
+        *,
+        checkpoint_interval: float = 1.0,
+        clock: Callable[[], int] = time.time_ns,
+        salts: Callable[[], bytes] | None = None,
+    ) -> LogWriter:
+        """Continue a recovered log on any other sink (eventstore/pg/recovery.py recovers a
+        partition): appends `log.resume` (and a missing segment.open) and a checkpoint, as
+        `open()` does for a directory."""
+        self = cls._resume(sink, key, recovered, checkpoint_interval, clock, salts)
+        self._start_thread()
+        return self
+
+    @classmethod
+    def _resume(cls, sink, key, recovered, checkpoint_interval, clock, salts) -> LogWriter:
+        self = cls._assemble(sink, key, recovered.state, checkpoint_interval, clock, salts)
+        self._cp_size = recovered.checkpoint_size
+        ops, _ = self._sequencer.resume(self.now(), recovered.resume, recovered.sealed_root)
+        with self._answers_raised():
+            self._execute(ops)
+        self.last_resume = recovered.resume
+        self._write_checkpoint()
+        return self
+
+    @classmethod
     def _new(cls, sink, key, seg_bits, checkpoint_interval, clock, salts) -> LogWriter:
         state = SequencerState.empty(key.origin, seg_bits)
         self = cls._assemble(sink, key, state, checkpoint_interval, clock, salts)
-        self._execute([self._sequencer.header(self.now())])
+        with self._answers_raised():
+            self._execute([self._sequencer.header(self.now())])
         self._write_checkpoint()
         return self
 
@@ -164,6 +190,15 @@ class LogWriter(FailedWrites):
         self._cp_size = 0
         self._cp_time = time.monotonic()
         return self
+
+    @contextlib.contextmanager
+    def _answers_raised(self):
+        """While opening: a sink's refusal surfaces as CommitRefused/CommitUnknown."""
+        try:
+            yield
+        except _NotCommitted as exc:
+            self._failed = exc.answer
+            raise self._stopped_error() from None
 
     def _start_thread(self) -> None:
         self._thread = threading.Thread(target=self._run, name="ledgermem-writer", daemon=True)

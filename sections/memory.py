@@ -29,8 +29,8 @@ from eventstore.errors import InvalidInput
 from eventstore.layout import DataDir
 from eventstore.reader import LogReader
 from eventstore.record import Record
-from eventstore.store import open_log
-from eventstore.writer import DEFAULT_SEG_BITS, Durability
+from eventstore.store import KeyInfo, open_log
+from eventstore.writer import DEFAULT_SEG_BITS, Durability, LogWriter
 
 from . import command_specs, commands, observations, reads, summaries
 from .commands import Decision
@@ -76,8 +76,80 @@ class Memory(CommandRunner):
         dedup_window_us: int = observations.DEFAULT_WINDOW_US,
         clock: Callable[[], int] = time.time_ns,
     ) -> Memory:
+        """The memory of a data directory's own file log (created with its key if new)."""
+        data = DataDir(data_dir)
         self = object.__new__(cls)
-        self.data = DataDir(data_dir)
+        self._configure(data.root, config, counter, tenant, snapshot_every, dedup_window_us)
+        writer, key = open_log(
+            data.root,
+            seg_bits=seg_bits,
+            durability=durability,
+            checkpoint_interval=checkpoint_interval,
+            clock=clock,
+        )
+        return self._attach(writer, key, data.log)
+
+    @classmethod
+    def open_on(
+        cls,
+        writer: LogWriter,
+        log_dir: str | os.PathLike[str],
+        data_dir: str | os.PathLike[str],
+        *,
+        key: KeyInfo | None = None,
+        config: MemoryConfig | str | Path | None = None,
+        counter: TokenCounter = DEFAULT_COUNTER,
+        tenant: str = "default",
+        snapshot_every: int = SNAPSHOT_EVERY,
+        dedup_window_us: int = observations.DEFAULT_WINDOW_US,
+    ) -> Memory:
+        """The memory of a log that someone else opened: `writer` appends (e.g. a shared store's
+        partition, on a PgSink), `log_dir` holds the same log as spec segment files to read from
+        (that partition's mirror), and `data_dir` keeps this memory's caches (snapshots/, index/).
+
+        The memory owns the writer from here on: `close()` closes it, and so does a failure to
+        open. Loading is `open`'s: the newest snapshot, then the log's tail folded in."""
+        self = object.__new__(cls)
+        try:
+            self._configure(
+                Path(data_dir), config, counter, tenant, snapshot_every, dedup_window_us
+            )
+        except BaseException:
+            writer.close()
+            raise
+        return self._attach(writer, key, Path(log_dir))
+
+    def _attach(self, writer: LogWriter, key: KeyInfo | None, log_dir: Path) -> Memory:
+        """Load the state for `writer`'s log, read from `log_dir`: the part `open` and `open_on`
+        share."""
+        self._writer = writer
+        self.key = key
+        self.log_dir = log_dir
+        try:
+            self._reader = LogReader(log_dir, index_dir=self.data.root / "index")
+            self.history = History(self._reader, self.snapshot_dir)
+            self.erase_hooks.append(self.history.checkpoints.forget)  # they may quote erased data
+            self._state, snapshot, touched = self.history.load(self._writer.size - 1)
+            self.search_index = self._open_index(self._state, snapshot, touched)
+            self._since_snapshot = 0
+            self._finish_erasures()
+            self._restart()
+        except BaseException:
+            self._writer.close()
+            raise
+        return self
+
+    def _configure(
+        self,
+        root: Path,
+        config: MemoryConfig | str | Path | None,
+        counter: TokenCounter,
+        tenant: str,
+        snapshot_every: int,
+        dedup_window_us: int,
+    ) -> None:
+        """Everything but the log: checked before the log is opened."""
+        self.data = DataDir(root)
         self.config = (
             config
             if isinstance(config, MemoryConfig)
@@ -97,26 +169,6 @@ class Memory(CommandRunner):
         self._failed: BaseException | None = None
         self._heal_lock = threading.Lock()
         self.erase_hooks: list[Callable[[], None]] = []  # other projections purge their copies
-        self._writer, self.key = open_log(
-            self.data.root,
-            seg_bits=seg_bits,
-            durability=durability,
-            checkpoint_interval=checkpoint_interval,
-            clock=clock,
-        )
-        try:
-            self._reader = LogReader(self.data.log, index_dir=self.data.root / "index")
-            self.history = History(self._reader, self.snapshot_dir)
-            self.erase_hooks.append(self.history.checkpoints.forget)  # they may quote erased data
-            self._state, snapshot, touched = self.history.load(self._writer.size - 1)
-            self.search_index = self._open_index(self._state, snapshot, touched)
-            self._since_snapshot = 0
-            self._finish_erasures()
-            self._restart()
-        except BaseException:
-            self._writer.close()
-            raise
-        return self
 
     @property
     def writer(self):

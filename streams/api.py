@@ -118,12 +118,12 @@ class Api:
         self.service = service
         self._state_calls = 0  # time-travel calls running (one event loop: a plain counter)
 
-    @property
-    def memory(self) -> Memory:
-        return self.service.memory
+    def memory(self, principal: Principal) -> Memory:
+        """The memory holding the principal's tenant (its partition's, in store mode)."""
+        return self.service.memory_for(principal)
 
     def _session(self, principal: Principal, request: Request) -> Session:
-        return self.memory.session(
+        return self.memory(principal).session(
             request.path_params["session"], tenant=principal.tenant, create=False
         )
 
@@ -140,7 +140,8 @@ class Api:
         filters = {
             k.removeprefix("metadata."): v for k, v in request.query_params.items() if k != "token"
         }
-        return json_response({"sessions": self.memory.list_sessions(p.tenant, where=filters)})
+        sessions = self.memory(p).list_sessions(p.tenant, where=filters)
+        return json_response({"sessions": sessions})
 
     async def put_session(self, request: Request) -> Response:
         p = self.service.principal(request, "write")
@@ -157,9 +158,10 @@ class Api:
             raise ApiError(
                 400, "invalid_input", "sections must be an object of per-section settings"
             )
-        config = self.memory.config.with_overrides(sections)
+        memory = self.memory(p)
+        config = memory.config.with_overrides(sections)
         with self.service.write():
-            record, created = await self.memory.run_async(
+            record, created = await memory.run_async(
                 specs.GET_OR_CREATE_SESSION,
                 p.tenant,
                 request.path_params["session"],
@@ -172,7 +174,7 @@ class Api:
     async def get_session(self, request: Request) -> Response:
         session = self._session(self.service.principal(request, "read"), request)
         info = session.info()
-        info["sections"] = self.memory.session_sections(session.tenant, session.id)
+        info["sections"] = session.memory.session_sections(session.tenant, session.id)
         return json_response(info, headers=self._etag(session))
 
     async def _run(
@@ -181,13 +183,13 @@ class Api:
         """Run a command of the table (sections/command_specs.py) on `session`: the one path
         every route takes. With `request`, its Idempotency-Key and If-Match go along."""
         if request is None:
-            return await self.memory.run_async(spec, session.tenant, session.id, args)
+            return await session.memory.run_async(spec, session.tenant, session.id, args)
         key, expected = request.headers.get("idempotency-key"), _if_match(request)
         if getattr(request.state, "body_bytes", 0) > LARGE_BODY:  # canonicalizing it must
             return await asyncio.to_thread(  # not stall the event loop
-                self.memory.run, spec, session.tenant, session.id, args, key, expected
+                session.memory.run, spec, session.tenant, session.id, args, key, expected
             )
-        return await self.memory.run_async(spec, session.tenant, session.id, args, key, expected)
+        return await session.memory.run_async(spec, session.tenant, session.id, args, key, expected)
 
     async def _write(self, request: Request, session: Session, spec: CommandSpec, args=()):
         """A write that answers its record (and the session's new version as ETag)."""
@@ -207,7 +209,7 @@ class Api:
 
     async def tenant_stats(self, request: Request) -> Response:
         p = self.service.principal(request, "read")
-        return json_response(self.memory.stats(p.tenant))
+        return json_response(self.memory(p).stats(p.tenant))
 
     def _writer_session(self, request: Request) -> Session:
         return self._session(self.service.principal(request, "write"), request)
@@ -307,7 +309,8 @@ class Api:
         would stall writers), the others get 429 at once."""
         p = self.service.principal(request, "read")
         at = _int_param(request, "at")
-        head = self.memory.writer.size - 1
+        memory = self.memory(p)
+        head = memory.writer.size - 1
         if at is None or not 0 <= at <= head:
             raise ApiError(400, "invalid_input", f"give ?at=SEQ with 0 <= SEQ <= {head}")
         if self._state_calls >= STATE_AT_CALLS:
@@ -320,7 +323,7 @@ class Api:
         self._state_calls += 1
         try:
             with self.service.write():  # the read is traced: it appends
-                sessions = await self.memory.run_async(
+                sessions = await memory.run_async(
                     specs.READ_STATE, p.tenant, request.path_params.get("session"), (at,)
                 )
         finally:

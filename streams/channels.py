@@ -4,6 +4,14 @@ Each adapter parses and checks the request, takes a `Subscription` from the hub,
 batches of pre-encoded records to the client: SSE through sse-starlette, WebSocket frames, JSONL
 lines, or one long-poll JSON body. What to send next, and from where, is the hub's and the
 cursor's business (streams/hub.py, streams/cursor.py); nothing here re-encodes a record.
+
+With a shared store of P partitions (wire.md, "Partitions") a stream reads one partition's hub:
+the tenant's (its token's, or the one its `tenant` filter names), or for an operator's unscoped
+stream the `partition=N` it names (`"partition": N` in the WebSocket's first frame); every
+replica has every partition's hub. Stream traces (`stream.opened`/`closed`, long-poll's
+`polled`) are appended to the tenant's partition only where this replica leads it; elsewhere
+they are skipped and counted (`ledgermem_stream_traces_skipped_total`), since a trace must never
+hold up or refuse a stream on a replica that cannot append (docs/scale-out-cluster.md).
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ from .fanout_errors import FanoutError, HubClosed, TooManySubscribers
 from .hub import EncodedRecord, Hub, Slot, Subscription
 from .responses import dumps
 from .routing import RawRoute
+from .service import NotLeaderHere
 
 FILTER_KEYS = ("tenant", "session", "section", "type")
 DEFAULT_LIMIT = 100
@@ -194,8 +203,50 @@ def client_address(scope: Scope) -> str:
     return client[0] if client else "unknown"
 
 
-def parse_subscribe_frame(text: str | None) -> tuple[int, dict[str, list[str]]]:
-    """The WebSocket's first frame: `{"after": N, "filter": {...}}`, both optional."""
+def parse_partition(value: object, partitions: int) -> int | None:
+    """A stream's `partition=N` (0 <= N < P), or None when not given."""
+    if value is None:
+        return None
+    if type(value) is int or (isinstance(value, str) and _INTEGER.fullmatch(value)):
+        number = int(value)
+        if 0 <= number < partitions:
+            return number
+    raise _bad(f"partition must be one of 0..{partitions - 1}, not {value!r}")
+
+
+def stream_partition(
+    given: int | None, where: RecordFilter, principal: Principal, scoped: bool, service
+) -> int:
+    """Which partition a stream reads (wire.md, "Partitions"): the tenant's when the token or the
+    filter names one; else the one given; with P = 1, partition 0."""
+    partitions = service.partitions
+    if partitions == 1:
+        return 0 if given is None else given
+    tenants = sorted(where.tenant) if where.tenant is not None else None
+    if scoped:
+        tenants = [principal.tenant]
+    if tenants:
+        found = {service.cluster.partition_of(tenant) for tenant in tenants}
+        if len(found) > 1:
+            raise _bad(
+                f"the tenants {', '.join(tenants)} live in partitions "
+                f"{', '.join(map(str, sorted(found)))}: a stream reads one partition"
+            )
+        (partition,) = found
+        if given is not None and given != partition:
+            raise _bad(f"the tenants of this stream live in partition {partition}, not {given}")
+        return partition
+    if given is None:
+        raise _bad(
+            f"this store has {partitions} partitions (0..{partitions - 1}): name the one to "
+            "read with partition=N, or filter on a tenant"
+        )
+    return given
+
+
+def parse_subscribe_frame(text: str | None) -> tuple[int, dict[str, list[str]], object]:
+    """The WebSocket's first frame: `{"after": N, "filter": {...}, "partition": N}`, all
+    optional: (after, filter fields, the partition as given or None, unchecked)."""
     if text is None:
         raise _bad('the first frame must be a text frame {"after": N, "filter": {...}}')
     try:
@@ -204,9 +255,11 @@ def parse_subscribe_frame(text: str | None) -> tuple[int, dict[str, list[str]]]:
         raise _bad(f"first frame: {exc}") from None
     if type(frame) is not dict:
         raise _bad('the first frame must be a JSON object {"after": N, "filter": {...}}')
-    unknown = set(frame) - {"after", "filter"}
+    unknown = set(frame) - {"after", "filter", "partition"}
     if unknown:
-        raise _bad(f"unknown key {sorted(unknown)[0]!r} in the first frame: use after, filter")
+        raise _bad(
+            f"unknown key {sorted(unknown)[0]!r} in the first frame: use after, filter, partition"
+        )
     after = frame.get("after", -1)
     if type(after) is not int:
         raise _bad(f"after must be a seq (an integer >= -1), not {after!r}")
@@ -218,7 +271,8 @@ def parse_subscribe_frame(text: str | None) -> tuple[int, dict[str, list[str]]]:
     if unknown:
         name = sorted(unknown)[0]
         raise _bad(f"unknown filter {name!r}: filter on tenant, session, section, type")
-    return after, {name: _filter_values(name, values) for name, values in given.items()}
+    fields = {name: _filter_values(name, values) for name, values in given.items()}
+    return after, fields, frame.get("partition")
 
 
 # ---- the adapters ----------------------------------------------------------------------------
@@ -251,25 +305,40 @@ class Channels:
         self.service = service
         self._closing_watch: asyncio.Task | None = None
 
-    @property
-    def hub(self) -> Hub:
-        return self.service.hub
-
     def _begin(self, scope: Scope, allowed: tuple[str, ...]):
-        """Authenticate, parse the query, and build the filter: (principal, params, filter)."""
+        """Authenticate, parse the query, build the filter and find the partition's hub:
+        (principal, params, filter, hub)."""
         self._watch_closing()
         principal = self.service.principal(HTTPConnection(scope), "read")
-        params = query_params(scope, allowed)
-        where = scoped_filter(_query_filter(params), principal, bool(self.service.settings.tokens))
-        return principal, params, where
+        params = query_params(scope, (*allowed, "partition"))
+        scoped = bool(self.service.settings.tokens)
+        where = scoped_filter(_query_filter(params), principal, scoped)
+        hub = self._hub(_single(params, "partition"), where, principal)
+        return principal, params, where, hub
+
+    def _hub(self, given: object, where: RecordFilter, principal: Principal) -> Hub:
+        service = self.service
+        partition = parse_partition(given, service.partitions)
+        scoped = bool(service.settings.tokens)
+        partition = stream_partition(partition, where, principal, scoped, service)
+        return service.hub_for(principal, partition)
+
+    def _hubs(self) -> list[Hub]:
+        service = self.service
+        if service.cluster is None:
+            return [service.hub] if service.hub is not None else []
+        return [service.cluster.hub(p) for p in range(service.partitions)]
 
     # -- traces: one record when a stream opens, one when it closes (sections/read_traces.py)
 
     async def _trace(self, principal: Principal, event: str, stream: dict) -> None:
+        try:
+            memory = self.service.memory_for(principal)
+        except NotLeaderHere:
+            self.service.metrics.stream_trace_skipped()
+            return
         with self.service.write():
-            await self.service.memory.run_async(
-                specs.TRACE_STREAM, principal.tenant, None, (event, stream)
-            )
+            await memory.run_async(specs.TRACE_STREAM, principal.tenant, None, (event, stream))
 
     @contextlib.asynccontextmanager
     async def _traced(
@@ -295,20 +364,21 @@ class Channels:
 
     async def _close_on_shutdown(self) -> None:
         await self.service.closing.wait()
-        await self.hub.close()
+        for hub in self._hubs():
+            await hub.close()
 
     # -- SSE
 
     async def sse(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            principal, params, where = self._begin(scope, ("after", "typed"))
+            principal, params, where, hub = self._begin(scope, ("after", "typed"))
             last_event_id = HTTPConnection(scope).headers.get("last-event-id")
             if last_event_id:
                 after = parse_cursor(last_event_id, "Last-Event-ID")
             else:
                 after = parse_cursor(_single(params, "after") or "-1")
             typed = _flag(params, "typed", False)
-            subscription = self.hub.subscribe(after, where, "sse", client=client_address(scope))
+            subscription = hub.subscribe(after, where, "sse", client=client_address(scope))
         except (ApiError, FanoutError) as exc:
             await _error_response(exc)(scope, receive, send)
             return
@@ -336,15 +406,15 @@ class Channels:
 
     async def jsonl(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            principal, params, where = self._begin(scope, ("after", "follow"))
+            principal, params, where, hub = self._begin(scope, ("after", "follow"))
             after = parse_cursor(_single(params, "after") or "-1")
             follow = _flag(params, "follow", True)
-            subscription = self.hub.subscribe(
+            subscription = hub.subscribe(
                 after,
                 where,
                 "jsonl",
                 client=client_address(scope),
-                stop_after=None if follow else self.hub.head,
+                stop_after=None if follow else hub.head,
             )
         except (ApiError, FanoutError) as exc:
             await _error_response(exc)(scope, receive, send)
@@ -369,13 +439,13 @@ class Channels:
     async def events(self, scope: Scope, receive: Receive, send: Send) -> None:
         settings = self.service.settings
         try:
-            principal, params, where = self._begin(scope, ("after", "limit", "wait"))
+            principal, params, where, hub = self._begin(scope, ("after", "limit", "wait"))
             after = parse_cursor(_single(params, "after") or "-1")
             limit = _number(params, "limit", DEFAULT_LIMIT, 1, settings.max_batch_items)
             if limit != int(limit):
                 raise _bad(f"limit must be an integer, not {limit:g}")
             wait = _number(params, "wait", DEFAULT_WAIT, 0, settings.long_poll_max_wait)
-            subscription = self.hub.subscribe(
+            subscription = hub.subscribe(
                 after, where, "longpoll", client=client_address(scope), batch=int(limit)
             )
         except (ApiError, FanoutError) as exc:
@@ -398,7 +468,7 @@ class Channels:
             body = b'{"records":[%s],"next":%d,"head":%d}' % (
                 b",".join([item.line for item in records]),
                 records[-1].seq if records else after,
-                self.hub.head,
+                hub.head,
             )
             headers = [(b"content-type", b"application/json"), (b"cache-control", b"no-store")]
             await send({"type": "http.response.start", "status": 200, "headers": headers})
@@ -419,19 +489,27 @@ class Channels:
             self._watch_closing()
             principal = self.service.principal(HTTPConnection(scope), "read")
             query_params(scope, (), filters=False)  # the filter comes in the first frame
-            slot = self.hub.reserve(client_address(scope))
+            # The client's slot is taken before the first frame says which partition it reads:
+            # on the tenant's partition's hub (partition 0 for an operator) until then.
+            default = (
+                0 if self.service.partitions == 1 or not self.service.settings.tokens else None
+            )
+            slots = [self.service.hub_for(principal, default).reserve(client_address(scope))]
         except (ApiError, FanoutError) as exc:
             await _deny(scope, send, api_error(exc))
             return
         try:
             await send({"type": "websocket.accept"})
-            await self._ws_session(principal, slot, receive, send)
+            await self._ws_session(principal, slots, receive, send)
         except OSError:
             pass  # the client went away
         finally:
-            slot.release()
+            for slot in slots:
+                slot.release()
 
-    async def _ws_session(self, principal: Principal, slot: Slot, receive: Receive, send: Send):
+    async def _ws_session(
+        self, principal: Principal, slots: list[Slot], receive: Receive, send: Send
+    ):
         try:
             message = await asyncio.wait_for(receive(), FIRST_FRAME_SECONDS)
         except TimeoutError:
@@ -440,9 +518,15 @@ class Channels:
         if message["type"] != "websocket.receive":
             return  # websocket.disconnect
         try:
-            after, fields = parse_subscribe_frame(message.get("text"))
+            after, fields, given = parse_subscribe_frame(message.get("text"))
             where = scoped_filter(fields, principal, bool(self.service.settings.tokens))
-            subscription = self.hub.subscribe(after, where, "ws", slot=slot)
+            hub = self._hub(given, where, principal)
+            slot = slots[-1]
+            if slot.hub is not hub:  # another partition than the one reserved on
+                slot.release()
+                slot = hub.reserve(slot.client)
+                slots.append(slot)
+            subscription = hub.subscribe(after, where, "ws", slot=slot)
         except ApiError as exc:
             await _close(send, WS_POLICY_VIOLATION, exc.message)
             return

@@ -50,6 +50,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--seg-bits", type=int, help="log segment size as a power of two (new logs only)"
     )
+    parser.add_argument(
+        "--store",
+        help="a shared store's postgresql:// URL (made by `ledgermem init-store`); without it, "
+        "the file log in the data directory (LEDGERMEM_STORE)",
+    )
+    parser.add_argument(
+        "--lease-seconds",
+        type=float,
+        help="a partition leader's lease on the shared store (default 5; LEDGERMEM_LEASE_SECONDS)",
+    )
+    parser.add_argument(
+        "--advertise-url",
+        help="the URL other replicas forward to (default http://<host>:<bound port>; "
+        "LEDGERMEM_ADVERTISE_URL)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -72,6 +87,9 @@ def run(args: argparse.Namespace) -> int:
             seg_bits=args.seg_bits,
             allowed_hosts=args.allowed_host,
             allowed_origins=args.allowed_origin,
+            store=args.store,
+            lease_seconds=args.lease_seconds,
+            advertise_url=args.advertise_url,
         )
         budget = ConnectionBudget.from_rlimit(settings.fd_reserve)
         sock = _listen(settings.host, settings.port, budget.backlog)

@@ -10,6 +10,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from eventstore.errors import InvalidInput, LedgerError, StalePosition, WriterClosed
+from eventstore.sink import CommitRefused
 from sections.errors import (
     BudgetExceeded,
     IdempotencyConflict,
@@ -28,11 +29,12 @@ log = logging.getLogger("ledgermem.http")
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, code: str, message: str) -> None:
+    def __init__(self, status: int, code: str, message: str, headers: dict | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
+        self.headers = headers
 
 
 # Most specific first.
@@ -82,6 +84,10 @@ def refusal_code(exc: BaseException) -> tuple[str, int]:
 
 
 def from_exception(exc: BaseException) -> Response:
+    if isinstance(exc, CommitRefused):
+        # Fenced: another replica took the partition over while this call was in flight. Not
+        # acknowledged; the forwarder refreshes its route and retries once (wire.md, 421).
+        return error_response(421, "not_leader", str(exc))
     if isinstance(exc, WriterClosed):
         code, status = refusal_code(exc)
         return error_response(status, code, str(exc), {"Retry-After": "1"})
@@ -95,7 +101,7 @@ def from_exception(exc: BaseException) -> Response:
 
 async def handle_api_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ApiError)
-    return error_response(exc.status, exc.code, exc.message)
+    return error_response(exc.status, exc.code, exc.message, exc.headers)
 
 
 async def handle_ledger_error(request: Request, exc: Exception) -> Response:

@@ -67,11 +67,25 @@ class Metrics:
             "1 while writes are refused after a failed write",
             registry=r,
         )
+        self.stream_traces_skipped = Counter(
+            "ledgermem_stream_traces_skipped",
+            "Stream traces not appended: this replica does not lead the tenant's partition",
+            registry=r,
+        )
+        self.partition_leading = Gauge(
+            "ledgermem_partition_leading",
+            "1 while this replica leads the partition (shared store)",
+            ["partition"],
+            registry=r,
+        )
         for channel in CHANNELS:
             self.subscribers.labels(channel)
         # Records made durable per tenant since start: what a tenant's token sees (status.py).
         # A plain dict, not a labelled counter: the operator's exposition stays per log.
         self.tenant_appends: dict[str, int] = {}
+
+    def stream_trace_skipped(self) -> None:
+        self.stream_traces_skipped.inc()
 
     # Called by the writer thread.
     def on_records(self, records: list[Record]) -> None:

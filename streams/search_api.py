@@ -55,7 +55,7 @@ class SearchApi(Api):
             self._session(p, request)  # 404 for an unknown session
         query = request.query_params["q"]
         with self.service.write():  # hits are reads: they append
-            hits = await self.memory.search_async(
+            hits = await self.memory(p).search_async(
                 query, tenant=p.tenant, sessions=sessions, **options
             )
         return json_response({"hits": [hit.to_json() for hit in hits]})
@@ -70,9 +70,9 @@ class SearchApi(Api):
         if session is not None:
             if type(session) is not str:
                 raise InvalidInput("session must be a string")
-            self.memory.session(session, tenant=p.tenant, create=False)  # 404 if unknown
+            self.memory(p).session(session, tenant=p.tenant, create=False)  # 404 if unknown
         with self.service.write():
-            outcome: Outcome = await self.memory.observe_async(
+            outcome: Outcome = await self.memory(p).observe_async(
                 body.get("type"), body.get("title"), body.get("content"),
                 tags=body.get("tags", ()), topic_key=body.get("topic_key"),
                 tenant=p.tenant, session=session,
@@ -90,7 +90,7 @@ class SearchApi(Api):
         if not 1 <= limit <= 1000:  # type: ignore[operator]
             raise InvalidInput("limit must be from 1 to 1000")
         with self.service.write():  # summaries quote messages: their reads are traced
-            found = await self.memory.run_async(
+            found = await self.memory(p).run_async(
                 specs.READ_SUMMARIES, p.tenant, None, (limit, _reader(request))
             )
         return json_response({"summaries": found})
@@ -98,7 +98,7 @@ class SearchApi(Api):
     async def summary(self, request: Request) -> Response:
         session = self._session(self.service.principal(request, "read"), request)
         with self.service.write():
-            found = await self.memory.run_async(
+            found = await session.memory.run_async(
                 specs.READ_SUMMARIES, session.tenant, session.id, (1, _reader(request))
             )
         if not found:

@@ -8,6 +8,14 @@ again within a second of the cause going away. Meanwhile `/readyz` answers 503 w
 Shutdown (SIGTERM or SIGINT) goes in this order: stop taking writes (503) and end every stream
 cleanly (`closing` is set from the signal handler, before uvicorn waits for connections), let
 in-flight writes finish, then close the memory: `log.close` and the final signed checkpoint.
+
+With a shared store (`settings.store`, docs/scale-out-cluster.md) there is no memory of the
+service's own: `cluster` holds every partition's hub and the memories of the partitions this
+replica leads, and route handlers ask `memory_for(principal)` / `hub_for(principal, partition)`.
+A partition led elsewhere answers `NotLeaderHere` (421, or 503 with Retry-After when no replica
+leads it); the forwarding middleware (streams/forwarding.py) sends such requests to the leader
+before they get here. A failed leader does not heal in place: it steps down and another replica
+(or this one, later) takes the partition over.
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 from collections.abc import Callable, Iterator
 
 from starlette.requests import HTTPConnection
@@ -36,11 +45,40 @@ HEAL_FIRST_DELAY = 0.05  # the first retry after a failed reopen; doubled after 
 HEAL_MAX_DELAY = 0.5  # keeps recovery within a second of the cause going away
 
 
+class NotLeaderHere(ApiError):
+    """The principal's partition is led by another replica (421), or by none right now (503)."""
+
+    def __init__(self, partition: int, route) -> None:
+        from .cluster import Remote
+
+        self.partition = partition
+        self.route = route
+        if isinstance(route, Remote):
+            super().__init__(
+                421,
+                "not_leader",
+                f"partition {partition} is led by replica {route.replica} ({route.url})",
+            )
+        else:
+            retry = max(1, math.ceil(route.retry_after))
+            super().__init__(
+                503,
+                "no_leader",
+                f"no replica leads partition {partition} right now; retry in {retry} s",
+                {"Retry-After": str(retry)},
+            )
+
+
 class Service:
     def __init__(
-        self, settings: Settings, announce: Callable[[Service], None] | None = None
+        self,
+        settings: Settings,
+        announce: Callable[[Service], None] | None = None,
+        url: str | None = None,
     ) -> None:
         self.settings = settings
+        self.url = settings.advertise_url or url  # where other replicas reach this one
+        self.cluster = None  # store mode: streams.cluster.Cluster
         self.metrics = Metrics()
         self.announce = announce
         self.memory: Memory = None  # type: ignore[assignment]
@@ -64,13 +102,59 @@ class Service:
     def reader(self):
         return self.memory.reader
 
-    async def startup(self) -> None:
-        from .hub import Hub
+    def memory_for(self, principal: Principal) -> Memory:
+        """The memory holding the principal's tenant: the service's own in file mode; in store
+        mode the tenant's partition's, when this replica leads it (else NotLeaderHere)."""
+        if self.cluster is None:
+            return self.memory
+        from .cluster import Local
 
+        partition = self.cluster.partition_of(principal.tenant)
+        route = self.cluster.route(partition)
+        if isinstance(route, Local):
+            return route.memory
+        raise NotLeaderHere(partition, route)
+
+    def hub_for(self, principal: Principal, partition: int | None = None):
+        """The hub of the partition a stream reads: `partition` when given (an operator's
+        unscoped stream), else the principal's tenant's. Every replica has every hub."""
+        if self.cluster is None:
+            return self.hub
+        if partition is None:
+            partition = self.cluster.partition_of(principal.tenant)
+        return self.cluster.hub(partition)
+
+    @property
+    def partitions(self) -> int:
+        return 1 if self.cluster is None else self.cluster.partitions
+
+    async def startup(self) -> None:
         self._loop = asyncio.get_running_loop()
         self.closing = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
+        if self.settings.store:
+            await self._start_cluster()
+        else:
+            await self._start_files()
+        self.accepting = True
+        self.ready = True
+        if self.announce is not None:
+            self.announce(self)
+
+    async def _start_cluster(self) -> None:
+        from .cluster import Cluster
+
+        self.cluster = Cluster(self.settings, self.url or "", self.metrics)
+        try:
+            await self.cluster.start()
+        except BaseException:
+            await self.cluster.stop()
+            raise
+
+    async def _start_files(self) -> None:
+        from .hub import Hub
+
         s = self.settings
         self.replica_secret = load_replica_secret(s.data)
         durability = Durability.UNSAFE_NO_FSYNC if s.unsafe_no_fsync else Durability.FSYNC
@@ -93,10 +177,6 @@ class Service:
         )
         self.verifier.start()
         self._healer = asyncio.create_task(self._heal_loop())
-        self.accepting = True
-        self.ready = True
-        if self.announce is not None:
-            self.announce(self)
 
     def begin_shutdown_threadsafe(self) -> None:
         """From a signal handler: refuse new writes and end the streams, right away."""
@@ -156,6 +236,8 @@ class Service:
             await asyncio.to_thread(self.verifier.stop)
         if self.memory is not None:
             await asyncio.to_thread(self.memory.close)
+        if self.cluster is not None:
+            await self.cluster.stop()
 
     def principal(self, conn: HTTPConnection, scope: str) -> Principal:
         principal = authenticate(conn, self.settings, self.replica_secret)

@@ -16,6 +16,9 @@ allowed_origins = ["https://app.example"]      # cross-origin callers; CORS answ
 header_timeout = 10.0          # seconds a client may take to send a request's headers
 body_timeout = 60.0            # and its body (streams answer for as long as they like)
 fd_reserve = 64                # file descriptors kept for the log, never used for connections
+store = "postgresql://ledgermem@db/ledgermem"  # a shared store (docs/scale-out.md); else files
+lease_seconds = 5.0            # a partition leader's lease on the shared store
+advertise_url = "http://10.0.0.5:8000"  # where other replicas reach this one (forwarding)
 
 [[tokens]]
 token = "s3cret"
@@ -70,9 +73,27 @@ class Settings:
     header_timeout: float = 10.0  # a request's headers must arrive within it
     body_timeout: float = 60.0  # and its body within it (a response may stream for ever)
     fd_reserve: int = 64  # descriptors no connection may take, so the log can always open files
+    store: str | None = None  # a shared store's postgresql:// URL; None: the file log in `data`
+    lease_seconds: float = 5.0  # a partition leader's lease (store mode)
+    advertise_url: str | None = None  # this replica's URL for the others; None: the bound one
     extra: dict = field(default_factory=dict)
 
     def check(self) -> Settings:
+        if self.store is not None and not self.store.startswith(("postgresql://", "postgres://")):
+            raise InvalidInput(
+                "store must be a postgresql:// URL (docs/scale-out.md); leave it out for the "
+                "file log in the data directory"
+            )
+        if not 0.5 <= self.lease_seconds <= 600:  # also refuses NaN
+            raise InvalidInput(
+                f"lease_seconds must be between 0.5 and 600, not {self.lease_seconds!r}"
+            )
+        if self.advertise_url is not None and not self.advertise_url.startswith(
+            ("http://", "https://")
+        ):
+            raise InvalidInput(
+                f"advertise_url must be an http:// or https:// URL, not {self.advertise_url!r}"
+            )
         if not self.tokens and not self.allow_remote and not _is_loopback(self.host):
             raise InvalidInput(
                 f"refusing to listen on {self.host} without API tokens: configure tokens, or set "

@@ -1,0 +1,310 @@
+"""`PgSink`: a partition's lines made durable in PostgreSQL, fenced by the partition's lease.
+
+The sequencer decided every byte already; this sink only stores them. A batch is one statement
+(statements.APPEND) that advances the head row only while it still holds the batch's
+predecessor under our epoch, so a commit either lands whole, or changes nothing because another
+replica took the partition (Refused). What the sink adds to the file sink is the doubt of a
+network: when the connection drops mid-commit nobody knows whether the transaction committed.
+The sink then reconnects and reads the head: our last (seq, h) in the table means committed,
+the head still at our predecessor under our epoch means send again, anything else means fenced.
+It never sends a statement after the lease's local deadline (lease.py), and answers Unknown
+when the store stays unreachable until then: the writer stops and nothing is acknowledged.
+
+After each durable commit the lines go to the replica's mirror (`mirror.extend`), after each
+checkpoint its text (`mirror.install_checkpoint`): the mirror is a cache fed from the table too,
+so an error there is logged and never turns a durable commit into a failure.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from ..errors import InvalidInput, LedgerError
+from ..record import Record
+from ..sequencer import StartSegment
+from ..sink import (
+    COMMITTED,
+    Batch,
+    CommitResult,
+    RedactionRewrite,
+    Refused,
+    SignedCheckpoint,
+    Unknown,
+)
+from . import StoreError, require_psycopg, statements
+from .lease import Lease
+from .schema import StoreInfo, connect, one_line
+
+log = logging.getLogger(__name__)
+
+LEASE_EXPIRED = "nobody: this replica's lease expired before the commit was sent"
+BACKOFF_FIRST, BACKOFF_MAX = 0.02, 0.5
+
+
+class Fenced(LedgerError, OSError):
+    """A write other than an append found the partition led by someone else (or the lease
+    ended): the writer stops. An OSError so the writer's checkpoint timer treats it as a
+    failed write."""
+
+
+class StoreUnreachable(LedgerError, OSError):
+    """The store did not answer before the lease's deadline."""
+
+
+class PgSink:
+    """The DurabilitySink of one partition of a shared store (eventstore/sink.py)."""
+
+    def __init__(self, url: str, info: StoreInfo, lease: Lease, mirror=None) -> None:
+        self.url, self.info, self.lease, self.mirror = url, info, lease, mirror
+        self.partition = lease.partition
+        self.fsync_observer: Callable[[float, int], None] | None = None
+        self._psycopg = require_psycopg()
+        self._conn = connect(url)  # refuses synchronous_commit = off at once
+        self._reader = None  # read_record runs on callers' threads: a connection of its own
+        self._reader_lock = threading.Lock()
+
+    # ---- appends ---------------------------------------------------------------------------
+
+    def commit(self, batch: Batch) -> CommitResult:
+        params = self._append_params(batch.records, batch.lines, batch.leaves)
+        answer = self._append(statements.APPEND, params)
+        if answer is COMMITTED:
+            self._to_mirror("extend", batch.lines)
+        return answer
+
+    def start_segment(self, start: StartSegment) -> CommitResult:
+        params = self._append_params([start.record], [start.line], [start.leaf])
+        if start.checkpoint is None:  # segment 0's header: nothing before it
+            answer = self._append(statements.APPEND, params)
+        else:
+            payload = start.record.payload
+            params["sealed_segment"] = start.number - 1
+            params["sealed_root"] = base64.b64decode(payload["prev_segment_root"])  # type: ignore[index]
+            params["cp_size"] = start.record.seq
+            params["cp_text"] = start.checkpoint
+            answer = self._append(statements.START_SEGMENT, params)
+        if answer is COMMITTED:
+            self._to_mirror("extend", [start.line])
+            if start.checkpoint is not None:
+                self._to_mirror("install_checkpoint", start.checkpoint)
+        return answer
+
+    def _append_params(self, records: list[Record], lines: list[bytes], leaves: list[bytes]):
+        first, last = records[0].seq, records[-1].seq
+        return {
+            **self._fence(),
+            "first_seq": first,
+            "last_seq": last,
+            "prev": bytes.fromhex(records[0].prev),
+            "last_h": leaves[-1],
+            "seqs": [r.seq for r in records],
+            "hs": leaves,
+            "lines": lines,
+            "note": f"{self.partition}:{first}:{last}",
+        }
+
+    def _append(self, sql: str, params: dict) -> CommitResult:
+        """Send one fenced append; on a lost connection decide from the head (see module doc)."""
+        while True:
+            if not self.lease.valid():
+                return Refused(LEASE_EXPIRED)
+            started = time.monotonic()
+            try:
+                conn = self._writer()
+                inserted, moved = conn.execute(sql, params).fetchone()
+            except self._psycopg.OperationalError as exc:
+                self._drop_writer()
+                decision = self._decide_after_loss(params, started, exc)
+                if decision == "resend":
+                    continue
+                return decision
+            if moved:
+                if inserted != len(params["seqs"]):  # cannot happen: one statement, all or none
+                    raise StoreError(f"an append inserted {inserted} of {len(params['seqs'])} rows")
+                self.lease.extend_from(started)
+                if self.fsync_observer is not None:
+                    self.fsync_observer(time.monotonic() - started, inserted)
+                return COMMITTED
+            return self._refused()
+
+    def _decide_after_loss(self, params: dict, started: float, exc: BaseException):
+        """After a connection lost mid-commit: COMMITTED, "resend", Refused or Unknown."""
+        reason = one_line(exc)
+        delay = BACKOFF_FIRST
+        while self.lease.valid():
+            try:
+                conn = self._writer()
+                head = conn.execute(
+                    "SELECT last_seq, last_h, epoch, owner FROM lm_head WHERE partition = %s",
+                    (self.partition,),
+                ).fetchone()
+                last_seq, last_h, epoch, owner = head
+                if last_seq >= params["last_seq"]:
+                    row = conn.execute(
+                        "SELECT h FROM lm_record WHERE partition = %s AND seq = %s",
+                        (self.partition, params["last_seq"]),
+                    ).fetchone()
+                    if row is not None and bytes(row[0]) == params["last_h"]:
+                        self.lease.extend_from(started)  # the statement renewed it, too
+                        return COMMITTED
+                ours = epoch == self.lease.epoch and owner == self.lease.owner
+                if ours and last_seq == params["first_seq"] - 1 and bytes(last_h) == params["prev"]:
+                    return "resend"
+                self.lease.lose()
+                return Refused(owner or "nobody")
+            except (self._psycopg.OperationalError, StoreError) as again:
+                self._drop_writer()
+                reason = one_line(again)
+            time.sleep(min(delay, max(0.0, self.lease.remaining())))
+            delay = min(delay * 2, BACKOFF_MAX)
+        return Unknown(f"the store stayed unreachable until the lease's deadline: {reason}")
+
+    def _refused(self) -> Refused:
+        """Zero rows: the head is not ours any more (or not where we think it is)."""
+        self.lease.lose()
+        try:
+            row = (
+                self._writer()
+                .execute("SELECT owner, epoch FROM lm_head WHERE partition = %s", (self.partition,))
+                .fetchone()
+            )
+        except self._psycopg.OperationalError:
+            self._drop_writer()
+            return Refused("unknown (the store did not answer)")
+        owner, epoch = row
+        if owner == self.lease.owner and epoch == self.lease.epoch:
+            return Refused(f"{owner} (this replica, epoch {epoch}, but the head moved)")
+        return Refused(f"{owner} (epoch {epoch})")
+
+    # ---- checkpoints, reads, redaction -----------------------------------------------------
+
+    def install_checkpoint(self, checkpoint: SignedCheckpoint) -> None:
+        params = {**self._fence(), "size": checkpoint.size, "text": checkpoint.text}
+
+        def insert(conn) -> None:
+            if conn.execute(statements.INSERT_CHECKPOINT, params).fetchone() is None:
+                self._check_still_ours(conn)  # else it was there already: fine
+
+        self._retrying(insert)
+        self._to_mirror("install_checkpoint", checkpoint.text)
+
+    def read_record(self, seq: int) -> Record:
+        with self._reader_lock:
+            for attempt in (1, 2):
+                try:
+                    if self._reader is None:
+                        self._reader = connect(self.url)
+                    row = self._reader.execute(
+                        "SELECT line FROM lm_record WHERE partition = %s AND seq = %s",
+                        (self.partition, seq),
+                    ).fetchone()
+                    break
+                except self._psycopg.OperationalError:
+                    self._reader, reader = None, self._reader
+                    if reader is not None:
+                        reader.close()
+                    if attempt == 2:
+                        raise
+        if row is None:
+            raise InvalidInput(f"seq {seq} is not in partition {self.partition}'s log")
+        return Record.from_line(bytes(row[0]))
+
+    def rewrite_redacted(self, rewrite: RedactionRewrite) -> None:
+        """Remove the targets' payloads in one fenced transaction, then VACUUM (issue 14)."""
+        targets = {
+            seq: rs for per_segment in rewrite.targets.values() for seq, rs in per_segment.items()
+        }
+
+        def rewrite_rows(conn) -> None:
+            with conn.transaction():
+                if conn.execute(statements.LOCK_HEAD_IF_OURS, self._fence()).fetchone() is None:
+                    self._check_still_ours(conn)
+                for seq, redaction_seq in sorted(targets.items()):
+                    row = conn.execute(
+                        "SELECT line FROM lm_record WHERE partition = %s AND seq = %s",
+                        (self.partition, seq),
+                    ).fetchone()
+                    record = Record.from_line(bytes(row[0]))
+                    if record.has_payload:  # a retry after a lost commit finds it done
+                        line = record.redacted_line(redaction_seq) + b"\n"
+                        conn.execute(
+                            statements.REWRITE_LINE,
+                            {"partition": self.partition, "seq": seq, "line": line},
+                        )
+            conn.execute(statements.VACUUM_RECORDS)
+
+        self._retrying(rewrite_rows)
+
+    def abandon(self) -> None:
+        pass  # an append is one transaction: nothing half-written to drop
+
+    def close(self) -> None:
+        for conn in (self._conn, self._reader):
+            if conn is not None:
+                with contextlib.suppress(Exception):  # closing a broken connection
+                    conn.close()
+        self._conn = self._reader = None
+
+    # ---- connections -----------------------------------------------------------------------
+
+    def _fence(self) -> dict:
+        lease = self.lease
+        return {
+            "partition": lease.partition,
+            "epoch": lease.epoch,
+            "owner": lease.owner,
+            "seconds": lease.seconds,
+        }
+
+    def _writer(self):
+        if self._conn is None:
+            self._conn = connect(self.url)
+        return self._conn
+
+    def _drop_writer(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.close()
+
+    def _check_still_ours(self, conn) -> None:
+        row = conn.execute(
+            "SELECT owner, epoch FROM lm_head WHERE partition = %s", (self.partition,)
+        ).fetchone()
+        if row is None or row[0] != self.lease.owner or row[1] != self.lease.epoch:
+            self.lease.lose()
+            raise Fenced(
+                f"partition {self.partition} is led by {row[0] if row else None} "
+                f"(epoch {row[1] if row else None}) now, not by this replica"
+            )
+
+    def _retrying(self, write: Callable[[object], None]) -> None:
+        """Run an idempotent fenced write, reconnecting while the lease lasts."""
+        delay = BACKOFF_FIRST
+        while True:
+            if not self.lease.valid():
+                raise Fenced(f"this replica's lease on partition {self.partition} expired")
+            try:
+                write(self._writer())
+                return
+            except (self._psycopg.OperationalError, StoreError) as exc:
+                self._drop_writer()
+                if self.lease.remaining() <= delay:
+                    raise StoreUnreachable(
+                        f"the store stayed unreachable until the lease's deadline: {one_line(exc)}"
+                    ) from None
+            time.sleep(delay)
+            delay = min(delay * 2, BACKOFF_MAX)
+
+    def _to_mirror(self, method: str, argument) -> None:
+        if self.mirror is None:
+            return
+        try:
+            getattr(self.mirror, method)(argument)
+        except Exception:  # the mirror is a cache the tail refills; the commit is durable
+            log.exception("partition %d: the mirror refused %s", self.partition, method)

@@ -1,0 +1,200 @@
+"""Feeding every partition's mirror from the table: LISTEN for wake-ups, a poll for the rest.
+
+A NOTIFY is only a hint that rows were committed ("partition:first:last", never the lines): it
+can be lost (the listening backend dies, the notification queue fills up, a pooler drops it,
+NOTIFY is off), so nothing depends on it. On a wake-up, on every poll interval and after every
+reconnect the tail reads each partition's rows after the mirror's size, in seq order and in
+pages, and hands them to `Mirror.extend`, which skips what it already holds (the leader's sink
+feeds its own mirror too) and refuses a gap or a fork. The rows of one page must be contiguous
+from the mirror's size; a page that is not raises, because committed rows never have holes:
+someone deleted rows.
+
+Redactions need no re-reading of old rows: the mirror rewrites the targets itself when the
+redaction record reaches it. The newest checkpoint that the mirror's records cover is copied
+into it after each sync, so a mirror directory always verifies on its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+
+from ..errors import LedgerError
+from ..mirror import Mirror, MirrorDiverged
+from . import StoreError, require_psycopg
+from .schema import NOTIFY_CHANNEL, connect, one_line
+
+log = logging.getLogger("ledgermem.store.tail")
+
+PAGE_ROWS = 1000  # rows per query: bounded memory whatever the backlog
+MAX_BACKOFF = 5.0
+
+
+class StoreTail:
+    """Feeds every partition's mirror from the table: LISTEN lm_records plus a poll."""
+
+    def __init__(
+        self,
+        url: str,
+        mirrors: dict[int, Mirror],
+        *,
+        poll_interval: float = 0.5,
+        listen: bool = True,
+    ) -> None:
+        self.url = url
+        self.mirrors = mirrors
+        self.poll_interval = poll_interval
+        self.listen = listen
+        self.failed: dict[int, LedgerError] = {}  # partitions whose rows the mirror refused
+        self.backend_pid: int | None = None  # the feeding connection's backend (for operators)
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._sync_conn = None
+        self._sync_lock = threading.Lock()
+        self._feed_conn = None
+        self._fed = False  # the current connection has synced once
+
+    # ---- the thread --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._stopping.clear()
+        self._thread = threading.Thread(target=self._run, name="ledgermem-store-tail", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        with self._sync_lock:
+            _close(self._sync_conn)
+            self._sync_conn = None
+
+    def _run(self) -> None:
+        psycopg = require_psycopg()
+        backoff = self.poll_interval
+        while not self._stopping.is_set():
+            try:
+                self._feed()
+            except (psycopg.Error, StoreError, OSError) as exc:
+                if self._stopping.is_set():
+                    break
+                if self._fed:  # it worked until now (a killed backend): retry soon
+                    self._fed, backoff = False, self.poll_interval
+                log.warning("store tail: %s; reconnecting in %.1f s", one_line(exc), backoff)
+                self._stopping.wait(backoff)
+                backoff = min(MAX_BACKOFF, backoff * 2)
+                continue
+            finally:
+                _close(self._feed_conn)
+                self._feed_conn = None
+
+    def _feed(self) -> None:
+        conn = self._feed_conn = connect(self.url)
+        self.backend_pid = conn.info.backend_pid
+        if self.listen:
+            conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+        # Whatever was committed while no one listened: the wake-ups for it are gone.
+        self._sync_all(conn)
+        self._fed = True
+        next_poll = time.monotonic() + self.poll_interval
+        while not self._stopping.is_set():
+            wait = max(0.0, next_poll - time.monotonic())
+            woken: set[int] = set()
+            if self.listen:
+                for notify in conn.notifies(timeout=wait, stop_after=1):
+                    woken.add(_partition_of(notify.payload))
+                # Several commits may have notified at once: take every wake-up queued so far.
+                for notify in conn.notifies(timeout=0):
+                    woken.add(_partition_of(notify.payload))
+            else:
+                self._stopping.wait(wait)
+            if time.monotonic() >= next_poll:
+                self._sync_all(conn)  # the poll: wake-ups can be lost
+                next_poll = time.monotonic() + self.poll_interval
+            else:
+                for partition in sorted(woken & self.mirrors.keys()):
+                    self._sync_one(conn, partition)
+
+    def _sync_all(self, conn) -> None:
+        for partition in sorted(self.mirrors):
+            self._sync_one(conn, partition)
+
+    def _sync_one(self, conn, partition: int) -> None:
+        if partition in self.failed:
+            return
+        try:
+            sync_mirror(conn, partition, self.mirrors[partition])
+        except LedgerError as exc:
+            if isinstance(exc, StoreError):
+                raise
+            # The table and the mirror disagree: feeding it more cannot help, and retrying
+            # would log the same error every poll. The cluster reads `failed`.
+            self.failed[partition] = exc
+            log.error("store tail: partition %d stopped: %s", partition, exc)
+
+    # ---- on demand ---------------------------------------------------------------------------
+
+    def sync(self, partition: int) -> int:
+        """Copy every row committed now into the partition's mirror (blocking); its size."""
+        psycopg = require_psycopg()
+        with self._sync_lock:
+            for attempt in (1, 2):
+                if self._sync_conn is None:
+                    self._sync_conn = connect(self.url)
+                try:
+                    return sync_mirror(self._sync_conn, partition, self.mirrors[partition])
+                except psycopg.OperationalError:
+                    _close(self._sync_conn)
+                    self._sync_conn = None
+                    if attempt == 2:
+                        raise
+        raise AssertionError("unreachable")
+
+
+def sync_mirror(conn, partition: int, mirror: Mirror) -> int:
+    """Extend `mirror` with the partition's committed rows beyond its size, page by page, then
+    install the newest checkpoint it covers. Returns the mirror's size."""
+    while True:
+        start = mirror.size
+        rows = conn.execute(
+            "SELECT seq, line FROM lm_record WHERE partition = %s AND seq >= %s "
+            "ORDER BY seq LIMIT %s",
+            (partition, start, PAGE_ROWS),
+        ).fetchall()
+        if not rows:
+            break
+        held = next((i for i, (seq, _) in enumerate(rows) if seq != start + i), len(rows))
+        if held:
+            mirror.extend([bytes(line) for _, line in rows[:held]])
+        if held < len(rows):
+            raise MirrorDiverged(
+                f"partition {partition}: the table's rows jump from seq {start + held - 1} to "
+                f"{rows[held][0]} (rows missing from lm_record)"
+            )
+        if len(rows) < PAGE_ROWS:
+            break
+    row = conn.execute(
+        "SELECT text FROM lm_checkpoint WHERE partition = %s AND size <= %s "
+        "ORDER BY size DESC LIMIT 1",
+        (partition, mirror.size),
+    ).fetchone()
+    if row is not None:
+        mirror.install_checkpoint(row[0])
+    return mirror.size
+
+
+def _partition_of(payload: str) -> int:
+    try:
+        return int(payload.split(":", 1)[0])
+    except ValueError:
+        return -1  # not ours: the poll covers whatever it was about
+
+
+def _close(conn) -> None:
+    if conn is not None:
+        # Closing a broken connection: nothing is left to do when it fails.
+        with contextlib.suppress(Exception):
+            conn.close()

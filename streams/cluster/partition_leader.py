@@ -1,0 +1,126 @@
+"""One partition this replica holds a lease on: the takeover sequence, stepping down, handing over.
+
+Takeover, in order (issue 14, "Leadership"):
+1. the lease is taken (by the leadership loop, before this object exists);
+2. `StoreTail.sync(p)`: the mirror holds every committed row, so the memory reads the whole log;
+3. `open_partition_writer`: recovery from the table (the Merkle state rebuilt from segment roots,
+   the newest checkpoint checked against it, refusing on a mismatch), then `log.resume` and a
+   signed checkpoint, through a PgSink that also extends the mirror;
+4. `Memory.open_on(writer, mirror dir, DATA/partitions/p<N>/)`: the newest local snapshot, then
+   the rest of the log folded in;
+5. only then does the cluster route the partition here.
+
+Stepping down (a fenced commit, a lost renewal, the local deadline passed) must not wait on the
+database: the lease is made invalid on the local clock first, so the PgSink refuses every further
+statement without sending it, and the memory closes on a background thread. Handing over
+(balance, graceful stop) closes the memory cleanly instead (`log.close` and its checkpoint are
+committed under the still-valid lease) and then releases the lease so another replica can take
+it at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from sections.memory import Memory
+
+log = logging.getLogger("ledgermem.cluster")
+
+
+class PartitionLeader:
+    def __init__(self, cluster, partition: int, lease) -> None:
+        self.cluster = cluster
+        self.partition = partition
+        self.lease = lease
+        self.since = time.monotonic()
+        self.memory: Memory | None = None
+        self._lock = threading.Lock()
+        self._abandoned = False
+
+    @property
+    def failure(self) -> BaseException | None:
+        memory = self.memory
+        return None if memory is None else memory.failure
+
+    def take_over(self) -> Memory:
+        from eventstore.pg.leadership import open_partition_writer
+
+        cluster, partition = self.cluster, self.partition
+        settings = cluster.settings
+        mirror = cluster.mirror(partition)
+        cluster._tail.sync(partition)
+        writer = open_partition_writer(
+            cluster.store_url,
+            cluster.info,
+            cluster.key.key,
+            partition,
+            self.lease,
+            mirror,
+            checkpoint_interval=settings.checkpoint_interval,
+        )
+        from .cluster import partition_dir
+
+        memory = Memory.open_on(
+            writer,
+            mirror.log_dir,
+            partition_dir(settings.data, partition),
+            key=cluster.key,
+            config=settings.memory_config,
+            dedup_window_us=settings.dedup_window_us,
+        )
+        with self._lock:
+            self.memory = memory
+            abandoned = self._abandoned
+        if abandoned:
+            self._close_in_background()
+        return memory
+
+    def abandon(self) -> None:
+        """Stop at once: no further statement reaches the database; close in the background."""
+        self.lease.deadline = float("-inf")  # PgSink checks lease.valid() before each statement
+        with self._lock:
+            self._abandoned = True
+            memory = self.memory
+        if memory is not None:
+            self._close_in_background()
+
+    def _close_in_background(self) -> None:
+        threading.Thread(
+            target=self._close_quietly, name=f"ledgermem-stepdown-p{self.partition}", daemon=True
+        ).start()
+
+    def _close_quietly(self) -> None:
+        memory = self.memory
+        if memory is None:
+            return
+        try:
+            memory.close()
+        except Exception as exc:  # a fenced writer: nothing more of ours is durable anyway
+            log.info("partition %d: closed after stepping down (%s)", self.partition, exc)
+
+    def close_and_release(self, conn) -> None:
+        """Hand over cleanly: log.close and the final checkpoint, then release the lease."""
+        memory = self.memory
+        if memory is not None:
+            try:
+                memory.close()
+            except Exception as exc:
+                log.warning("partition %d: closing the memory failed: %s", self.partition, exc)
+        self.release_quietly(conn)
+
+    def release_quietly(self, conn=None) -> None:
+        from eventstore.pg import lease as leases
+        from eventstore.pg.schema import connect
+
+        own = conn is None
+        try:
+            if own:
+                conn = connect(self.cluster.store_url)
+            leases.release(conn, self.lease)
+        except Exception as exc:  # it expires by itself
+            log.warning("partition %d: releasing the lease failed: %s", self.partition, exc)
+        finally:
+            if own and conn is not None:
+                conn.close()
