@@ -14,8 +14,8 @@ middleware sits in front of the app in store mode and, for those requests only:
      (streams/replica_sig.py); status, headers and body come back as they are, streamed;
    - nobody (`NoLeader(retry_after)`): 503 `no_leader` with `Retry-After`.
 3. A leader that was fenced between our look and its answer says 421, and one that died refuses
-   the connection. Either way the route is refreshed (the cluster re-reads lm_head) and the
-   request tried once more, here or at the new leader; a second miss is 503 with `Retry-After`,
+   the connection. Either way the forwarder waits for the cluster's next look at lm_head (its
+   route cache changes within two ticks) and tries once more, here or at the new leader; a second miss is 503 with `Retry-After`,
    never a loop.
 
 Streams (SSE, WebSocket, JSONL, long-poll), status, health, metrics and the dashboard are served
@@ -42,6 +42,7 @@ from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .auth import authenticate, is_forwarded
+from .cluster.routes import NoLeader, Remote, Route
 from .errors import ApiError, error_response
 from .replica_sig import request_target, sign
 
@@ -66,6 +67,7 @@ _NOT_RETURNED = _HOP_BY_HOP | {"date", "server"}
 CONNECT_TIMEOUT = 2.0  # a leader that does not accept within it is treated as gone
 READ_TIMEOUT = 60.0  # a leader route answers well within it (long waits are streams, not here)
 NO_LEADER_RETRY_AFTER = 1
+REFRESH_POLL = 0.02  # seconds between looks at the cluster's routes after a miss
 
 
 class LeaderRoutes:
@@ -88,11 +90,11 @@ def leader_routes(service) -> LeaderRoutes:
     return LeaderRoutes(api.routes(service) + search_api.routes(service))
 
 
-def route_kind(route) -> str:
+def route_kind(route: Route) -> str:
     """`local`, `remote` or `none`, for the cluster's Local / Remote / NoLeader answers."""
-    if hasattr(route, "url"):
+    if isinstance(route, Remote):
         return "remote"
-    if hasattr(route, "retry_after"):
+    if isinstance(route, NoLeader):
         return "none"
     return "local"
 
@@ -160,7 +162,7 @@ class ForwardToLeader:
             if upstream is not None:
                 await upstream.aclose()
             if attempt == 1:
-                route = await _refreshed(cluster, partition)
+                route = await _refreshed(cluster, partition, route)
         await error_response(
             503,
             "no_leader",
@@ -264,14 +266,19 @@ def _replay(body: bytes, receive: Receive) -> Receive:
     return replay
 
 
-async def _refreshed(cluster, partition: int):
-    """The route after the cluster re-read who leads (`refresh(partition)`, when it has one)."""
-    refresh = getattr(cluster, "refresh", None)
-    if refresh is not None:
-        result = refresh(partition)
-        if asyncio.iscoroutine(result):
-            await result
-    return cluster.route(partition)
+async def _refreshed(cluster, partition: int, stale: Route) -> Route:
+    """The route once the cluster has looked at lm_head again.
+
+    The cluster's routes are a cache its leadership loop refreshes every `tick` (at most half a
+    second): wait up to two ticks for the answer to change from the one that failed, and take
+    whatever it says then (still the same leader, or none, is answered 503 by the caller).
+    """
+    deadline = time.monotonic() + 2 * getattr(cluster, "tick", 0.5)
+    while True:
+        route = cluster.route(partition)
+        if route != stale or time.monotonic() >= deadline:
+            return route
+        await asyncio.sleep(REFRESH_POLL)
 
 
 async def _no_leader(route, scope: Scope, receive: Receive, send: Send) -> None:

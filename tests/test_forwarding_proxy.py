@@ -13,7 +13,6 @@ import contextlib
 import socket
 import threading
 import time
-from dataclasses import dataclass
 from types import SimpleNamespace
 
 import httpx
@@ -24,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from streams.cluster import Local, NoLeader, Remote
 from streams.forwarding import ForwardToLeader, leader_routes
 from streams.replica_secret import ENV
 from streams.replica_sig import AT_HEADER, PRINCIPAL_HEADER, SIG_HEADER
@@ -39,39 +39,28 @@ TOKENS = (
 AUTH = {"Authorization": f"Bearer {WRITER}"}
 
 
-@dataclass
-class Local:
-    memory: object = None
-
-
-@dataclass
-class Remote:
-    url: str
-    replica: str = "leader"
-
-
-@dataclass
-class NoLeader:
-    retry_after: float
-
-
 class Routes:
-    """Answers `route()` from a list (the last one repeats); counts refreshes."""
+    """Stands in for the cluster's route cache: answers `route()` from a list, moving to the
+    next answer when the forwarder comes back for a fresh one (after a miss); the last repeats.
+    """
+
+    tick = 0.1
 
     def __init__(self, *routes) -> None:
         self.routes = list(routes)
-        self.refreshes = 0
+        self.asked = 0
+        self.refreshes = 0  # times the forwarder came back after a miss
 
     def partition_of(self, tenant: str) -> int:
         return 0
 
     def route(self, partition: int):
+        self.asked += 1
+        if self.asked == 2:  # the second look is the refresh after a miss
+            self.refreshes += 1
+            if len(self.routes) > 1:
+                self.routes.pop(0)
         return self.routes[0]
-
-    def refresh(self, partition: int) -> None:
-        self.refreshes += 1
-        if len(self.routes) > 1:
-            self.routes.pop(0)
 
 
 @contextlib.contextmanager
@@ -171,7 +160,7 @@ def front(routes: Routes, secret: bytes | None = SECRET, max_body_bytes: int = 1
 
 
 def test_a_write_through_the_front_lands_at_the_leader_as_the_caller(leader):
-    with front(Routes(Remote(leader))) as client, httpx.Client(base_url=leader) as direct:
+    with front(Routes(Remote(leader, "leader"))) as client, httpx.Client(base_url=leader) as direct:
         created = client.put("/v1/sessions/w1", headers=AUTH, json={"metadata": {"app": "x"}})
         assert created.status_code == 201, created.text
         assert "x-answered-by" not in created.headers
@@ -186,7 +175,7 @@ def test_a_write_through_the_front_lands_at_the_leader_as_the_caller(leader):
 
 
 def test_idempotency_key_and_if_match_reach_the_leader(leader):
-    with front(Routes(Remote(leader))) as client:
+    with front(Routes(Remote(leader, "leader"))) as client:
         version = client.put("/v1/sessions/i1", headers=AUTH).headers["etag"]
         headers = {**AUTH, "Idempotency-Key": "k-1"}
         path = "/v1/sessions/i1/sections/findings/items"
@@ -202,7 +191,7 @@ def test_idempotency_key_and_if_match_reach_the_leader(leader):
 
 
 def test_percent_encoded_ids_and_the_query_arrive_byte_for_byte(leader):
-    with front(Routes(Remote(leader))) as client:
+    with front(Routes(Remote(leader, "leader"))) as client:
         put = client.put("/v1/sessions/team%2F1%2Bx", headers=AUTH, json={"metadata": {"k": "a b"}})
         assert put.status_code == 201, put.text
         assert put.json()["session"]["session"] == "team/1+x"
@@ -212,7 +201,7 @@ def test_percent_encoded_ids_and_the_query_arrive_byte_for_byte(leader):
 
 
 def test_the_leader_s_refusals_come_back_as_they_are(leader):
-    with front(Routes(Remote(leader))) as client:
+    with front(Routes(Remote(leader, "leader"))) as client:
         missing = client.get("/v1/sessions/nope", headers=AUTH)
         assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
         reader = client.put("/v1/sessions/r1", headers={"Authorization": f"Bearer {READER}"})
@@ -220,7 +209,7 @@ def test_the_leader_s_refusals_come_back_as_they_are(leader):
 
 
 def test_a_large_answer_streams_back_identical(leader):
-    with front(Routes(Remote(leader))) as client, httpx.Client(base_url=leader) as direct:
+    with front(Routes(Remote(leader, "leader"))) as client, httpx.Client(base_url=leader) as direct:
         client.put("/v1/sessions/big", headers=AUTH)
         path = "/v1/sessions/big/sections/documents/items"
         for batch in range(10):
@@ -235,7 +224,7 @@ def test_a_large_answer_streams_back_identical(leader):
 
 
 def test_routes_every_replica_answers_are_never_forwarded(leader):
-    with front(Routes(Remote(leader))) as client:
+    with front(Routes(Remote(leader, "leader"))) as client:
         for path in ("/v1/log/status", "/healthz", "/readyz", "/metrics", "/v1/stream/jsonl",
                      "/v1/stream/sse", "/v1/events", "/", "/ui/app.js", "/openapi.json"):  # fmt: skip
             answer = client.get(path, headers=AUTH)
@@ -244,14 +233,14 @@ def test_routes_every_replica_answers_are_never_forwarded(leader):
 
 
 def test_a_local_leader_runs_the_request_here():
-    with front(Routes(Local())) as client:
+    with front(Routes(Local(None))) as client:
         answer = client.put("/v1/sessions/l1", headers=AUTH, json={})
         assert answer.json()["answered_by"] == "front"
         assert client.middleware.forwarded == 0
 
 
 def test_a_bad_token_is_refused_at_the_front(leader):
-    with front(Routes(Remote(leader))) as client:
+    with front(Routes(Remote(leader, "leader"))) as client:
         refused = client.put("/v1/sessions/b1", headers={"Authorization": "Bearer wrong"})
         assert refused.status_code == 401 and refused.json()["error"]["code"] == "unauthorized"
         assert client.middleware.forwarded == 0
@@ -260,7 +249,7 @@ def test_a_bad_token_is_refused_at_the_front(leader):
 def test_forwarding_headers_from_a_client_are_not_forwarded_again(leader):
     """They are judged where they arrive (the app's auth), never passed on with our signature."""
     headers = {PRINCIPAL_HEADER: "globex:read", SIG_HEADER: "0" * 64, AT_HEADER: "1"}
-    with front(Routes(Remote(leader))) as client:
+    with front(Routes(Remote(leader, "leader"))) as client:
         answer = client.get("/v1/sessions", headers={**AUTH, **headers})
         assert answer.headers.get("x-answered-by") == "front"
         assert client.middleware.forwarded == 0
@@ -274,7 +263,7 @@ def test_no_leader_is_503_with_retry_after():
 
 
 def test_a_fenced_leader_s_421_refreshes_the_route_and_retries_once(leader, fenced):
-    routes = Routes(Remote(fenced), Remote(leader))
+    routes = Routes(Remote(fenced, "fenced"), Remote(leader, "leader"))
     with front(routes) as client:
         answer = client.put("/v1/sessions/f1", headers=AUTH, json={"metadata": {"a": "1"}})
         assert answer.status_code == 201, answer.text
@@ -282,7 +271,7 @@ def test_a_fenced_leader_s_421_refreshes_the_route_and_retries_once(leader, fenc
 
 
 def test_two_421s_in_a_row_are_503_not_a_loop(fenced):
-    routes = Routes(Remote(fenced))
+    routes = Routes(Remote(fenced, "fenced"))
     with front(routes) as client:
         answer = client.put("/v1/sessions/f2", headers=AUTH)
         assert answer.status_code == 503 and answer.headers["retry-after"] == "1"
@@ -291,7 +280,7 @@ def test_two_421s_in_a_row_are_503_not_a_loop(fenced):
 
 
 def test_after_a_421_this_replica_may_be_the_leader_and_gets_the_body(fenced):
-    routes = Routes(Remote(fenced), Local())
+    routes = Routes(Remote(fenced, "fenced"), Local(None))
     with front(routes) as client:
         answer = client.post("/v1/sessions/f3/end", headers=AUTH, content=b'{"x": 1}')
         assert answer.json() == {"answered_by": "front", "path": "/v1/sessions/f3/end",
@@ -299,14 +288,14 @@ def test_after_a_421_this_replica_may_be_the_leader_and_gets_the_body(fenced):
 
 
 def test_a_refused_connection_refreshes_and_retries(leader):
-    routes = Routes(Remote(_dead_url()), Remote(leader))
+    routes = Routes(Remote(_dead_url(), "dead"), Remote(leader, "leader"))
     with front(routes) as client:
         assert client.put("/v1/sessions/d1", headers=AUTH).status_code == 201
         assert routes.refreshes == 1
 
 
 def test_a_leader_dying_mid_request_is_503_and_not_retried(hangs_up, leader):
-    routes = Routes(Remote(hangs_up), Remote(leader))
+    routes = Routes(Remote(hangs_up, "hangs-up"), Remote(leader, "leader"))
     with front(routes) as client:
         answer = client.put("/v1/sessions/h1", headers={**AUTH, "Idempotency-Key": "h"})
         assert answer.status_code == 503 and answer.json()["error"]["code"] == "leader_unreachable"
@@ -315,7 +304,7 @@ def test_a_leader_dying_mid_request_is_503_and_not_retried(hangs_up, leader):
 
 
 def test_a_body_over_the_limit_is_413_at_the_front(leader):
-    with front(Routes(Remote(leader)), max_body_bytes=1000) as client:
+    with front(Routes(Remote(leader, "leader")), max_body_bytes=1000) as client:
         answer = client.post(
             "/v1/sessions/x/sections/findings/items", headers=AUTH, json={"content": "y" * 2000}
         )
@@ -324,7 +313,7 @@ def test_a_body_over_the_limit_is_413_at_the_front(leader):
 
 
 def test_without_a_secret_the_front_says_so_instead_of_forwarding(leader):
-    with front(Routes(Remote(leader)), secret=None) as client:
+    with front(Routes(Remote(leader, "leader")), secret=None) as client:
         answer = client.put("/v1/sessions/s1", headers=AUTH)
         assert answer.status_code == 503
         assert answer.json()["error"]["code"] == "no_replica_secret"
