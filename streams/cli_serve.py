@@ -100,6 +100,9 @@ def run(args: argparse.Namespace) -> int:
     url = f"http://{host}:{port}"
 
     def announce(service: Service) -> None:
+        if service.cluster is not None:
+            announce_replica(service, url)
+            return
         key = service.memory.key
         created = " (created now, mode 0600)" if key.created else ""
         if settings.unsafe_no_fsync:
@@ -113,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"connections     {budget.describe()}", flush=True)
         print(f"listening on {url}", flush=True)
 
-    service = Service(settings, announce)
+    service = Service(settings, announce, url)
     app = create_app(settings, service)
 
     class Server(uvicorn.Server):
@@ -155,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
             runner.run(serve())
     except (LedgerError, OSError) as exc:
         if phase[0] == "start":
-            return _refuse(startup_problem(exc, settings.data))
+            return _refuse(startup_problem(exc, settings.data, settings.store))
         what = "shutdown failed" if phase[0] == "stop" else "stopped"
         return _refuse(f"{what}: {exc}; run `ledgermem verify` on {settings.data}", 1)
     problem = final_checkpoint_problem(service)
@@ -180,10 +183,28 @@ def _refuse(message: str, code: int = 2) -> int:
     return code
 
 
-def startup_problem(exc: BaseException, data: str) -> str:
+def announce_replica(service, url: str) -> None:
+    """What a replica of a shared store prints once it serves (tests read the last line)."""
+    from eventstore.pg.schema import redact_url
+
+    cluster = service.cluster
+    print(f"store           {redact_url(cluster.store_url)}", flush=True)
+    print(f"replica         {cluster.replica_id} (advertised as {cluster.url})", flush=True)
+    print(f"partitions      {cluster.partitions}", flush=True)
+    print(f"signing key     {cluster.key.path}", flush=True)
+    for partition, vkey in enumerate(cluster.info.vkeys):
+        print(f"vkey p{partition}         {vkey}", flush=True)
+    print(f"listening on {url}", flush=True)
+
+
+def startup_problem(exc: BaseException, data: str, store: str | None = None) -> str:
     """One line: what is wrong and what to do about it."""
     from eventstore.errors import BadKey, LockHeld
     from sections.errors import ConfigError
+
+    if store and isinstance(exc, BadKey):
+        # The message names both vkeys and says to copy keys/ from the init-store directory.
+        return " ".join(str(exc).split())
 
     if isinstance(exc, LockHeld):
         return str(exc)  # names the holder and says what to do

@@ -5,6 +5,12 @@ operator's: with API tokens they need the `admin` scope. A tenant's token gets t
 with its own figures only (`tenant_status`, `tenant_metrics`): its sessions, items, records
 appended since the service started, its newest record's seq as `head` and its own subscribers.
 Without tokens every caller is the operator, as before. docs/service.md has the table.
+
+With a shared store every replica answers these for every partition (docs/scale-out-cluster.md):
+the operator's `/v1/log/status` lists each partition (head from this replica's mirror, leader,
+epoch, whether this replica leads it, its checkpoint and verifier); a tenant's shows its own
+partition, with its figures where this replica leads it (null elsewhere: the projection lives
+on the leader). `/v1/log/checkpoint?partition=N` is that partition's newest checkpoint.
 """
 
 from __future__ import annotations
@@ -19,11 +25,12 @@ from starlette.routing import request_response
 from eventstore import layout
 from eventstore.checkpoint import CheckpointError, parse_checkpoint
 
-from .errors import error_response, refusal_code
+from .auth import Principal
+from .errors import ApiError, error_response, refusal_code
 from .metrics import CHANNELS
 from .responses import json_response
 from .routing import RawRoute
-from .service import Service
+from .service import NotLeaderHere, Service
 
 ADMIN = "admin"  # the scope that sees log-wide figures
 
@@ -39,6 +46,12 @@ def routes(service: Service) -> list[RawRoute]:
         if refusal is not None:
             code, _ = refusal_code(refusal)
             return error_response(503, code, f"writes are refused until the log reopens: {refusal}")
+        if service.cluster is not None:
+            partitions = [
+                {key: entry[key] for key in ("partition", "head", "leader", "leading")}
+                for entry in service.cluster.status()
+            ]
+            return json_response({"status": "ready", "partitions": partitions})
         return json_response({"status": "ready", "head": service.writer.size - 1})
 
     async def metrics(request: Request) -> Response:
@@ -57,9 +70,13 @@ def routes(service: Service) -> list[RawRoute]:
 
     async def checkpoint(request: Request) -> Response:
         """The newest signed checkpoint file, as is: mirrors (`ledgermem tail`) anchor with it."""
-        service.principal(request, "read")
+        principal = service.principal(request, "read")
+        if service.cluster is None:
+            log_dir = service.writer.log_dir
+        else:
+            log_dir = service.cluster.mirror(status_partition(service, request, principal)).log_dir
         try:
-            text = (service.writer.log_dir / layout.CHECKPOINT).read_bytes()
+            text = (log_dir / layout.CHECKPOINT).read_bytes()
         except FileNotFoundError:
             return error_response(404, "not_found", "no checkpoint has been written yet")
         return Response(text, media_type="text/plain; charset=utf-8")
@@ -74,7 +91,61 @@ def routes(service: Service) -> list[RawRoute]:
     return [RawRoute(path, {"GET": request_response(handler)}) for path, handler in table]
 
 
+def status_partition(service: Service, request: Request, principal) -> int:
+    """`?partition=N` for the operator (0 by default); a tenant's token reads its own."""
+    cluster = service.cluster
+    given = request.query_params.get("partition")
+    if ADMIN not in principal.scopes:
+        return cluster.partition_of(principal.tenant)
+    if given is None:
+        return 0
+    if not (given.isascii() and given.isdigit() and int(given) < cluster.partitions):
+        raise ApiError(
+            400, "invalid_input", f"give ?partition=N with N in 0..{cluster.partitions - 1}"
+        )
+    return int(given)
+
+
+def checkpoint_figures(path, vkey) -> dict:
+    try:
+        stat = path.stat()
+        parsed = parse_checkpoint(path.read_text("utf-8"), vkey)
+        return {"size": parsed.size, "age_seconds": round(time.time() - stat.st_mtime, 3)}
+    except (OSError, CheckpointError) as exc:
+        return {"size": None, "age_seconds": None, "error": str(exc)}
+
+
+def store_status(service: Service) -> dict:
+    """The operator's `/v1/log/status` on a replica of a shared store: every partition."""
+    cluster = service.cluster
+    partitions = []
+    for entry in cluster.status():
+        partition = entry["partition"]
+        vkey = cluster.info.key_for(cluster.key.key, partition).vkey
+        mirror = cluster.mirror(partition)
+        verifier = cluster.verifier(partition)
+        partitions.append(
+            {
+                **entry,
+                "origin": mirror.origin,
+                "vkey": str(vkey),
+                "checkpoint": checkpoint_figures(mirror.log_dir / layout.CHECKPOINT, vkey),
+                "verifier": verifier.verdict.to_json() if verifier is not None else None,
+            }
+        )
+    return {
+        "scope": "store",
+        "origin": cluster.info.origin,
+        "replica": cluster.replica_id,
+        "partitions": partitions,
+        "subscribers": service.metrics.subscriber_counts(),
+        "stream_traces_skipped": int(service.metrics.stream_traces_skipped._value.get()),
+    }
+
+
 def log_status_of(service: Service) -> dict:
+    if service.cluster is not None:
+        return store_status(service)
     writer = service.writer
     path = writer.log_dir / layout.CHECKPOINT
     checkpoint: dict | None = None
@@ -105,9 +176,14 @@ def tenant_figures(service: Service, tenant: str) -> dict:
         items = sum(len(section.items) for s in sessions for section in s.sections.values())
         return len(sessions), items, max((s.last_seq for s in sessions), default=-1)
 
-    sessions, items, head = service.memory.read(own)
+    principal = Principal(tenant, frozenset())
+    try:
+        sessions, items, head = service.memory_for(principal).read(own)
+    except NotLeaderHere:  # the projection lives on the partition's leader
+        sessions = items = head = None
+    hub = service.hub_for(principal)
     subscribers = dict.fromkeys(CHANNELS, 0)
-    for subscription in service.hub.subscriptions if service.hub is not None else ():
+    for subscription in hub.subscriptions if hub is not None else ():
         if not subscription.closed and subscription.cursor.filter.tenant == frozenset((tenant,)):
             subscribers[subscription.channel] = subscribers.get(subscription.channel, 0) + 1
     return {
@@ -123,13 +199,28 @@ def tenant_status(service: Service, tenant: str) -> dict:
     """`/v1/log/status` for a tenant's token: the keys of the operator's answer (so one client
     reads both), with the tenant's own figures and null where only a log-wide figure exists."""
     figures = tenant_figures(service, tenant)
-    verdict = service.verifier.verdict if service.verifier else None
     hidden = "a log-wide figure: it needs the admin scope"
+    if service.cluster is None:
+        verifier, origin, vkey, where = (
+            service.verifier,
+            service.writer.origin,
+            service.writer.key.vkey,
+            {},
+        )
+    else:
+        cluster = service.cluster
+        partition = cluster.partition_of(tenant)
+        verifier = cluster.verifier(partition)
+        origin = cluster.mirror(partition).origin
+        vkey = cluster.info.key_for(cluster.key.key, partition).vkey
+        where = {"partition": partition}
+    verdict = verifier.verdict if verifier else None
     return {
         "scope": "tenant",
         "tenant": tenant,
-        "origin": service.writer.origin,
-        "vkey": str(service.writer.key.vkey),
+        **where,
+        "origin": origin,
+        "vkey": str(vkey),
         **figures,
         "checkpoint": {"size": None, "age_seconds": None, "error": hidden},
         "verifier": None
@@ -150,7 +241,8 @@ def tenant_metrics(service: Service, tenant: str) -> bytes:
         ("appends", "Records of this tenant made durable since the service started"),
     ):
         gauge = Gauge(f"ledgermem_tenant_{name}", help_, ["tenant"], registry=registry)
-        gauge.labels(tenant).set(figures[name])
+        if figures[name] is not None:  # None: another replica leads the tenant's partition
+            gauge.labels(tenant).set(figures[name])
     gauge = Gauge(
         "ledgermem_tenant_subscribers", "This tenant's open subscribers", ["tenant", "channel"],
         registry=registry,

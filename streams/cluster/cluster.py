@@ -33,12 +33,12 @@ from pathlib import Path
 
 from eventstore.layout import DataDir
 from eventstore.partitions import partition_of
-from eventstore.reader import LogReader
 from eventstore.store import load_or_create_key
 
 from ..hub import Hub
 from ..verifier import BackgroundVerifier
 from . import balance, registry
+from .mirror_reader import MirrorReader
 from .partition_leader import PartitionLeader
 from .routes import Local, NoLeader, Remote, Route
 
@@ -113,8 +113,8 @@ class Cluster:
     def mirror(self, partition: int):
         return self._mirrors[partition]
 
-    def verifier(self, partition: int) -> BackgroundVerifier:
-        return self._verifiers[partition]
+    def verifier(self, partition: int) -> BackgroundVerifier | None:
+        return self._verifiers.get(partition)
 
     def leading(self) -> list[int]:
         with self._lock:
@@ -146,16 +146,10 @@ class Cluster:
     async def start(self) -> None:
         await asyncio.to_thread(self._open)
         for partition, mirror in self._mirrors.items():
-            reader = LogReader(
-                mirror.log_dir, index_dir=partition_dir(self.data, partition) / "index"
-            )
+            reader = MirrorReader(mirror, partition_dir(self.data, partition) / "index")
             hub = Hub(mirror, reader, self.settings, self.metrics)
             await hub.start()
             self._hubs[partition] = hub
-            vkey = self.info.key_for(self.key.key, partition).vkey
-            verifier = BackgroundVerifier(mirror.log_dir, vkey, lambda m=mirror: m.size - 1)
-            verifier.start()
-            self._verifiers[partition] = verifier
         self._tail.start()
         self._thread = threading.Thread(target=self._run, name="ledgermem-leadership", daemon=True)
         self._thread.start()
@@ -167,9 +161,8 @@ class Cluster:
     def _open(self) -> None:
         """The store's description, this replica's key checked against it, the mirrors."""
         from eventstore.mirror import Mirror
-        from eventstore.pg.tail import StoreTail
-
         from eventstore.pg.schema import connect, read_store
+        from eventstore.pg.tail import StoreTail
 
         conn = connect(self.store_url)
         try:
@@ -203,6 +196,8 @@ class Cluster:
             await asyncio.to_thread(verifier.stop)
         if self._tail is not None:
             await asyncio.to_thread(self._tail.stop)
+        for mirror in self._mirrors.values():
+            mirror.close()
 
     def _close_all(self) -> None:
         from eventstore.pg.schema import connect
@@ -252,9 +247,20 @@ class Cluster:
         if conn is not None:
             conn.close()
 
+    def _start_verifiers(self) -> None:
+        """A partition's background verifier starts once its mirror holds the log's header."""
+        for partition, mirror in self._mirrors.items():
+            if partition in self._verifiers or mirror.size == 0:
+                continue
+            vkey = self.info.key_for(self.key.key, partition).vkey
+            verifier = BackgroundVerifier(mirror.log_dir, vkey, lambda m=mirror: m.size - 1)
+            verifier.start()
+            self._verifiers[partition] = verifier
+
     def _tick(self, conn) -> None:
         from eventstore.pg import lease as leases
 
+        self._start_verifiers()
         registry.heartbeat(conn, self.replica_id, self.url)
         self._check_deadlines()
         with self._lock:
@@ -262,7 +268,7 @@ class Cluster:
         for leader in leaders:
             if not leases.renew(conn, leader.lease):
                 self._step_down(leader, "its lease was taken over")
-        heads = leases.heads(conn)
+        heads = registry.heads(conn)
         replicas = registry.replicas(conn, self.lease_seconds)
         self._heads = heads
         self._refresh_routes(heads, replicas)

@@ -79,7 +79,7 @@ class PartitionLeader:
 
     def abandon(self) -> None:
         """Stop at once: no further statement reaches the database; close in the background."""
-        self.lease.deadline = float("-inf")  # PgSink checks lease.valid() before each statement
+        self.lease.lose()  # PgSink checks lease.valid() before each statement
         with self._lock:
             self._abandoned = True
             memory = self.memory
