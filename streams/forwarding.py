@@ -144,6 +144,7 @@ class ForwardToLeader:
         for attempt in (1, 2):
             kind = route_kind(route)
             if kind == "none":
+                self._count("no_leader")
                 await _no_leader(route, scope, receive, send)
                 return
             if kind == "local":
@@ -154,21 +155,30 @@ class ForwardToLeader:
             except (httpx.ConnectError, httpx.ConnectTimeout):
                 upstream = None  # nothing was sent: safe to try the refreshed route
             except httpx.TransportError as exc:
+                self._count("unreachable")
                 await _unreachable(route.url, exc, scope, receive, send)
                 return
             if upstream is not None and upstream.status_code != 421:
+                self._count("answered")
                 await self._relay(upstream, send)
                 return
             if upstream is not None:
                 await upstream.aclose()
             if attempt == 1:
+                self._count("retried")
                 route = await _refreshed(cluster, partition, route)
+        self._count("no_leader")
         await error_response(
             503,
             "no_leader",
             f"partition {partition} is changing leaders; retry shortly",
             {"Retry-After": str(NO_LEADER_RETRY_AFTER)},
         )(scope, receive, send)
+
+    def _count(self, outcome: str) -> None:
+        metrics = getattr(self.service, "metrics", None)
+        if metrics is not None:
+            metrics.forwarded.labels(outcome).inc()
 
     def client(self) -> httpx.AsyncClient:
         if self._client is None:

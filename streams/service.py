@@ -133,6 +133,7 @@ class Service:
         self.closing = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
+        self.replica_secret = load_replica_secret(self.settings.data)
         if self.settings.store:
             await self._start_cluster()
         else:
@@ -156,7 +157,6 @@ class Service:
         from .hub import Hub
 
         s = self.settings
-        self.replica_secret = load_replica_secret(s.data)
         durability = Durability.UNSAFE_NO_FSYNC if s.unsafe_no_fsync else Durability.FSYNC
         self.memory = await asyncio.to_thread(
             Memory.open,
