@@ -21,9 +21,14 @@ section, like bench/fanout.py. After a warm-up, over `--seconds`:
   order is impossible to judge with a tenant filter, so instead every subscriber's seqs must be
   strictly increasing (`out_of_order` counts violations; 0 expected).
 
+`two_direct` is `two` with every publisher sent to its partition's leader (as a client that
+knows the partitions would), which tells the cost of forwarding from the cost of a second
+replica. Each set-up reports the cores its replicas, the client and the rest of the machine
+(PostgreSQL) used in the window.
+
 Then, for `two` only: kill -9 the replica leading partition 0 and time until the survivor reports
-leading it (its /v1/log/status), and until the first write to that partition succeeds through the
-survivor. Targets (issue 14): two replicas >= 1.6x the writes and >= 1.8x the deliveries of one;
+leading it (its /readyz), and until the first write to that partition succeeds
+through the survivor. Targets (issue 14): two replicas >= 1.6x the writes and >= 1.8x the deliveries of one;
 p99 <= 50 ms; takeover <= lease + 1 s.
 
 Usage: .venv/bin/python bench/replicas.py [--quick] [--k 1000] [--publishers 4] [--seconds 10]
@@ -34,10 +39,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -49,6 +54,7 @@ import fanout as F  # bench/fanout.py: its SSE subscriber, tally and latency fig
 import http_writes as H  # bench/http_writes.py: its launcher, server process and connections
 
 from eventstore.partitions import partition_of
+from eventstore.pg.schema import init_store
 
 ROOT = Path(__file__).resolve().parent.parent
 PARTITIONS = 2
@@ -74,6 +80,7 @@ def tenants() -> dict[int, str]:
 
 
 TENANTS = tenants()
+REPLICA_SECRET = uuid.uuid4().hex  # one per run, given to every replica
 TOKENS = {p: f"bench-token-{t}" for p, t in TENANTS.items()}
 
 
@@ -93,18 +100,6 @@ def admin(url: str, statement: str) -> None:
         conn.execute(statement)
 
 
-def cli(*args: str) -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", H.LAUNCHER, *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"ledgermem {' '.join(args[:1])} failed: {done.stderr.strip()}")
-
-
 class Store:
     """A fresh database with an initialized store, and data directories sharing its keys."""
 
@@ -115,7 +110,7 @@ class Store:
         self.root = root
         admin(admin_url, f'CREATE DATABASE "{self.name}"')
         self.first = root / "r0"
-        cli("init-store", self.url, "--partitions", str(PARTITIONS), "--data", str(self.first))
+        init_store(self.url, PARTITIONS, self.first)
 
     def data_dir(self, n: int) -> Path:
         path = self.root / f"r{n}"
@@ -129,8 +124,11 @@ class Store:
 
 def start_replicas(store: Store, count: int, lease: float) -> list[H.ServerProcess]:
     env = {
-        "LEDGERMEM_TOKENS": ",".join(f"{TOKENS[p]}:{t}:read+write" for p, t in TENANTS.items()),
+        "LEDGERMEM_TOKENS": ",".join(
+            f"{TOKENS[p]}:{t}:read+write+admin" for p, t in TENANTS.items()
+        ),
         "LEDGERMEM_LEASE_SECONDS": str(lease),
+        "LEDGERMEM_REPLICA_SECRET": REPLICA_SECRET,
     }
     args = ("--store", store.url)
     return [
@@ -140,7 +138,7 @@ def start_replicas(store: Store, count: int, lease: float) -> list[H.ServerProce
 
 
 def status_leading(port: int) -> dict[int, bool]:
-    text = H.run_async(H.get_text(port, "/v1/log/status"))
+    text = H.run_async(H.get_text(port, "/readyz"))
     return {p["partition"]: bool(p["leading"]) for p in json.loads(text)["partitions"]}
 
 
@@ -195,9 +193,14 @@ class Publisher:
         raise ConnectionError(f"replica on port {self.port} keeps closing the connection")
 
     async def setup(self) -> None:
-        status, body = await self.call("PUT", f"/v1/sessions/{self.session}")
-        if status not in (200, 201):
-            raise RuntimeError(f"PUT session: {status} {body[:300]!r}")
+        deadline = time.monotonic() + 10
+        while True:  # right after a hand-over a replica's routes may lag a tick: 503, retry
+            status, body = await self.call("PUT", f"/v1/sessions/{self.session}")
+            if status in (200, 201):
+                return
+            if status not in (421, 503) or time.monotonic() > deadline:
+                raise RuntimeError(f"PUT session: {status} {body[:300]!r}")
+            await asyncio.sleep(0.1)
 
     async def run(self, stop: asyncio.Event) -> None:
         path = f"/v1/sessions/{self.session}/sections/messages/items"
@@ -247,10 +250,35 @@ async def subscribe(ports: list[int], k: int, tally: F.Tally) -> list:
     return subscribers
 
 
-async def measure(ports: list[int], args) -> dict:
+def backend_pids(store_url: str) -> list[int]:
+    """The PostgreSQL server processes serving the bench's database (its connections)."""
+    import psycopg
+
+    name = store_url.rsplit("/", 1)[1]
+    with psycopg.connect(store_url) as conn:
+        rows = conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+            (name,),
+        ).fetchall()
+    return [pid for (pid,) in rows]
+
+
+def cpu_of(pids: list[int]) -> float:
+    total = 0.0
+    for pid in pids:
+        with contextlib.suppress(OSError):  # the connection closed meanwhile
+            total += H.proc_cpu(pid)
+    return total
+
+
+async def measure(
+    ports: list[int], pids: list[int], leaders: dict[int, int], store_url: str, args
+) -> dict:
+    """`leaders`: partition -> port of its leader, for publishers that go there directly;
+    empty: publishers spread round robin over every replica (half of them forwarded with two)."""
     contents = [json.dumps(c).encode() for c in H.make_contents(500)]
     publishers = [
-        Publisher(ports[(p + n) % len(ports)], p, p * 1000 + n, contents)
+        Publisher(leaders.get(p) or ports[(p + n) % len(ports)], p, p * 1000 + n, contents)
         for p in TENANTS
         for n in range(args.publishers)
     ]
@@ -262,11 +290,23 @@ async def measure(ports: list[int], args) -> dict:
     await asyncio.sleep(args.warmup)
     acked0 = sum(pub.acked for pub in publishers)
     errors0 = sum(pub.errors for pub in publishers)
+    forwarded0 = [await forwarded(port) for port in ports]
     tally.recording = True
+    cpu0 = [H.proc_cpu(pid) for pid in pids]
+    backends = backend_pids(store_url)
+    backends0 = cpu_of(backends)
+    client0, machine0 = time.process_time(), H.cpu_times()
     start = time.perf_counter()
     await asyncio.sleep(args.seconds)
     tally.recording = False
     window = time.perf_counter() - start
+    replica_cores = [
+        round((H.proc_cpu(pid) - c) / window, 2) for pid, c in zip(pids, cpu0, strict=True)
+    ]
+    client_cores = round((time.process_time() - client0) / window, 2)
+    postgres_cores = round((cpu_of(backends) - backends0) / window, 2)
+    machine_cores = H.busy_cores(machine0, H.cpu_times(), window)
+    forwarded1 = [await forwarded(port) for port in ports]
     acked = sum(pub.acked for pub in publishers) - acked0
     errors = sum(pub.errors for pub in publishers) - errors0
     stop.set()
@@ -284,7 +324,34 @@ async def measure(ports: list[int], args) -> dict:
         "deliveries": tally.deliveries,
         "latency_ms": F.latency_figures(tally.latencies_us),
         "out_of_order": tally.gaps,
+        "forwarded_per_s": round((sum(forwarded1) - sum(forwarded0)) / window, 1),
+        "cores": {
+            "replicas": replica_cores,
+            "client": client_cores,
+            "postgres_backends": postgres_cores,
+            "machine_busy": machine_cores,
+            # what else ran on the machine (other users' work, PostgreSQL's own background)
+            "others_est": round(
+                max(0.0, machine_cores - sum(replica_cores) - client_cores - postgres_cores), 2
+            ),
+        },
     }
+
+
+async def forwarded(port: int) -> float:
+    """ledgermem_forwarded_requests_total{outcome="answered"} of one replica."""
+    conn = await H.connect(port)
+    try:
+        request = (
+            f"GET /metrics HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer {TOKENS[0]}\r\n\r\n"
+        ).encode()
+        _, body = await conn.request(request)
+    finally:
+        conn.transport.close()
+    for line in body.decode().splitlines():
+        if line.startswith('ledgermem_forwarded_requests_total{outcome="answered"}'):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
 
 
 async def first_write(port: int, partition: int, since: float, limit: float) -> float:
@@ -323,18 +390,25 @@ def takeover(replicas: list[H.ServerProcess], leaders: dict, lease: float) -> di
     }
 
 
-def scenario(store: Store, count: int, args) -> dict:
+def scenario(store: Store, count: int, args, direct: bool = False) -> dict:
     replicas = start_replicas(store, count, args.lease)
     try:
         leaders = wait_balanced(replicas, 20 * args.lease)
         log(f"{count} replica(s) leading: { {p: r.port for p, r in leaders.items()} }")
-        result = H.run_async(measure([r.port for r in replicas], args))
-        if count > 1:
+        time.sleep(1.0)  # every replica's route cache has seen the hand-over (ticks <= 0.5 s)
+        ports, pids = [r.port for r in replicas], [r.pid for r in replicas]
+        to = {p: r.port for p, r in leaders.items()} if direct else {}
+        result = H.run_async(measure(ports, pids, to, store.url, args))
+        if count > 1 and not direct:
             result["takeover"] = takeover(replicas, leaders, args.lease)
         return result
     finally:
         for replica in replicas:
             replica.kill()
+
+
+def ratio(a: float, b: float) -> float | None:
+    return round(a / b, 2) if b else None
 
 
 def run(args) -> dict:
@@ -350,11 +424,11 @@ def run(args) -> dict:
         "targets": TARGETS,
     }
     try:
-        for count, name in ((1, "one"), (2, "two")):
+        for count, name, direct in ((1, "one", False), (2, "two", False), (2, "two_direct", True)):
             store = Store(args.admin_url, root / name)
             try:
                 log(f"{name}: {count} replica(s), k={args.k}")
-                results[name] = scenario(store, count, args)
+                results[name] = scenario(store, count, args, direct)
                 log(f"{name}: {json.dumps(results[name])}")
             finally:
                 store.drop()
@@ -362,12 +436,12 @@ def run(args) -> dict:
         shutil.rmtree(root, ignore_errors=True)
     one, two = results["one"], results["two"]
     results["ratios"] = {
-        "writes": round(two["writes_per_s"] / one["writes_per_s"], 2)
-        if one["writes_per_s"]
-        else None,
-        "deliveries": round(two["deliveries_per_s"] / one["deliveries_per_s"], 2)
-        if one["deliveries_per_s"]
-        else None,
+        "writes": ratio(two["writes_per_s"], one["writes_per_s"]),
+        "deliveries": ratio(two["deliveries_per_s"], one["deliveries_per_s"]),
+        "writes_direct": ratio(results["two_direct"]["writes_per_s"], one["writes_per_s"]),
+        "deliveries_direct": ratio(
+            results["two_direct"]["deliveries_per_s"], one["deliveries_per_s"]
+        ),
     }
     leads = two["takeover"]["survivor_leads_after_s"]
     results["met"] = {
