@@ -35,10 +35,10 @@ import asyncio
 import math
 import time
 from collections.abc import Iterable
+from urllib.parse import unquote
 
-import httpx
 from starlette.requests import HTTPConnection
-from starlette.routing import BaseRoute, Match
+from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .auth import authenticate, is_forwarded
@@ -73,15 +73,43 @@ REFRESH_POLL = 0.02  # seconds between looks at the cluster's routes after a mis
 class LeaderRoutes:
     """Which requests need the partition's leader: those one of the leader routes matches.
 
-    Built from the route tables themselves, so a new session route is forwarded without anyone
-    keeping a list of paths in step.
+    Built from the route tables themselves (their patterns), so a new session route is forwarded
+    without anyone keeping a list of paths in step. The method does not matter: a wrong one is
+    the leader's 405 to give. Matching splits the raw path once, like `RawRoute`, and decodes
+    only segments holding `%`; a websocket is never a leader route.
     """
 
     def __init__(self, routes: Iterable[BaseRoute]) -> None:
         self.routes = list(routes)
+        self._by_length: dict[int, list[list[str]]] = {}
+        for route in self.routes:
+            parts = route.pattern.split("/")[1:]
+            self._by_length.setdefault(len(parts), []).append(parts)
 
     def __contains__(self, scope: Scope) -> bool:
-        return any(route.matches(scope)[0] is not Match.NONE for route in self.routes)
+        if scope["type"] != "http":
+            return False
+        raw = (scope.get("raw_path") or scope["path"].encode()).split(b"?", 1)[0]
+        segments = _segments(raw)
+        if segments is None:
+            return False
+        for parts in self._by_length.get(len(segments), ()):
+            if all(
+                value if part[:1] == "{" else part == value
+                for part, value in zip(parts, segments, strict=True)
+            ):
+                return True
+        return False
+
+
+def _segments(raw: bytes) -> list[str] | None:
+    try:
+        return [
+            unquote(part.decode("ascii"), errors="strict") if b"%" in part else part.decode("ascii")
+            for part in raw.split(b"/")[1:]
+        ]
+    except UnicodeError:
+        return None
 
 
 def leader_routes(service) -> LeaderRoutes:
@@ -107,7 +135,7 @@ class ForwardToLeader:
         self.app = app
         self.service = service
         self.routes = routes
-        self._client: httpx.AsyncClient | None = None
+        self._client = None  # an httpx.AsyncClient, made on the first forwarded request
         self.forwarded = 0  # requests proxied (for tests and metrics)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -130,6 +158,7 @@ class ForwardToLeader:
             await self.app(scope, receive, send)
             return
         try:
+            httpx = _httpx()
             if self.service.replica_secret is None:
                 raise ApiError(
                     503,
@@ -180,7 +209,9 @@ class ForwardToLeader:
         if metrics is not None:
             metrics.forwarded.labels(outcome).inc()
 
-    def client(self) -> httpx.AsyncClient:
+    def client(self):
+        """One httpx.AsyncClient (a keep-alive pool) for every forwarded request."""
+        httpx = _httpx()
         if self._client is None:
             self._client = httpx.AsyncClient(
                 timeout=httpx.Timeout(READ_TIMEOUT, connect=CONNECT_TIMEOUT, pool=None),
@@ -194,7 +225,7 @@ class ForwardToLeader:
             await self._client.aclose()
             self._client = None
 
-    async def _send(self, base_url: str, scope: Scope, body: bytes, principal) -> httpx.Response:
+    async def _send(self, base_url: str, scope: Scope, body: bytes, principal):
         raw_path = scope.get("raw_path") or scope["path"].encode()
         query = scope.get("query_string", b"")
         target = request_target(raw_path, query)
@@ -216,14 +247,14 @@ class ForwardToLeader:
         request = self.client().build_request(
             method,
             # The raw target, so percent-encoded ids reach the leader byte for byte.
-            httpx.URL(base_url.rstrip("/") + target),
+            _httpx().URL(base_url.rstrip("/") + target),
             headers=headers,
             content=body,
         )
         self.forwarded += 1
         return await self.client().send(request, stream=True)
 
-    async def _relay(self, upstream: httpx.Response, send: Send) -> None:
+    async def _relay(self, upstream, send: Send) -> None:
         headers = [
             (name, value)
             for name, value in upstream.headers.raw
@@ -260,6 +291,21 @@ async def _read_body(receive: Receive, limit: int, scope: Scope) -> bytes:
         chunks.append(chunk)
         if not message.get("more_body", False):
             return b"".join(chunks)
+
+
+def _httpx():
+    """httpx, imported on the first forwarded request: file mode never needs it (it is in the
+    `postgresql` extra with the driver)."""
+    try:
+        import httpx
+    except ImportError:
+        raise ApiError(
+            503,
+            "forwarding_unavailable",
+            "this replica cannot forward to the partition's leader: httpx is not installed "
+            "(pip install 'ledgermem[postgresql]')",
+        ) from None
+    return httpx
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:
