@@ -32,6 +32,7 @@ for; it is not retried here because a request without one could then apply twice
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import time
 from collections.abc import Iterable
@@ -47,8 +48,10 @@ from .errors import ApiError, error_response
 from .replica_sig import request_target, sign
 
 # Connection-level headers (RFC 9110 7.6.1) and what the forwarder itself sets or must not pass:
-# the caller's credentials stay here (the principal travels signed instead); Origin stays too,
-# since CORS is answered by the replica the browser talks to.
+# the caller's credentials stay here (the principal travels signed instead); Origin and the
+# Sec-Fetch-* headers stay too: this replica's guard has judged them (streams/guards.py), CORS is
+# answered by the replica the browser talks to, and the leader would otherwise refuse an allowed
+# cross-origin call for coming from a page.
 _HOP_BY_HOP = frozenset(
     {
         "connection",
@@ -61,7 +64,17 @@ _HOP_BY_HOP = frozenset(
         "upgrade",
     }
 )
-_NOT_FORWARDED = _HOP_BY_HOP | {"host", "content-length", "authorization", "cookie", "origin"}
+_NOT_FORWARDED = _HOP_BY_HOP | {
+    "host",
+    "content-length",
+    "authorization",
+    "cookie",
+    "origin",
+    "sec-fetch-site",
+    "sec-fetch-mode",
+    "sec-fetch-dest",
+    "sec-fetch-user",
+}
 # uvicorn adds its own `date` and `server`; the leader's would come twice.
 _NOT_RETURNED = _HOP_BY_HOP | {"date", "server"}
 CONNECT_TIMEOUT = 2.0  # a leader that does not accept within it is treated as gone
@@ -192,7 +205,15 @@ class ForwardToLeader:
                 await self._relay(upstream, send)
                 return
             if upstream is not None:
+                await upstream.aread()
                 await upstream.aclose()
+                if _error_code(upstream.content) != "not_leader":
+                    # A 421 of another kind (the leader does not know the Host we used: its
+                    # allowed_hosts lacks the advertised name) is a configuration problem a
+                    # retry cannot fix: the caller gets the leader's answer naming it.
+                    self._count("answered")
+                    await self._relay_read(upstream, send)
+                    return
             if attempt == 1:
                 self._count("retried")
                 route = await _refreshed(cluster, partition, route)
@@ -254,6 +275,20 @@ class ForwardToLeader:
         self.forwarded += 1
         return await self.client().send(request, stream=True)
 
+    async def _relay_read(self, upstream, send: Send) -> None:
+        """An answer already read whole (its body is `upstream.content`)."""
+        body = upstream.content
+        headers = [
+            (name, value)
+            for name, value in upstream.headers.raw
+            if name.decode("latin-1").lower() not in _NOT_RETURNED | {"content-length"}
+        ]
+        headers.append((b"content-length", str(len(body)).encode()))
+        await send(
+            {"type": "http.response.start", "status": upstream.status_code, "headers": headers}
+        )
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+
     async def _relay(self, upstream, send: Send) -> None:
         headers = [
             (name, value)
@@ -270,6 +305,13 @@ class ForwardToLeader:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
             await upstream.aclose()
+
+
+def _error_code(body: bytes) -> str | None:
+    try:
+        return json.loads(body)["error"]["code"]
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 async def _read_body(receive: Receive, limit: int, scope: Scope) -> bytes:

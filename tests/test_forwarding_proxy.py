@@ -103,15 +103,24 @@ def leader(tmp_path_factory):
         yield running.url
 
 
+def _answering_421(code: str):
+    async def misdirected(request: Request):
+        return JSONResponse({"error": {"code": code, "message": f"a 421 {code}"}}, 421)
+
+    return Starlette(routes=[Route("/{rest:path}", misdirected, methods=["GET", "POST", "PUT"])])
+
+
 @pytest.fixture(scope="module")
 def fenced():
-    """A replica that lost its lease: every leader route answers 421."""
+    """A replica that lost its lease: every leader route answers 421 not_leader."""
+    with serving(_answering_421("not_leader")) as url:
+        yield url
 
-    async def misdirected(request: Request):
-        return JSONResponse({"error": {"code": "not_leader", "message": "fenced"}}, 421)
 
-    app = Starlette(routes=[Route("/{rest:path}", misdirected, methods=["GET", "POST", "PUT"])])
-    with serving(app) as url:
+@pytest.fixture(scope="module")
+def unknown_host():
+    """A leader whose allowed_hosts lacks the name it was reached by: 421 unknown_host."""
+    with serving(_answering_421("unknown_host")) as url:
         yield url
 
 
@@ -317,3 +326,21 @@ def test_without_a_secret_the_front_says_so_instead_of_forwarding(leader):
         answer = client.put("/v1/sessions/s1", headers=AUTH)
         assert answer.status_code == 503
         assert answer.json()["error"]["code"] == "no_replica_secret"
+
+
+def test_a_421_that_is_not_about_leadership_comes_back_unretried(unknown_host, leader):
+    routes = Routes(Remote(unknown_host, "misnamed"), Remote(leader, "leader"))
+    with front(routes) as client:
+        answer = client.put("/v1/sessions/u1", headers=AUTH)
+        assert answer.status_code == 421
+        assert answer.json()["error"] == {"code": "unknown_host", "message": "a 421 unknown_host"}
+        assert routes.refreshes == 0 and client.middleware.forwarded == 1
+
+
+def test_an_allowed_cross_origin_call_is_not_refused_by_the_leader(leader):
+    """The front's guard judged Origin and Sec-Fetch-*; the leader must not judge them again."""
+    headers = {**AUTH, "Origin": "https://app.example", "Sec-Fetch-Site": "cross-site",
+               "Sec-Fetch-Mode": "cors"}  # fmt: skip
+    with front(Routes(Remote(leader, "leader"))) as client:
+        answer = client.put("/v1/sessions/o1", headers=headers)
+        assert answer.status_code == 201, answer.text
