@@ -122,8 +122,9 @@ class Store:
         admin(self.admin_url, f'DROP DATABASE IF EXISTS "{self.name}"')
 
 
-def start_replicas(store: Store, count: int, lease: float) -> list[H.ServerProcess]:
+def start_replicas(store: Store, count: int, lease: float, k: int) -> list[H.ServerProcess]:
     env = {
+        "LEDGERMEM_MAX_SUBSCRIBERS_PER_CLIENT": str(k + 64),  # every subscriber is 127.0.0.1
         "LEDGERMEM_TOKENS": ",".join(
             f"{TOKENS[p]}:{t}:read+write+admin" for p, t in TENANTS.items()
         ),
@@ -391,7 +392,7 @@ def takeover(replicas: list[H.ServerProcess], leaders: dict, lease: float) -> di
 
 
 def scenario(store: Store, count: int, args, direct: bool = False) -> dict:
-    replicas = start_replicas(store, count, args.lease)
+    replicas = start_replicas(store, count, args.lease, args.k)
     try:
         leaders = wait_balanced(replicas, 20 * args.lease)
         log(f"{count} replica(s) leading: { {p: r.port for p, r in leaders.items()} }")
