@@ -16,7 +16,9 @@ section, like bench/fanout.py. After a warm-up, over `--seconds`:
 - writes/s: acknowledged POSTs;
 - deliveries/s: records received by all subscribers;
 - publish-to-receive latency: receive time minus the record's `ts` (the leader's clock, stamped
-  before the commit), every (subscriber, record), across replicas (all on this machine's clock);
+  before the commit), every (subscriber, record), across replicas (all on this machine's clock),
+  at the full rate (mostly queueing behind the backlog) and, as bench/fanout.py does, `paced`:
+  PACED_RATE publishes/s spread over the same publishers (the target applies to this one);
 - gaps: a subscriber's record whose seq is not its previous one + 1 in the stream's filter
   order is impossible to judge with a tenant filter, so instead every subscriber's seqs must be
   strictly increasing (`out_of_order` counts violations; 0 expected).
@@ -58,6 +60,7 @@ from eventstore.pg.schema import init_store
 
 ROOT = Path(__file__).resolve().parent.parent
 PARTITIONS = 2
+PACED_RATE = 10.0  # publishes/s for the latency without backlog
 TARGETS = {
     "writes_ratio_min": 1.6,
     "deliveries_ratio_min": 1.8,
@@ -173,6 +176,7 @@ class Publisher:
         self.session = f"pub{n}"
         self.auth = f"authorization: Bearer {TOKENS[partition]}\r\n"
         self.conn = None
+        self.lock = asyncio.Lock()  # one request at a time on the connection
         self.acked = 0
         self.errors = 0
         self.sent = 0
@@ -203,16 +207,21 @@ class Publisher:
                 raise RuntimeError(f"PUT session: {status} {body[:300]!r}")
             await asyncio.sleep(0.1)
 
-    async def run(self, stop: asyncio.Event) -> None:
-        path = f"/v1/sessions/{self.session}/sections/messages/items"
-        while not stop.is_set():
+    async def publish(self) -> bool:
+        async with self.lock:
             self.sent += 1
             content = self.contents[self.sent % len(self.contents)]
-            status, body = await self.call("POST", path, b'{"content":%s}' % content)
-            if status == 201:
-                self.acked += 1
-            else:
-                self.errors += 1
+            path = f"/v1/sessions/{self.session}/sections/messages/items"
+            status, _ = await self.call("POST", path, b'{"content":%s}' % content)
+        if status == 201:
+            self.acked += 1
+            return True
+        self.errors += 1
+        return False
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            if not await self.publish():
                 await asyncio.sleep(0.05)
 
 
@@ -308,10 +317,12 @@ async def measure(
     postgres_cores = round((cpu_of(backends) - backends0) / window, 2)
     machine_cores = H.busy_cores(machine0, H.cpu_times(), window)
     forwarded1 = [await forwarded(port) for port in ports]
+    full_latency = F.latency_figures(tally.latencies_us)
     acked = sum(pub.acked for pub in publishers) - acked0
     errors = sum(pub.errors for pub in publishers) - errors0
     stop.set()
     await asyncio.gather(*running)
+    paced = await paced_latency(publishers, tally, args.paced_seconds)
     for s in subscribers:
         s.transport.close()
     for pub in publishers:
@@ -323,7 +334,8 @@ async def measure(
         "write_errors": errors,
         "deliveries_per_s": round(tally.deliveries / window, 1),
         "deliveries": tally.deliveries,
-        "latency_ms": F.latency_figures(tally.latencies_us),
+        "latency_ms": full_latency,
+        "paced": paced,
         "out_of_order": tally.gaps,
         "forwarded_per_s": round((sum(forwarded1) - sum(forwarded0)) / window, 1),
         "cores": {
@@ -337,6 +349,26 @@ async def measure(
             ),
         },
     }
+
+
+async def paced_latency(publishers: list[Publisher], tally: F.Tally, seconds: float) -> dict:
+    """Publish-to-receive latency at PACED_RATE publishes/s, spread over the publishers (so over
+    the replicas, forwarded ones included): latency without the full rate's backlog."""
+    await asyncio.sleep(1.0)  # the full rate's backlog drains
+    tally.latencies_us = []
+    tally.recording = True
+    events = max(1, round(seconds * PACED_RATE))
+    pending = []
+    start = time.perf_counter()
+    for n in range(events):
+        delay = start + n / PACED_RATE - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        pending.append(asyncio.ensure_future(publishers[n % len(publishers)].publish()))
+    await asyncio.gather(*pending)
+    await asyncio.sleep(1.0)  # the last records reach every subscriber
+    tally.recording = False
+    return {"rate_per_s": PACED_RATE, "events": events, **F.latency_figures(tally.latencies_us)}
 
 
 async def forwarded(port: int) -> float:
@@ -449,7 +481,7 @@ def run(args) -> dict:
         "writes_ratio": (results["ratios"]["writes"] or 0) >= TARGETS["writes_ratio_min"],
         "deliveries_ratio": (results["ratios"]["deliveries"] or 0)
         >= TARGETS["deliveries_ratio_min"],
-        "latency_p99": max(one["latency_ms"]["p99"] or 0, two["latency_ms"]["p99"] or 0)
+        "latency_p99_paced": max(one["paced"]["p99"] or 0, two["paced"]["p99"] or 0)
         <= TARGETS["latency_p99_ms_max"],
         "takeover": leads is not None and leads <= args.lease + 1.0,
     }
@@ -462,6 +494,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--publishers", type=int, default=4, help="per tenant (per partition)")
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--warmup", type=float, default=3.0)
+    parser.add_argument("--paced-seconds", type=float, default=6.0)
     parser.add_argument("--lease", type=float, default=2.0)
     parser.add_argument(
         "--admin-url",
@@ -473,7 +506,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", help="also write the JSON object to this file")
     args = parser.parse_args(argv)
     if args.quick:
-        args.k, args.seconds, args.warmup = min(args.k, 100), 3.0, 1.0
+        args.k, args.seconds, args.warmup, args.paced_seconds = min(args.k, 100), 3.0, 1.0, 2.0
     results = run(args)
     text = json.dumps(results, indent=2)
     print(text)
