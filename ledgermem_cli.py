@@ -43,6 +43,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "redact": ("replay.cli_redact", "erase payloads by seq, offline (log-format.md section 9)"),
     "erase": ("replay.cli_erase", "erase a session (or items) from a data directory, offline"),
+    "init-store": (
+        "eventstore.pg.cli_init_store",
+        "create a shared PostgreSQL store of P partitions (idempotent)",
+    ),
+    "export-log": (
+        "eventstore.pg.cli_export_log",
+        "write a store partition's rows as a log directory for `verify`, incrementally",
+    ),
     "backup": (
         "replay.cli_backup",
         "a consistent copy of a data directory, while the service runs",

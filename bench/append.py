@@ -14,7 +14,15 @@ In the same run:
 - the machine noise: 1-minute loadavg and CPU idle before the run, and per scenario the cores
   busy outside this process.
 
-Usage: .venv/bin/python bench/append.py [--seconds S] [--quick] [--out FILE]
+With `--store postgresql://...` the same scenarios also run against the PostgreSQL log: a
+LogWriter on a PgSink (eventstore/pg/) leading partition 0 of a fresh store, in a scratch
+database the bench creates on that server and drops afterwards (the URL's own database is only
+used to connect), with the file store's scenarios beside them in the same run. Their CPU figures
+add the server's (`postgres_cpu_us_per_record`: from /proc, the postgres processes alive for the
+whole scenario, i.e. its own backend and the server's background processes, which other clients
+of the same server also use; see `neighbour_cores_est`).
+
+Usage: .venv/bin/python bench/append.py [--seconds S] [--quick] [--out FILE] [--store URL]
 Figures and how to read them: docs/benchmarks.md, section "append".
 """
 
@@ -22,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
 import os
 import platform
@@ -173,9 +182,17 @@ def cpu_floor(payloads: list[dict], seconds: float, directory: Path) -> dict:
 class Scenario:
     """One fresh log, `concurrency` appenders for warmup + seconds; counts the measured window."""
 
-    def __init__(self, root: Path, family: str, concurrency: int, payloads: list[dict]):
+    def __init__(
+        self,
+        root: Path,
+        family: str,
+        concurrency: int,
+        payloads: list[dict],
+        store: str | None = None,
+    ):
         self.family, self.concurrency, self.payloads = family, concurrency, payloads
-        self.data_dir = root / f"{family}-{concurrency}"
+        self.store = store  # a server URL: run on a PostgreSQL partition instead of files
+        self.data_dir = root / f"{family}-{concurrency}{'-store' if store else ''}"
         self.stop = False
         self.samples: list[tuple[list[int], list[int]]] = []
         self.commits = 0
@@ -248,7 +265,44 @@ class Scenario:
         await asyncio.gather(*tasks)
 
     def run(self, warmup: float, seconds: float) -> dict:
-        writer, _ = open_log(self.data_dir, durability=Durability.FSYNC)
+        if self.store is None:
+            writer, _ = open_log(self.data_dir, durability=Durability.FSYNC)
+            figures = self._measure(writer, warmup, seconds)
+            log_bytes = sum(
+                p.stat().st_size for _, p in layout.list_segments(self.data_dir / "log")
+            )
+            figures["line_bytes_mean"] = round(log_bytes / max(1, figures.pop("size")))
+            figures["segments"] = len(layout.list_segments(self.data_dir / "log"))
+            shutil.rmtree(self.data_dir)
+            return figures
+        with scratch_store(self.store, self.data_dir) as (url, info, key):
+            from eventstore.pg import lease as leases
+            from eventstore.pg.leadership import LeaseKeeper, open_partition_writer
+            from eventstore.pg.schema import connect
+
+            with connect(url) as conn:
+                lease = leases.take(conn, 0, "bench", 10.0)
+            writer = open_partition_writer(url, info, key, 0, lease)
+            keeper = LeaseKeeper(url, lease).start()
+            server0 = postgres_cpu_by_pid()
+            figures = self._measure(writer, warmup, seconds)
+            server = postgres_cpu_since(server0)
+            keeper.stop()
+            with connect(url) as conn:
+                count, total = conn.execute(
+                    "SELECT count(*), sum(length(line)) FROM lm_record WHERE partition = 0"
+                ).fetchone()
+            figures["line_bytes_mean"] = round(total / max(1, count))
+            figures["segments"] = (count - 1 >> info.seg_bits) + 1
+            figures.pop("size")
+            appended = figures["appended_total"]
+            figures["postgres_cpu_us_per_record"] = (
+                round(server / appended * 1e6, 2) if appended else None
+            )
+            figures["fsync_count_method"] = "fsync_observer (PgSink: one per commit statement)"
+            return figures
+
+    def _measure(self, writer, warmup: float, seconds: float) -> dict:
         writer.add_listener(self._on_batch)
         observed = hasattr(writer, "fsync_observer")
         if observed:
@@ -269,9 +323,6 @@ class Scenario:
         idle = idle_fraction(idle0, cpu_times())
         appended = writer.size - size0
         writer.close()
-        log_bytes = sum(p.stat().st_size for _, p in layout.list_segments(self.data_dir / "log"))
-        segments = len(layout.list_segments(self.data_dir / "log"))
-        shutil.rmtree(self.data_dir)
 
         lo, hi = t_start + int(warmup * 1e9), t_start + int((warmup + seconds) * 1e9)
         lats = sorted(
@@ -322,9 +373,79 @@ class Scenario:
             }
             if walls
             else None,
-            "line_bytes_mean": round(log_bytes / max(1, writer.size)),
-            "segments": segments,
+            "size": writer.size,
         }
+
+
+# ---- the PostgreSQL store (--store) -----------------------------------------------------------
+
+
+@contextlib.contextmanager
+def scratch_store(server_url: str, data_dir: Path):
+    """A fresh database on the server at `server_url` with a one-partition store; dropped after."""
+    import psycopg
+
+    from eventstore.layout import DataDir
+    from eventstore.pg.schema import init_store
+    from eventstore.store import load_or_create_key
+
+    name = f"lm_bench_{os.getpid()}_{int(time.time() * 1000) % 10**9}"
+    with psycopg.connect(server_url, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    url = server_url.rsplit("/", 1)[0] + "/" + name
+    try:
+        info = init_store(url, 1, data_dir, origin="bench.local/store")
+        key = load_or_create_key(DataDir(data_dir), info.origin, create=False).key
+        yield url, info, key
+    finally:
+        with psycopg.connect(server_url, autocommit=True) as admin:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (name,)
+            )
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def postgres_cpu_by_pid() -> dict[int, float]:
+    """CPU seconds (utime + stime) of each process named postgres on this machine, from /proc."""
+    found = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        name, _, rest = stat.partition(" (")[2].rpartition(") ")
+        if name.startswith("postgres"):
+            fields = rest.split()
+            found[int(entry.name)] = (int(fields[11]) + int(fields[12])) / tick
+    return found
+
+
+def postgres_cpu_since(before: dict[int, float]) -> float:
+    """The server's CPU since `before`, over the processes alive at both ends: the scenario's
+    own backend and the server's background processes (WAL writer, checkpointer...), without
+    the CPU of other clients' backends that ended meanwhile."""
+    after = postgres_cpu_by_pid()
+    return sum(after[pid] - before[pid] for pid in after.keys() & before.keys())
+
+
+def server_description(server_url: str) -> dict:
+    from eventstore.pg.schema import connect, redact_url
+
+    with connect(server_url) as conn:
+        version = conn.execute("SHOW server_version").fetchone()[0]
+        settings = dict(
+            conn.execute(
+                "SELECT name, setting FROM pg_settings WHERE name IN "
+                "('synchronous_commit', 'fsync', 'wal_sync_method', 'commit_delay', "
+                "'shared_buffers', 'max_wal_size')"
+            ).fetchall()
+        )
+    return {"url": redact_url(server_url), "server_version": version, "settings": settings}
 
 
 # ---- the whole run ---------------------------------------------------------------------------
@@ -340,14 +461,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--dir", type=Path, help="parent of the temporary data directory (default: system temp)"
     )
+    parser.add_argument(
+        "--store",
+        metavar="URL",
+        help="also run every scenario on the PostgreSQL log (a scratch database on this server)",
+    )
     args = parser.parse_args(argv)
+    if args.store is not None and not args.store.startswith(("postgresql://", "postgres://")):
+        parser.error(f"--store wants a postgresql:// URL, not {args.store!r}")
     seconds = args.seconds if args.seconds is not None else (0.5 if args.quick else 3.0)
     warmup = min(0.5, 0.2 * seconds)
     noise_syncs = 20 if args.quick else 200
 
     root = Path(tempfile.mkdtemp(prefix="ledgermem-bench-", dir=args.dir))
     try:
-        result = run(root, seconds, warmup, noise_syncs, args.quick)
+        result = run(root, seconds, warmup, noise_syncs, args.quick, args.store)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     result["command"] = " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]])
@@ -380,7 +508,9 @@ def code_version() -> dict:
     }
 
 
-def run(root: Path, seconds: float, warmup: float, noise_syncs: int, quick: bool) -> dict:
+def run(
+    root: Path, seconds: float, warmup: float, noise_syncs: int, quick: bool, store: str | None
+) -> dict:
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
     code = code_version()
     payloads = make_payloads(1024)
@@ -415,6 +545,19 @@ def run(root: Path, seconds: float, warmup: float, noise_syncs: int, quick: bool
                 f"{figures['records_per_commit']} rec/commit"
             )
 
+    store_results: dict[str, dict[str, dict]] = {}
+    for family in FAMILIES if store else ():
+        store_results[family] = {}
+        for concurrency in CONCURRENCY:
+            scenario = Scenario(root, family, concurrency, payloads, store)
+            figures = scenario.run(warmup, seconds)
+            store_results[family][str(concurrency)] = figures
+            log(
+                f"store {family} x{concurrency}: {figures['records_per_s']} rec/s, ack p50 "
+                f"{figures['ack_ms']['p50']} ms p99 {figures['ack_ms']['p99']} ms, "
+                f"{figures['records_per_commit']} rec/commit"
+            )
+
     floors.append(cpu_floor(payloads, seconds, root))
     log(f"cpu floor again: {floors[1]}")
     noise["end"] = disk_noise(root, noise_syncs)
@@ -437,6 +580,25 @@ def run(root: Path, seconds: float, warmup: float, noise_syncs: int, quick: bool
         p99_ok = figures["ack_ms"]["p99"] <= TARGETS["ack_p99_ms_max"]
         verdicts[family] = {"records_per_s": rate_ok, "ack_p99": p99_ok, "both": rate_ok and p99_ok}
     verdicts["all"] = all(verdicts[f]["both"] for f in FAMILIES)
+
+    extra = {}
+    if store:
+        for family_results in store_results.values():
+            for figures in family_results.values():
+                figures["ratio_to_file_store"] = None
+        for family in FAMILIES:
+            for concurrency in CONCURRENCY:
+                figures = store_results[family][str(concurrency)]
+                file_rate = results[family][str(concurrency)]["records_per_s"]
+                figures["ratio_to_file_store"] = round(figures["records_per_s"] / file_rate, 4)
+        extra["store"] = {
+            "what": "LogWriter on PgSink, partition 0 of a fresh one-partition store, lease "
+            "heartbeat on; one statement per group commit",
+            "server": server_description(store),
+            "reference": "issue 14: probes measured 9-45k records/s at 64 appenders with group "
+            "commit",
+            "results": store_results,
+        }
 
     return {
         "bench": "append",
@@ -469,6 +631,7 @@ def run(root: Path, seconds: float, warmup: float, noise_syncs: int, quick: bool
         "targets": TARGETS,
         "pass": verdicts,
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        **extra,
     }
 
 

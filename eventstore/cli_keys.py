@@ -1,4 +1,8 @@
-"""`ledgermem vkey [--data DIR]`: print the log's verifier key string, one line."""
+"""`ledgermem vkey [--data DIR]`: print the log's verifier key string, one line.
+
+With `--store URL [--partition N]`: the vkey a shared store recorded for partition N (its log
+signs under `<origin>/p<N>`), read from the store, so an auditor needs no replica's files.
+"""
 
 from __future__ import annotations
 
@@ -14,13 +18,20 @@ DEFAULT_DATA = "./ledgermem-data"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", default=DEFAULT_DATA, help="data directory (default %(default)s)")
+    parser.add_argument("--store", metavar="URL", help="a shared store's database instead")
+    parser.add_argument("--partition", type=int, default=0, metavar="N", help="with --store")
 
 
 def run(args: argparse.Namespace) -> int:
     try:
-        info = load_or_create_key(DataDir(args.data), create=False)
+        if args.store is not None:
+            from .pg.export import store_vkey
+
+            vkey = store_vkey(args.store, args.partition)
+        else:
+            vkey = str(load_or_create_key(DataDir(args.data), create=False).key.vkey)
     except LedgerError as exc:
         print(f"ledgermem vkey: {exc}", file=sys.stderr)
         return 2
-    print(info.key.vkey)
+    print(vkey)
     return 0

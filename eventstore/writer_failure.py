@@ -135,6 +135,10 @@ class FailedWrites:
         if isinstance(exc, _NotCommitted):
             self._failed = exc.answer
             return
+        refused = getattr(exc, "refused", None)
+        if type(refused) is Refused:  # a sink's error that stands for a fencing refusal
+            self._failed = refused
+            return
         self._failed = exc
         self._sink.abandon()
 

@@ -94,9 +94,11 @@ class Metrics:
         # Records made durable per tenant since start: what a tenant's token sees (status.py).
         # A plain dict, not a labelled counter: the operator's exposition stays per log.
         self.tenant_appends: dict[str, int] = {}
+        self.traces_skipped = 0  # stream traces a follower replica did not append (status.py)
 
     def stream_trace_skipped(self) -> None:
         self.stream_traces_skipped.inc()
+        self.traces_skipped += 1
 
     # Called by the writer thread.
     def on_records(self, records: list[Record]) -> None:

@@ -33,7 +33,13 @@ _AFTER = {
     "schema": {"type": "integer", "default": -1},
     "description": "cursor",
 }
-_FILTERS = [
+_PARTITION = {
+    "name": "partition",
+    "in": "query",
+    "schema": {"type": "integer", "minimum": 0},
+    "description": "a shared store's partition to read (an unscoped stream with P > 1 needs it)",
+}
+_FILTERS = [_PARTITION] + [
     {
         "name": name,
         "in": "query",
@@ -145,7 +151,7 @@ def document() -> dict:
         "/v1/log/checkpoint": {"get": _op("the newest signed checkpoint (C2SP signed note), as text")},
         "/v1/log/status": {"get": _op("head seq, newest checkpoint size and age, subscribers, background verifier")},
         "/v1/stream/sse": {"get": _op("Server-Sent Events: id = seq, data = the record; Last-Event-ID resumes; typed=1 adds event:", [_AFTER, *_FILTERS])},
-        "/v1/stream/ws": {"get": _op("WebSocket: send {after, filter} first; each text frame is one record")},
+        "/v1/stream/ws": {"get": _op("WebSocket: send {after, filter, partition} first; each text frame is one record")},
         "/v1/stream/jsonl": {"get": _op("application/x-ndjson: one record a line; follow=1 stays open", [_AFTER, *_FILTERS])},
         "/v1/events": {"get": _op("long-poll: {records, next, head}; waits up to wait=S (max 60) for a match", [_AFTER, *_FILTERS])},
         "/healthz": {"get": _op("alive")},

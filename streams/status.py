@@ -47,6 +47,14 @@ def routes(service: Service) -> list[RawRoute]:
             code, _ = refusal_code(refusal)
             return error_response(503, code, f"writes are refused until the log reopens: {refusal}")
         if service.cluster is not None:
+            unreachable = service.cluster.store_unreachable()
+            if unreachable is not None:
+                return error_response(
+                    503,
+                    "store_unreachable",
+                    f"the store has not answered for {unreachable:.1f} s; this replica leads "
+                    "no partition until it does",
+                )
             partitions = [
                 {key: entry[key] for key in ("partition", "head", "leader", "leading")}
                 for entry in service.cluster.status()
@@ -139,7 +147,7 @@ def store_status(service: Service) -> dict:
         "replica": cluster.replica_id,
         "partitions": partitions,
         "subscribers": service.metrics.subscriber_counts(),
-        "stream_traces_skipped": int(service.metrics.stream_traces_skipped._value.get()),
+        "stream_traces_skipped": service.metrics.traces_skipped,
     }
 
 

@@ -7,12 +7,14 @@ hold exactly those bytes in exactly the spec's files, whatever pieces they arriv
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from eventstore import layout
 from eventstore.checkpoint import SigningKey
+from eventstore.errors import InvalidInput
 from eventstore.memory_sink import MemorySink
 from eventstore.mirror import Mirror, MirrorDiverged
 from eventstore.reader import LogReader
@@ -228,6 +230,11 @@ def test_listeners_see_each_record_once_in_order_from_racing_feeders(tmp_path, s
     lines = list(sink.lines)
     mirror = Mirror.open(tmp_path / "log", ORIGIN, SEG_BITS)
     got: list[int] = []
+
+    def broken(records: list[Record]) -> None:
+        raise RuntimeError("a listener with a bug")
+
+    mirror.add_listener(broken)  # it must cost the others nothing
     mirror.add_listener(lambda records: got.extend(r.seq for r in records))
 
     def feed(step: int) -> None:
@@ -243,3 +250,34 @@ def test_listeners_see_each_record_once_in_order_from_racing_feeders(tmp_path, s
     assert mirror.wait_for(len(lines) - 1, timeout=0)
     assert not mirror.wait_for(len(lines), timeout=0.01)
     assert files_bytes(mirror.log_dir) == b"".join(lines)
+
+
+def test_the_sinks_own_records_skip_the_line_check_but_not_the_chain(tmp_path, source):
+    """The leader's sink may hand the sequencer's Records with the lines: same files, same
+    listener calls, and a gap or a line that does not chain is still refused."""
+    writer, sink, key = source
+    append(writer, 20)
+    mirror = Mirror.open(tmp_path / "log", ORIGIN, SEG_BITS)
+    got: list[int] = []
+    mirror.add_listener(lambda records: got.extend(r.seq for r in records))
+    for line in sink.lines:
+        record = Record.from_line(line)
+        mirror.extend([line], [record])
+        assert mirror.extend([line], [record]) == []  # a duplicate, as the tail would send
+    assert files_bytes(mirror.log_dir) == b"".join(sink.lines)
+    assert got == list(range(len(sink.lines)))
+
+    append(writer, 3)
+    lines = list(sink.lines)[mirror.size :]
+    records = [Record.from_line(line) for line in lines]
+    with pytest.raises(MirrorDiverged, match="gap"):
+        mirror.extend(lines[1:], records[1:])
+    stranger = replace(records[0], prev="0" * 64)
+    with pytest.raises(MirrorDiverged, match="does not continue"):
+        mirror.extend(lines[:1], [stranger])
+    with pytest.raises(InvalidInput):
+        mirror.extend(lines[:2], records[1:3])
+    mirror.extend(lines, records)
+    writer.checkpoint()
+    install_newest(mirror, sink)
+    assert verify_log(mirror.log_dir, vkey=str(key.vkey)).verdict == VALID_LOCAL

@@ -135,3 +135,67 @@ def test_sync_is_blocking_and_deleted_rows_stop_the_partition(pg_url, tmp_path):
         tail.stop()
     assert "rows missing" in str(tail.failed[0])
     assert mirrors[0].size == size + 1  # up to the hole, nothing beyond it
+
+
+def test_a_hub_fed_by_a_mirror_delivers_every_record_once_in_order(pg_url, tmp_path):  # noqa: F811
+    """The mirror stands where the hub had a LogWriter: catch-up reads its files, live records
+    come from its listener, and the handover loses and repeats nothing."""
+    import asyncio
+    from dataclasses import replace
+
+    from eventstore.reader import LogReader
+    from streams.hub import Hub
+    from streams.settings import Settings
+
+    info, seeds = seeded_store(pg_url, tmp_path / "data", partitions=1, seg_bits=3)
+    seed = seeds[0]
+    seed.append(30)
+    seed.publish()
+    mirrors = mirrors_for(tmp_path, info)
+    tail = StoreTail(pg_url, mirrors, poll_interval=0.3)
+    tail.sync(0)
+    mirror = mirrors[0]
+
+    async def main() -> list[int]:
+        hub = Hub(mirror, LogReader(mirror.log_dir), replace(Settings(), subscriber_buffer=16))
+        await hub.start()
+        sub = hub.subscribe(-1, channel="jsonl")
+        tail.start()
+        loop = asyncio.get_running_loop()
+        publisher = loop.run_in_executor(None, publish_rounds)
+        got: list[int] = []
+        deadline = loop.time() + WAIT
+        while (
+            not publisher.done() or sub.cursor.position < len(seed.lines) - 1 or sub.cursor.buffered
+        ):
+            assert loop.time() < deadline, "the subscriber did not catch up"
+            delivery = await sub.next(timeout=0.2)
+            got.extend(item.seq for item in delivery.items)
+        await publisher
+        await hub.close()
+        return got
+
+    def publish_rounds() -> None:
+        for round_ in range(10):
+            seed.append(5, session=f"s{round_}")
+            seed.publish()
+            time.sleep(0.02)
+
+    try:
+        got = asyncio.run(main())
+    finally:
+        tail.stop()
+    assert got == list(range(len(seed.lines)))
+
+
+def test_stop_ends_the_thread_while_it_waits_for_a_wake_up(pg_url, tmp_path):  # noqa: F811
+    import threading
+
+    info, _ = seeded_store(pg_url, tmp_path / "data", partitions=1)
+    tail = StoreTail(pg_url, mirrors_for(tmp_path, info), poll_interval=600.0)
+    tail.start()
+    _wait_new_pid(tail, set())  # listening, with no poll due for ten minutes
+    stopper = threading.Thread(target=tail.stop)
+    stopper.start()
+    stopper.join(WAIT)
+    assert not stopper.is_alive(), "stop() hung while the tail waited for a NOTIFY"

@@ -18,6 +18,7 @@ so an error there is logged and never turns a durable commit into a failure.
 from __future__ import annotations
 
 import base64
+import collections
 import contextlib
 import logging
 import threading
@@ -49,7 +50,11 @@ BACKOFF_FIRST, BACKOFF_MAX = 0.02, 0.5
 class Fenced(LedgerError, OSError):
     """A write other than an append found the partition led by someone else (or the lease
     ended): the writer stops. An OSError so the writer's checkpoint timer treats it as a
-    failed write."""
+    failed write; `refused` makes the writer answer CommitRefused, as a refused append does."""
+
+    def __init__(self, message: str, owner: str) -> None:
+        super().__init__(message)
+        self.refused = Refused(owner)
 
 
 class StoreUnreachable(LedgerError, OSError):
@@ -67,6 +72,8 @@ class PgSink:
         self._conn = connect(url)  # refuses synchronous_commit = off at once
         self._reader = None  # read_record runs on callers' threads: a connection of its own
         self._reader_lock = threading.Lock()
+        # How each commit that lost its connection was decided, by the head: for metrics/tests.
+        self.after_loss: collections.Counter[str] = collections.Counter()
 
     # ---- appends ---------------------------------------------------------------------------
 
@@ -117,9 +124,10 @@ class PgSink:
             try:
                 conn = self._writer()
                 inserted, moved = conn.execute(sql, params).fetchone()
-            except self._psycopg.OperationalError as exc:
+            except (self._psycopg.OperationalError, StoreError) as exc:  # StoreError: reconnecting
                 self._drop_writer()
                 decision = self._decide_after_loss(params, started, exc)
+                self.after_loss[decision if decision == "resend" else type(decision).__name__] += 1
                 if decision == "resend":
                     continue
                 return decision
@@ -173,7 +181,7 @@ class PgSink:
                 .execute("SELECT owner, epoch FROM lm_head WHERE partition = %s", (self.partition,))
                 .fetchone()
             )
-        except self._psycopg.OperationalError:
+        except (self._psycopg.OperationalError, StoreError):
             self._drop_writer()
             return Refused("unknown (the store did not answer)")
         owner, epoch = row
@@ -278,17 +286,17 @@ class PgSink:
         ).fetchone()
         if row is None or row[0] != self.lease.owner or row[1] != self.lease.epoch:
             self.lease.lose()
-            raise Fenced(
-                f"partition {self.partition} is led by {row[0] if row else None} "
-                f"(epoch {row[1] if row else None}) now, not by this replica"
-            )
+            owner = f"{row[0]} (epoch {row[1]})" if row else "nobody"
+            raise Fenced(f"partition {self.partition} is led by {owner} now", owner)
 
     def _retrying(self, write: Callable[[object], None]) -> None:
         """Run an idempotent fenced write, reconnecting while the lease lasts."""
         delay = BACKOFF_FIRST
         while True:
             if not self.lease.valid():
-                raise Fenced(f"this replica's lease on partition {self.partition} expired")
+                raise Fenced(
+                    f"this replica's lease on partition {self.partition} expired", LEASE_EXPIRED
+                )
             try:
                 write(self._writer())
                 return
@@ -298,6 +306,8 @@ class PgSink:
                     raise StoreUnreachable(
                         f"the store stayed unreachable until the lease's deadline: {one_line(exc)}"
                     ) from None
+            except self._psycopg.Error as exc:  # as an OSError: the writer's timer stops on it
+                raise StoreUnreachable(f"the store refused a write: {one_line(exc)}") from None
             time.sleep(delay)
             delay = min(delay * 2, BACKOFF_MAX)
 

@@ -30,6 +30,7 @@ log = logging.getLogger("ledgermem.store.tail")
 
 PAGE_ROWS = 1000  # rows per query: bounded memory whatever the backlog
 MAX_BACKOFF = 5.0
+STOP_CHECK = 0.25  # seconds: the longest a wait for a wake-up lasts before looking at stop()
 
 
 class StoreTail:
@@ -87,6 +88,11 @@ class StoreTail:
                 self._stopping.wait(backoff)
                 backoff = min(MAX_BACKOFF, backoff * 2)
                 continue
+            except Exception:  # a bug must not end the tail: every mirror would go stale
+                log.exception("store tail: unexpected error; reconnecting in %.1f s", backoff)
+                self._stopping.wait(backoff)
+                backoff = min(MAX_BACKOFF, backoff * 2)
+                continue
             finally:
                 _close(self._feed_conn)
                 self._feed_conn = None
@@ -101,7 +107,8 @@ class StoreTail:
         self._fed = True
         next_poll = time.monotonic() + self.poll_interval
         while not self._stopping.is_set():
-            wait = max(0.0, next_poll - time.monotonic())
+            # Bounded, so that stop() is seen soon even with a long poll interval.
+            wait = min(STOP_CHECK, max(0.0, next_poll - time.monotonic()))
             woken: set[int] = set()
             if self.listen:
                 for notify in conn.notifies(timeout=wait, stop_after=1):

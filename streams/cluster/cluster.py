@@ -32,7 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from eventstore.layout import DataDir
-from eventstore.partitions import partition_of
+from eventstore.partitions import partition_of, partition_origin
 from eventstore.store import load_or_create_key
 
 from ..hub import Hub
@@ -83,9 +83,9 @@ class Cluster:
         self._free_since: dict[int, float] = {}
         self._heads: list = []
         self._stop = threading.Event()
+        self._last_look = time.monotonic()  # the last tick that reached the store
         self._thread: threading.Thread | None = None
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="ledgermem-takeover")
-        self.stream_traces_skipped = 0
 
     # ---- what requests use (cheap: no I/O) ----------------------------------------------------
 
@@ -106,6 +106,24 @@ class Cluster:
                 return NoLeader(self.tick)  # its lease ran out locally: the loop steps down next
             return route
         return route if route is not None else NoLeader(self.tick)
+
+    def refresh(self) -> None:
+        """Read lm_head and lm_replica now and update the route cache (blocking: call it on a
+        worker thread). For a forwarder whose leader answered 421: the leader moved since the
+        leadership loop last looked."""
+        from eventstore.pg.schema import connect
+
+        with connect(self.store_url) as conn:
+            heads = registry.heads(conn)
+            replicas = registry.replicas(conn, self.lease_seconds)
+        self._heads = heads
+        self._refresh_routes(heads, replicas)
+
+    def store_unreachable(self) -> float | None:
+        """Seconds since the leadership loop last reached the store, once that is longer than a
+        lease (this replica then leads nothing); None while it reaches it."""
+        since = time.monotonic() - self._last_look
+        return since if since > self.lease_seconds else None
 
     def hub(self, partition: int) -> Hub:
         return self._hubs[partition]
@@ -173,8 +191,6 @@ class Cluster:
         self.key = load_or_create_key(DataDir(self.data), create=False)
         for partition in range(self.info.partitions):
             self.info.key_for(self.key.key, partition)
-        from eventstore.partitions import partition_origin
-
         for partition in range(self.info.partitions):
             self._mirrors[partition] = Mirror.open(
                 partition_dir(self.data, partition) / "log",
@@ -234,6 +250,7 @@ class Cluster:
                     conn = connect(self.store_url)
                     registry.prune(conn)
                 self._tick(conn)
+                self._last_look = time.monotonic()
             except Exception as exc:
                 # The store is unreachable or failed: leases keep their local deadlines, and the
                 # next tick steps down from those that passed (route() already says NoLeader).
@@ -299,6 +316,11 @@ class Cluster:
                     self._routes[head.partition] = Remote(urls[head.owner], head.owner)
                 else:
                     self._routes[head.partition] = NoLeader(max(self.tick, 1.0))
+            routes = dict(self._routes)
+        if self.metrics is not None:
+            for partition, route in routes.items():
+                gauge = self.metrics.partition_leading.labels(str(partition))
+                gauge.set(1 if isinstance(route, Local) else 0)
 
     def _balance(self, conn, heads, replicas) -> None:
         from eventstore.pg import lease as leases
@@ -312,8 +334,9 @@ class Cluster:
                 self._free_since.pop(view.partition, None)
         hold = self.lease_seconds  # a leader keeps a partition at least this long
         released_for = RECENTLY_RELEASED * self.lease_seconds
-        self._released = {p: t for p, t in self._released.items() if now - t < released_for}
         with self._lock:
+            self._released = {p: t for p, t in self._released.items() if now - t < released_for}
+            released = set(self._released)
             leading = set(self._leaders)
             releasable = {
                 p
@@ -327,7 +350,7 @@ class Cluster:
             leading,
             releasable=releasable,
             free_for={p: now - t for p, t in self._free_since.items()},
-            released=set(self._released),
+            released=released,
             grace=min(1.0, self.lease_seconds / 2),
         )
         for partition in plan.release:
@@ -357,18 +380,18 @@ class Cluster:
                 if self._leaders.get(leader.partition) is leader:
                     del self._leaders[leader.partition]
                     self._routes[leader.partition] = NoLeader(max(self.tick, 1.0))
-            self._released[leader.partition] = time.monotonic()
+                self._released[leader.partition] = time.monotonic()
             leader.release_quietly()
             return
         with self._lock:
-            if self._leaders.get(leader.partition) is leader and not self._stop.is_set():
+            still = self._leaders.get(leader.partition) is leader
+            if still and not self._stop.is_set():
                 self._routes[leader.partition] = Local(memory)
                 log.warning(
                     "partition %d: leading (epoch %d)", leader.partition, leader.lease.epoch
                 )
                 return
-        # Stepped down (or stopping) while the takeover ran.
-        if not self._stop.is_set():
+        if not still:  # stepped down while the takeover ran (when stopping, stop() closes it)
             leader.abandon()
 
     def _step_down(self, leader: PartitionLeader, why: str) -> None:
@@ -388,6 +411,6 @@ class Cluster:
             if leader is None:
                 return
             self._routes[partition] = NoLeader(self.tick)
-        self._released[partition] = time.monotonic()
+            self._released[partition] = time.monotonic()
         log.warning("partition %d: handing over to balance leadership", partition)
         self._worker.submit(leader.close_and_release, None)

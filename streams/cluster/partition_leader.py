@@ -12,7 +12,8 @@ Takeover, in order (issue 14, "Leadership"):
 
 Stepping down (a fenced commit, a lost renewal, the local deadline passed) must not wait on the
 database: the lease is made invalid on the local clock first, so the PgSink refuses every further
-statement without sending it, and the memory closes on a background thread. Handing over
+statement without sending it, and the memory closes on a background thread, which then releases
+the lease (fenced: a no-op when another replica holds it already). Handing over
 (balance, graceful stop) closes the memory cleanly instead (`log.close` and its checkpoint are
 committed under the still-valid lease) and then releases the lease so another replica can take
 it at once.
@@ -99,6 +100,10 @@ class PartitionLeader:
             memory.close()
         except Exception as exc:  # a fenced writer: nothing more of ours is durable anyway
             log.info("partition %d: closed after stepping down (%s)", self.partition, exc)
+        # After a failed writer the lease may still be ours in the table: release it so that a
+        # successor need not wait it out. Fenced by epoch and owner, it changes nothing when
+        # another replica holds the partition already.
+        self.release_quietly()
 
     def close_and_release(self, conn) -> None:
         """Hand over cleanly: log.close and the final checkpoint, then release the lease."""
