@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import math
 import time
 from collections.abc import Iterable
@@ -46,6 +47,8 @@ from .auth import authenticate, is_forwarded
 from .cluster.routes import NoLeader, Remote, Route
 from .errors import ApiError, error_response
 from .replica_sig import request_target, sign
+
+log = logging.getLogger("ledgermem.forwarding")
 
 # Connection-level headers (RFC 9110 7.6.1) and what the forwarder itself sets or must not pass:
 # the caller's credentials stay here (the principal travels signed instead); Origin and the
@@ -367,10 +370,20 @@ def _replay(body: bytes, receive: Receive) -> Receive:
 async def _refreshed(cluster, partition: int, stale: Route) -> Route:
     """The route once the cluster has looked at lm_head again.
 
-    The cluster's routes are a cache its leadership loop refreshes every `tick` (at most half a
-    second): wait up to two ticks for the answer to change from the one that failed, and take
-    whatever it says then (still the same leader, or none, is answered 503 by the caller).
+    `Cluster.refresh()` reads lm_head and lm_replica now (on a worker thread: it blocks). Without
+    it (or when the store cannot be reached for it), the route cache is refreshed by the
+    leadership loop every `tick` (at most half a second): wait up to two ticks for the answer to
+    change from the one that failed, and take whatever it says then (still the same leader, or
+    none, is answered 503 by the caller).
     """
+    refresh = getattr(cluster, "refresh", None)
+    if refresh is not None:
+        try:
+            await asyncio.to_thread(refresh)
+        except Exception as exc:  # the store is unreachable: fall back on the loop's next look
+            log.warning("refreshing the route of partition %d failed: %s", partition, exc)
+        else:
+            return cluster.route(partition)
     deadline = time.monotonic() + 2 * getattr(cluster, "tick", 0.5)
     while True:
         route = cluster.route(partition)

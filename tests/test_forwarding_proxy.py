@@ -63,6 +63,17 @@ class Routes:
         return self.routes[0]
 
 
+class Refreshing(Routes):
+    """With `refresh()`, as `Cluster` has: the forwarder asks for a fresh look after a miss."""
+
+    def __init__(self, *routes) -> None:
+        super().__init__(*routes)
+        self.refresh_calls = 0
+
+    def refresh(self) -> None:
+        self.refresh_calls += 1
+
+
 @contextlib.contextmanager
 def serving(app):
     server = uvicorn.Server(uvicorn.Config(app, log_level="critical", lifespan="off"))
@@ -277,6 +288,14 @@ def test_a_fenced_leader_s_421_refreshes_the_route_and_retries_once(leader, fenc
         answer = client.put("/v1/sessions/f1", headers=AUTH, json={"metadata": {"a": "1"}})
         assert answer.status_code == 201, answer.text
         assert routes.refreshes == 1 and client.middleware.forwarded == 2
+
+
+def test_a_cluster_with_refresh_is_asked_to_look_again_after_a_421(leader, fenced):
+    routes = Refreshing(Remote(fenced, "fenced"), Remote(leader, "leader"))
+    with front(routes) as client:
+        answer = client.put("/v1/sessions/f4", headers=AUTH)
+        assert answer.status_code == 201, answer.text
+        assert routes.refresh_calls == 1 and client.middleware.forwarded == 2
 
 
 def test_two_421s_in_a_row_are_503_not_a_loop(fenced):

@@ -1,7 +1,8 @@
 """Issue 14, test 5: two service replicas over one PostgreSQL store, and the leader killed.
 
 Two `ledgermem serve --store` processes on different ports share one database with P = 2 and
-the same keys (so the same replica secret). Writers hit both ports for the same sessions (half
+the same keys (`ledgermem init-store --data` made them, the replica secret among them, and the
+second replica's keys/ is a copy). Writers hit both ports for the same sessions (half
 of their requests are forwarded to the leader); SSE, WebSocket, JSONL and long-poll subscribers
 follow each tenant on each replica. Mid-load the replica leading one partition is killed with
 SIGKILL. Subscribers reconnect to the other replica with their cursor; writers retry there with
@@ -17,7 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -25,13 +29,10 @@ import httpx
 import orjson
 
 from eventstore.partitions import partition_of
-from eventstore.pg.schema import init_store
-from streams.replica_secret import ENV as ENV_SECRET
 from tests import stream_clients as sc
 from tests.helpers.pg import pg_url  # noqa: F401 (a fixture)
-from tests.server import Server
+from tests.server import ROOT, Server
 
-SECRET = "replica-secret-of-the-failover-test"
 LEASE = 2.0  # seconds: short, so the takeover bound is tight and the test quick
 PARTITIONS = 2
 WRITERS_PER_TENANT = 3
@@ -55,12 +56,19 @@ TOKENS = {p: f"token-{tenant}" for p, tenant in TENANTS.items()}
 ENV_TOKENS = ",".join(f"{TOKENS[p]}:{t}:read+write+admin" for p, t in TENANTS.items())
 
 
+def _init_store(url: str, data: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "ledgermem_cli", "init-store", url, "--partitions", str(PARTITIONS),
+         "--data", str(data)],
+        capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 def _replica(data: Path, url: str) -> Server:
-    env = {
-        "LEDGERMEM_TOKENS": ENV_TOKENS,
-        "LEDGERMEM_LEASE_SECONDS": str(LEASE),
-        ENV_SECRET: SECRET,
-    }
+    # No LEDGERMEM_REPLICA_SECRET: the replicas share keys/replica.secret, which init-store made
+    # beside the signing key and which came along when keys/ was copied.
+    env = {"LEDGERMEM_TOKENS": ENV_TOKENS, "LEDGERMEM_LEASE_SECONDS": str(LEASE)}
     return Server(data, "--store", url, "--unsafe-no-fsync", env=env)
 
 
@@ -215,7 +223,8 @@ class Follower:
 
 def test_two_replicas_survive_the_leader_s_kill(tmp_path, pg_url):  # noqa: F811
     first, second = tmp_path / "a", tmp_path / "b"
-    init_store(pg_url, PARTITIONS, first)
+    _init_store(pg_url, first)
+    assert (first / "keys" / "replica.secret").is_file()
     shutil.copytree(first / "keys", second / "keys")
     a = _replica(first, pg_url).start()
     b = _replica(second, pg_url).start()
