@@ -9,6 +9,7 @@ from starlette.middleware import Middleware
 
 from . import api, openapi, search_api, status, ui
 from .errors import EXCEPTION_HANDLERS
+from .forwarding import ForwardToLeader, LeaderRoutes
 from .guards import GuardPolicy, RequestGuard
 from .service import Service
 from .settings import Settings
@@ -27,10 +28,12 @@ def create_app(settings: Settings, service: Service | None = None) -> Starlette:
         finally:
             await service.shutdown()
 
+    # The routes that need the partition's leader (store mode forwards them to it); the others
+    # every replica answers from its own hub and mirror.
+    leader_routes = api.routes(service) + search_api.routes(service)
     routes = (
         status.routes(service)
-        + api.routes(service)
-        + search_api.routes(service)
+        + leader_routes
         + channels.routes(service)
         + openapi.routes()
         + ui.routes(service)
@@ -39,7 +42,11 @@ def create_app(settings: Settings, service: Service | None = None) -> Starlette:
         routes=routes,
         exception_handlers=EXCEPTION_HANDLERS,
         lifespan=lifespan,
-        middleware=[Middleware(RequestGuard, policy=GuardPolicy.from_settings(settings))],
+        middleware=[
+            Middleware(RequestGuard, policy=GuardPolicy.from_settings(settings)),
+            # Inside the guard: a forged Host or foreign Origin is refused before any forwarding.
+            Middleware(ForwardToLeader, service=service, routes=LeaderRoutes(leader_routes)),
+        ],
     )
     app.state.service = service
     return app

@@ -4,16 +4,24 @@ A token may come as `Authorization: Bearer <token>`, a `token` query parameter, 
 `ledgermem_token` cookie (browsers' EventSource cannot send headers). With no tokens configured every caller is
 tenant `default` with every scope, and the service listens on loopback only unless told
 otherwise. The tenant always comes from the token, never from the request.
+
+The one exception is a request another replica forwarded (streams/forwarding.py): it names the
+caller's principal in `x-ledgermem-forwarded-*` headers, believed only when signed with the
+replica secret (streams/replica_sig.py). A request carrying any of those headers is judged by
+them alone: a bad or missing signature is a 401 even when a valid token came along, so a client
+cannot talk its way into another tenant by adding headers.
 """
 
 from __future__ import annotations
 
 import hmac
+import time
 from dataclasses import dataclass
 
 from starlette.requests import HTTPConnection
 
 from .errors import ApiError
+from .replica_sig import HEADERS, ForwardRefused, request_target, verify
 from .settings import DEFAULT_TENANT, SCOPES, Settings
 
 COOKIE = "ledgermem_token"
@@ -39,7 +47,11 @@ def presented_token(conn: HTTPConnection) -> str | None:
     return conn.query_params.get("token") or conn.cookies.get(COOKIE)
 
 
-def authenticate(conn: HTTPConnection, settings: Settings) -> Principal:
+def authenticate(
+    conn: HTTPConnection, settings: Settings, replica_secret: bytes | None = None
+) -> Principal:
+    if is_forwarded(conn):
+        return forwarded_principal(conn, replica_secret)
     if not settings.tokens:
         return OPEN
     given = presented_token(conn)
@@ -52,3 +64,22 @@ def authenticate(conn: HTTPConnection, settings: Settings) -> Principal:
         "unauthorized",
         "a valid API token is required (Bearer header, token parameter or cookie)",
     )
+
+
+def is_forwarded(conn: HTTPConnection) -> bool:
+    return any(name in conn.headers for name in HEADERS)
+
+
+def forwarded_principal(conn: HTTPConnection, replica_secret: bytes | None) -> Principal:
+    """The principal a replica forwarded, or a 401 naming why it is not believed."""
+    scope = conn.scope
+    target = request_target(
+        scope.get("raw_path") or scope["path"].encode(), scope.get("query_string", b"")
+    )
+    method = scope.get("method", "GET")
+    headers = {name: conn.headers[name] for name in HEADERS if name in conn.headers}
+    try:
+        forwarded = verify(replica_secret, method, target, headers, time.time())
+    except ForwardRefused as exc:
+        raise ApiError(401, "unauthorized", str(exc)) from None
+    return Principal(forwarded.tenant, forwarded.scopes)

@@ -7,6 +7,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from eventstore.record import Record
 
 CHANNELS = ("sse", "ws", "jsonl", "longpoll")
+FORWARD_OUTCOMES = ("answered", "retried", "no_leader", "unreachable")
 
 
 class Metrics:
@@ -78,6 +79,16 @@ class Metrics:
             ["partition"],
             registry=r,
         )
+        self.forwarded = Counter(
+            "ledgermem_forwarded_requests",
+            "Session calls sent to the partition's leader on another replica (streams/forwarding.py)"
+            ", by outcome: answered (the leader's answer relayed), retried (a 421 or a refused "
+            "connection, tried once more), no_leader (503), unreachable (failed mid-request, 503)",
+            ["outcome"],
+            registry=r,
+        )
+        for outcome in FORWARD_OUTCOMES:
+            self.forwarded.labels(outcome)
         for channel in CHANNELS:
             self.subscribers.labels(channel)
         # Records made durable per tenant since start: what a tenant's token sees (status.py).

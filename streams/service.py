@@ -34,6 +34,7 @@ from sections.memory import Memory
 from .auth import Principal, authenticate
 from .errors import ApiError
 from .metrics import Metrics
+from .replica_secret import load_replica_secret
 from .settings import Settings
 from .verifier import BackgroundVerifier
 
@@ -90,6 +91,8 @@ class Service:
         self._idle: asyncio.Event = None  # type: ignore[assignment]
         self._loop: asyncio.AbstractEventLoop | None = None
         self._healer: asyncio.Task | None = None
+        # What signs and checks forwarded requests (streams/replica_secret.py); None: none.
+        self.replica_secret: bytes | None = None  # loaded at startup
 
     @property
     def writer(self):
@@ -130,6 +133,7 @@ class Service:
         self.closing = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
+        self.replica_secret = load_replica_secret(self.settings.data)
         if self.settings.store:
             await self._start_cluster()
         else:
@@ -236,7 +240,7 @@ class Service:
             await self.cluster.stop()
 
     def principal(self, conn: HTTPConnection, scope: str) -> Principal:
-        principal = authenticate(conn, self.settings)
+        principal = authenticate(conn, self.settings, self.replica_secret)
         principal.require(scope)
         return principal
 

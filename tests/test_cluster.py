@@ -31,7 +31,14 @@ from eventstore.verify.run import verify_log
 from sections.history import History
 from tests.helpers.pg import pg_url  # noqa: F401  (the fixture)
 from tests.helpers.pglog import assert_chain, head
-from tests.helpers.replicas import leading, make_replicas, readiness, replica, wait_until
+from tests.helpers.replicas import (
+    as_replica,
+    leading,
+    make_replicas,
+    readiness,
+    replica,
+    wait_until,
+)
 from tests.server import ROOT
 
 
@@ -172,7 +179,16 @@ def test_a_stopped_leader_is_fenced_and_acknowledges_nothing_more(pg_url, tmp_pa
                 finally:
                     os.kill(a.proc.pid, signal.SIGCONT)
                 wait_until(lambda: leading(a) == set(), what="a to step down")
-                late = [httpx.put(f"{a.url}/v1/sessions/late{n}", timeout=5) for n in range(20)]
+                # Signed as a replica's forward, so that `a` answers them itself (a plain call
+                # would be forwarded to b, the leader, streams/forwarding.py).
+                late = [
+                    httpx.put(
+                        f"{a.url}/v1/sessions/late{n}",
+                        headers=as_replica(a_dir, "PUT", f"/v1/sessions/late{n}"),
+                        timeout=5,
+                    )
+                    for n in range(20)
+                ]
                 assert all(response.status_code == 421 for response in late), [
                     (r.status_code, r.text) for r in late
                 ]

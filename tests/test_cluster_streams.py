@@ -16,7 +16,7 @@ from websockets.asyncio.client import connect
 
 from eventstore.partitions import partition_of
 from tests.helpers.pg import pg_url  # noqa: F401  (the fixture)
-from tests.helpers.replicas import leading, make_replicas, replica, wait_until
+from tests.helpers.replicas import as_replica, leading, make_replicas, replica, wait_until
 
 
 def jsonl(server, **params) -> tuple[int, bytes]:
@@ -46,8 +46,11 @@ def test_every_replica_streams_every_partition(pg_url, tmp_path):  # noqa: F811
         leader, other = (a, b) if home in leading(a) else (b, a)
         for n in range(10):
             httpx.put(f"{leader.url}/v1/sessions/s{n}", timeout=10).raise_for_status()
-        # The follower's 421 names the leader: the forwarding middleware's cue.
-        refused = httpx.put(f"{other.url}/v1/sessions/x", timeout=10)
+        # A forwarded call reaching the follower is answered there: its 421 names the leader
+        # (a plain call to the follower is forwarded to the leader: test_replicas_failover.py).
+        other_dir = b_dir if other is b else a_dir
+        headers = as_replica(other_dir, "PUT", "/v1/sessions/x")
+        refused = httpx.put(f"{other.url}/v1/sessions/x", headers=headers, timeout=10)
         assert refused.status_code == 421 and refused.json()["error"]["code"] == "not_leader"
 
         status, on_leader = jsonl(leader, partition=home)

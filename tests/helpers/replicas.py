@@ -1,7 +1,9 @@
 """Service replicas of one shared store, as real `ledgermem serve --store URL` processes.
 
-`make_replicas` runs init_store with a key in DIR/init and copies its keys/ into each replica's
-own data directory (as an operator would); `Replica` is tests/server.py's Server with the store
+`make_replicas` runs init_store with a key in DIR/init, adds keys/replica.secret as `ledgermem
+init-store --data` does, and copies keys/ into each replica's own data directory (as an operator
+would); `as_replica` signs a request as one replica forwarding it to another would, so the
+replica it reaches answers it itself (421 when it does not lead) instead of forwarding it; `Replica` is tests/server.py's Server with the store
 flags; `leading` reads which partitions a replica leads from its /readyz.
 """
 
@@ -14,7 +16,12 @@ from pathlib import Path
 
 import httpx
 
+from eventstore.layout import DataDir
+from eventstore.pg.cli_init_store import ensure_replica_secret
 from eventstore.pg.schema import StoreInfo, init_store
+from streams.replica_secret import load_replica_secret
+from streams.replica_sig import sign
+from streams.settings import DEFAULT_TENANT, SCOPES
 from tests.server import Server
 
 
@@ -22,6 +29,7 @@ def make_replicas(
     url: str, root: Path, count: int, partitions: int = 1, seg_bits: int = 16
 ) -> tuple[StoreInfo, list[Path]]:
     info = init_store(url, partitions, root / "init", seg_bits=seg_bits)
+    ensure_replica_secret(DataDir(root / "init"))
     dirs = []
     for n in range(count):
         data = root / f"replica{n}"
@@ -29,6 +37,12 @@ def make_replicas(
         shutil.copytree(root / "init" / "keys", data / "keys")
         dirs.append(data)
     return info, dirs
+
+
+def as_replica(data: Path, method: str, path: str, tenant: str = DEFAULT_TENANT) -> dict:
+    """Headers of a request forwarded by a replica (streams/forwarding.py) for `tenant`."""
+    secret = load_replica_secret(data, {})
+    return sign(secret, method, path, tenant, frozenset(SCOPES), time.time())
 
 
 def replica(data: Path, url: str, lease_seconds: float = 2.0, *args: str) -> Server:
