@@ -67,12 +67,28 @@ def head(url: str, partition: int = 0) -> tuple[int, bytes, int, str | None]:
     return last_seq, bytes(last_h), epoch, owner
 
 
+def snapshot(url: str, partition: int = 0):
+    """(rows, head) read in one snapshot: a killed leader's last statement may still commit
+    on the server while the test reads."""
+    with connect(url) as conn, conn.transaction():
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        found = conn.execute(
+            "SELECT seq, h, line FROM lm_record WHERE partition = %s ORDER BY seq", (partition,)
+        ).fetchall()
+        last_seq, last_h, epoch, owner = conn.execute(
+            "SELECT last_seq, last_h, epoch, owner FROM lm_head WHERE partition = %s",
+            (partition,),
+        ).fetchone()
+    rows_ = [(seq, bytes(h), bytes(line)) for seq, h, line in found]
+    return rows_, (last_seq, bytes(last_h), epoch, owner)
+
+
 def assert_chain(url: str, info: StoreInfo, partition: int = 0) -> list[dict]:
     """Rows gap-free from 0, every line passing check_line chained from genesis, h stored as
     computed, the head on the last row. Returns the parsed records."""
     prev = genesis(partition_origin(info.origin, partition))
     objs = []
-    found = rows(url, partition)
+    found, (last_seq, last_h, _, _) = snapshot(url, partition)
     for expected, (seq, h, line) in enumerate(found):
         assert seq == expected, f"gap: seq {expected} missing"
         assert line.endswith(b"\n") and line.count(b"\n") == 1
@@ -80,7 +96,6 @@ def assert_chain(url: str, info: StoreInfo, partition: int = 0) -> list[dict]:
         assert checked.h == h
         prev = checked.h
         objs.append(checked.obj)
-    last_seq, last_h, _, _ = head(url, partition)
     assert last_seq == len(found) - 1
     if found:
         assert last_h == prev
