@@ -246,3 +246,17 @@ def test_a_fence_found_by_the_checkpoint_timer_is_a_refusal_too(pg_url, tmp_path
     with pytest.raises(CommitRefused, match="lease expired"):
         writer.append("acme", "s-1", "messages", "item.added", {"n": 2})
     writer.close()
+
+
+def test_heads_of_a_store_whose_leases_were_never_taken(pg_url, tmp_path):  # noqa: F811
+    make_store(pg_url, tmp_path, partitions=2)
+    with connect(pg_url) as conn:
+        heads = leases.heads(conn)
+        assert [(h.partition, h.owner, h.lease_until, h.expired) for h in heads] == [
+            (0, None, None, True),
+            (1, None, None, True),
+        ]
+        lease = leases.take(conn, 1, "replica-a", 5)
+        lease.lose()
+        lease.extend_from(time.monotonic())  # a renewal answering after the loss
+        assert not lease.valid()

@@ -32,6 +32,7 @@ class Lease:
     seconds: float  # lease length
     deadline: float  # time.monotonic() after which this replica must not write
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    _lost: bool = field(default=False, repr=False, compare=False)
 
     def valid(self) -> bool:
         return time.monotonic() < self.deadline
@@ -43,12 +44,14 @@ class Lease:
         """The database renewed the lease in a statement sent at `started_monotonic`."""
         deadline = started_monotonic + self.seconds - safety_margin(self.seconds)
         with self._lock:
-            if deadline > self.deadline:
+            if deadline > self.deadline and not self._lost:
                 self.deadline = deadline
 
     def lose(self) -> None:
-        """The lease is gone (fenced or released): no more writes from here."""
+        """The lease is gone (fenced or released): no more writes from here, even if a renewal
+        sent before answers after (the epoch would fence its writes anyway)."""
         with self._lock:
+            self._lost = True
             self.deadline = float("-inf")
 
 
@@ -58,7 +61,7 @@ class Head:
     last_seq: int
     epoch: int
     owner: str | None
-    lease_until: datetime
+    lease_until: datetime | None  # None: never taken
     expired: bool  # by the database's clock
 
 
@@ -92,8 +95,11 @@ def release(conn, lease: Lease) -> None:
 
 
 def heads(conn) -> list[Head]:
+    """Every partition's head. A lease never taken has lease_until `-infinity`, which psycopg
+    cannot load as a datetime: it is read as None (and counts as expired)."""
     rows = conn.execute(
-        "SELECT partition, last_seq, epoch, owner, lease_until, lease_until < now() "
+        "SELECT partition, last_seq, epoch, owner, "
+        "CASE WHEN isfinite(lease_until) THEN lease_until END, lease_until < now() "
         "FROM lm_head ORDER BY partition"
     ).fetchall()
     return [Head(*row) for row in rows]

@@ -81,7 +81,7 @@ class PgSink:
         params = self._append_params(batch.records, batch.lines, batch.leaves)
         answer = self._append(statements.APPEND, params)
         if answer is COMMITTED:
-            self._to_mirror("extend", batch.lines)
+            self._to_mirror("extend", batch.lines, batch.records)
         return answer
 
     def start_segment(self, start: StartSegment) -> CommitResult:
@@ -96,7 +96,7 @@ class PgSink:
             params["cp_text"] = start.checkpoint
             answer = self._append(statements.START_SEGMENT, params)
         if answer is COMMITTED:
-            self._to_mirror("extend", [start.line])
+            self._to_mirror("extend", [start.line], [start.record])
             if start.checkpoint is not None:
                 self._to_mirror("install_checkpoint", start.checkpoint)
         return answer
@@ -311,10 +311,12 @@ class PgSink:
             time.sleep(delay)
             delay = min(delay * 2, BACKOFF_MAX)
 
-    def _to_mirror(self, method: str, argument) -> None:
+    def _to_mirror(self, method: str, *arguments) -> None:
         if self.mirror is None:
             return
         try:
-            getattr(self.mirror, method)(argument)
+            # The records go with the lines: the mirror then trusts the sequencer's own parse
+            # and only compares seqs, chain and bytes (about 20 us a record less on this thread).
+            getattr(self.mirror, method)(*arguments)
         except Exception:  # the mirror is a cache the tail refills; the commit is durable
             log.exception("partition %d: the mirror refused %s", self.partition, method)

@@ -111,10 +111,11 @@ class Cluster:
         """Read lm_head and lm_replica now and update the route cache (blocking: call it on a
         worker thread). For a forwarder whose leader answered 421: the leader moved since the
         leadership loop last looked."""
+        from eventstore.pg import lease as leases
         from eventstore.pg.schema import connect
 
         with connect(self.store_url) as conn:
-            heads = registry.heads(conn)
+            heads = leases.heads(conn)
             replicas = registry.replicas(conn, self.lease_seconds)
         self._heads = heads
         self._refresh_routes(heads, replicas)
@@ -285,7 +286,7 @@ class Cluster:
         for leader in leaders:
             if not leases.renew(conn, leader.lease):
                 self._step_down(leader, "its lease was taken over")
-        heads = registry.heads(conn)
+        heads = leases.heads(conn)
         replicas = registry.replicas(conn, self.lease_seconds)
         self._heads = heads
         self._refresh_routes(heads, replicas)

@@ -37,19 +37,6 @@ def replicas(conn, live_seconds: float) -> list[Replica]:
     return [Replica(id_, url, live) for id_, url, live in rows]
 
 
-def heads(conn) -> list:
-    """Every partition's head (eventstore.pg.lease.Head). A lease never taken has lease_until
-    `-infinity`, which psycopg cannot load as a datetime: it is read as None."""
-    from eventstore.pg.lease import Head
-
-    rows = conn.execute(
-        "SELECT partition, last_seq, epoch, owner, "
-        "CASE WHEN isfinite(lease_until) THEN lease_until END, lease_until < now() "
-        "FROM lm_head ORDER BY partition"
-    ).fetchall()
-    return [Head(*row) for row in rows]
-
-
 def leave(conn, replica_id: str) -> None:
     conn.execute("DELETE FROM lm_replica WHERE id = %s", (replica_id,))
 
