@@ -11,7 +11,7 @@ stream the `partition=N` it names (`"partition": N` in the WebSocket's first fra
 replica has every partition's hub. Stream traces (`stream.opened`/`closed`, long-poll's
 `polled`) are appended to the tenant's partition only where this replica leads it; elsewhere
 they are skipped and counted (`ledgermem_stream_traces_skipped_total`), since a trace must never
-hold up or refuse a stream on a replica that cannot append (docs/scale-out-cluster.md).
+hold up or refuse a stream on a replica that cannot append (docs/scale-out-replicas.md).
 """
 
 from __future__ import annotations

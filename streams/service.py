@@ -9,7 +9,7 @@ Shutdown (SIGTERM or SIGINT) goes in this order: stop taking writes (503) and en
 cleanly (`closing` is set from the signal handler, before uvicorn waits for connections), let
 in-flight writes finish, then close the memory: `log.close` and the final signed checkpoint.
 
-With a shared store (`settings.store`, docs/scale-out-cluster.md) there is no memory of the
+With a shared store (`settings.store`, docs/scale-out-replicas.md) there is no memory of the
 service's own: `cluster` holds every partition's hub and the memories of the partitions this
 replica leads, and route handlers ask `memory_for(principal)` / `hub_for(principal, partition)`.
 A partition led elsewhere answers `NotLeaderHere` (421, or 503 with Retry-After when no replica

@@ -6,7 +6,7 @@ with its own figures only (`tenant_status`, `tenant_metrics`): its sessions, ite
 appended since the service started, its newest record's seq as `head` and its own subscribers.
 Without tokens every caller is the operator, as before. docs/service.md has the table.
 
-With a shared store every replica answers these for every partition (docs/scale-out-cluster.md):
+With a shared store every replica answers these for every partition (docs/scale-out-replicas.md):
 the operator's `/v1/log/status` lists each partition (head from this replica's mirror, leader,
 epoch, whether this replica leads it, its checkpoint and verifier); a tenant's shows its own
 partition, with its figures where this replica leads it (null elsewhere: the projection lives

@@ -111,5 +111,5 @@ UPDATE lm_record SET line = %(line)s WHERE partition = %(partition)s AND seq = %
 """
 
 # Outside any transaction: the erased bytes leave the table's live pages (WAL, standbys and
-# backups keep them until their retention ends: docs/scale-out-pglog.md).
+# backups keep them until their retention ends: docs/scale-out-log.md).
 VACUUM_RECORDS = "VACUUM lm_record"

@@ -1,4 +1,4 @@
-"""Several service replicas over one shared store (docs/scale-out-cluster.md).
+"""Several service replicas over one shared store (docs/scale-out-replicas.md).
 
 `Cluster` is one replica's view: every partition's mirror and hub, the leadership loop that
 takes, renews, balances and gives up partition leases, and `route(p)` for requests.
