@@ -19,14 +19,14 @@ import orjson
 
 from . import layout, redaction, segfile
 from .atomic import fsync_dir
-from .checkpoint import CheckpointError, SigningKey, parse_checkpoint, sign_checkpoint
+from .checkpoint import SigningKey, sign_checkpoint
 from .errors import BadKey, CorruptLog
 from .file_sink import FileSink
 from .filemodes import DIR_MODE, FILE_MODE
 from .identifiers import CONTROL_TENANT
 from .merkle import CompactRange
 from .record import genesis
-from .recovery import TailScan, scan_tail
+from .recovery import TailScan, newest_checkpoint, scan_tail
 from .sequencer import SequencerState
 from .sink import RedactionRewrite, SignedCheckpoint
 
@@ -219,29 +219,19 @@ class _Recovery:
         return bytes.fromhex(obj["h"])
 
     def _check_checkpoints(self, last_n: int, scan: TailScan, survivors: int) -> int:
-        newest = 0
         texts = []
         path = self.log_dir / layout.CHECKPOINT
         if path.exists():
             texts.append((path.name, path.read_text("utf-8")))
         if last_n > 0 and scan.first is not None:
             texts.append((f"segment.open@{scan.first['seq']}", scan.first["payload"]["checkpoint"]))
-        for source, text in texts:
-            try:
-                cp = parse_checkpoint(text, self.key.vkey)
-            except CheckpointError as exc:
-                raise CorruptLog(f"{source} does not verify: {exc}") from None
-            if cp.size > survivors:
-                raise CorruptLog(
-                    f"{source} covers {cp.size} records but only {survivors} survive in "
-                    f"{layout.segment_name(last_n)}: records behind a checkpoint are missing"
-                )
-            if self._root_at(cp.size, last_n, scan) != cp.root:
-                raise CorruptLog(
-                    f"{source} (size {cp.size}) disagrees with the records' Merkle root"
-                )
-            newest = max(newest, cp.size)
-        return newest
+        return newest_checkpoint(
+            texts,
+            self.key.vkey,
+            survivors,
+            f"only {survivors} survive in {layout.segment_name(last_n)}",
+            lambda size: self._root_at(size, last_n, scan),
+        )
 
     def _root_at(self, size: int, last_n: int, scan: TailScan) -> bytes:
         first_of_last = last_n * self.seg_size

@@ -7,8 +7,10 @@ valid records end and which suffix, if any, is a crash leftover. The writer does
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from .checkpoint import CheckpointError, VerifierKey, parse_checkpoint
 from .errors import CorruptLog
 from .linecheck import LineError, NotJsonText, check_line, is_json_text
 from .record import CONTROL_TENANT, SEGMENT_OPEN, SEGMENT_SEAL
@@ -74,3 +76,31 @@ def scan_tail(data: bytes, first_seq: int, prev: bytes, seg_bits: int, file_name
 
 def _any_json_after(data: bytes, offset: int) -> bool:
     return any(is_json_text(line) for line in data[offset:].split(b"\n")[:-1])
+
+
+def newest_checkpoint(
+    texts: Iterable[tuple[str, str]],
+    vkey: VerifierKey,
+    held: int,
+    held_where: str,
+    root_at: Callable[[int], bytes],
+) -> int:
+    """The size of the newest of the checkpoints `texts` ((source, text) pairs), after checking
+    each against the records that survive: it must verify, cover no more than the `held`
+    records (`held_where` says where they are, for the message) and sign their Merkle root.
+    CorruptLog otherwise: a log whose records contradict its own signatures is never resumed."""
+    newest = 0
+    for source, text in texts:
+        try:
+            cp = parse_checkpoint(text, vkey)
+        except CheckpointError as exc:
+            raise CorruptLog(f"{source} does not verify: {exc}") from None
+        if cp.size > held:
+            raise CorruptLog(
+                f"{source} covers {cp.size} records but {held_where}: "
+                "records behind a checkpoint are missing"
+            )
+        if root_at(cp.size) != cp.root:
+            raise CorruptLog(f"{source} (size {cp.size}) disagrees with the records' Merkle root")
+        newest = max(newest, cp.size)
+    return newest

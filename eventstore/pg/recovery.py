@@ -20,7 +20,7 @@ import base64
 import orjson
 
 from .. import redaction
-from ..checkpoint import CheckpointError, SigningKey, parse_checkpoint, sign_checkpoint
+from ..checkpoint import SigningKey, sign_checkpoint
 from ..errors import CorruptLog
 from ..file_recovery import Recovered
 from ..identifiers import CONTROL_TENANT
@@ -28,6 +28,7 @@ from ..linecheck import LineError, check_line
 from ..merkle import CompactRange
 from ..partitions import partition_origin
 from ..record import SEGMENT_OPEN, SEGMENT_SEAL, genesis
+from ..recovery import newest_checkpoint
 from ..sequencer import SequencerState
 from ..sink import RedactionRewrite, SignedCheckpoint
 from . import StoreError
@@ -193,21 +194,14 @@ class _PartitionRecovery:
             texts.append(
                 (f"segment.open@{segment_open['seq']}", segment_open["payload"]["checkpoint"])
             )
-        newest = 0
-        for source, text in texts:
-            try:
-                cp = parse_checkpoint(text, self.key.vkey)
-            except CheckpointError as exc:
-                raise CorruptLog(f"{self.where}: {source} does not verify: {exc}") from None
-            if cp.size > size:
-                raise CorruptLog(
-                    f"{self.where}: {source} covers {cp.size} records but the table holds "
-                    f"{size}: records behind a checkpoint are missing"
-                )
-            if self._root_at(cp.size) != cp.root:
-                raise CorruptLog(f"{self.where}: {source} disagrees with the records' Merkle root")
-            newest = max(newest, cp.size)
-        return newest
+        where = self.where
+        return newest_checkpoint(
+            [(f"{where}: {source}", text) for source, text in texts],
+            self.key.vkey,
+            size,
+            f"the table holds {size}",
+            self._root_at,
+        )
 
     def _root_at(self, size: int) -> bytes:
         if size >= self.first_of_last:
