@@ -36,11 +36,12 @@ SEG_BITS = 4  # many kills land inside a rotation
 MAX_DELAY = 0.3
 
 
-def _round(url: str, data: Path, n: int, wait_ready: bool) -> dict:
+def _start_leader(url: str, data: Path, owner: str, tag: str):
+    """A pg_writer leader process, and the lines it prints, collected by a thread as they come;
+    `ready` is set once it leads."""
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
     proc = subprocess.Popen(
-        [sys.executable, str(PG_WRITER), url, str(data), f"leader-{n}", str(LEASE_SECONDS),
-         "3", f"r{n}"],
+        [sys.executable, str(PG_WRITER), url, str(data), owner, str(LEASE_SECONDS), "3", tag],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
     )  # fmt: skip
     lines: list[bytes] = []
@@ -54,6 +55,11 @@ def _round(url: str, data: Path, n: int, wait_ready: bool) -> dict:
 
     reader = threading.Thread(target=pump)
     reader.start()
+    return proc, lines, ready, reader
+
+
+def _round(url: str, data: Path, n: int, wait_ready: bool) -> dict:
+    proc, lines, ready, reader = _start_leader(url, data, f"leader-{n}", f"r{n}")
     try:
         if wait_ready:
             assert ready.wait(30), f"the leader never got ready: {proc.stderr.read()!r}"  # type: ignore[union-attr]
@@ -133,23 +139,7 @@ def test_a_leader_stopped_past_its_lease_acknowledges_nothing_after_it(pg_url, t
     """SIGSTOP the leader process past its lease, take over, SIGCONT: the old leader finds its
     deadline passed (or its epoch fenced) and acknowledges nothing more."""
     info, key = make_store(pg_url, tmp_path / "data", seg_bits=SEG_BITS)
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
-    proc = subprocess.Popen(
-        [sys.executable, str(PG_WRITER), pg_url, str(tmp_path / "data"), "old", str(LEASE_SECONDS),
-         "3", "old"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-    )  # fmt: skip
-    lines: list[bytes] = []
-    ready = threading.Event()
-
-    def pump() -> None:
-        for line in proc.stdout:  # type: ignore[union-attr]
-            lines.append(line)
-            if line.startswith(b"ready "):
-                ready.set()
-
-    reader = threading.Thread(target=pump)
-    reader.start()
+    proc, lines, ready, reader = _start_leader(pg_url, tmp_path / "data", "old", "old")
     try:
         assert ready.wait(30), proc.stderr.read()  # type: ignore[union-attr]
         time.sleep(0.3)
