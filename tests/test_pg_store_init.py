@@ -36,3 +36,12 @@ def test_another_key_is_refused(pg_url, tmp_path):  # noqa: F811
 def test_a_database_without_a_store_is_named(pg_url):  # noqa: F811
     with connect(pg_url) as conn, pytest.raises(StoreError, match="init-store"):
         read_store(conn)
+
+
+def test_connections_carry_tcp_deadlines_unless_the_url_sets_them(pg_url):  # noqa: F811
+    with connect(pg_url) as conn:
+        dsn = dict(item.split("=", 1) for item in conn.info.dsn.split())
+    assert dsn["keepalives"] == "1" and dsn["tcp_user_timeout"] == "15000"
+    with connect(pg_url + "?tcp_user_timeout=4000") as conn:
+        dsn = dict(item.split("=", 1) for item in conn.info.dsn.split())
+    assert dsn["tcp_user_timeout"] == "4000" and dsn["keepalives_idle"] == "10"

@@ -91,12 +91,27 @@ class StoreInfo:
         return partition_key
 
 
+# A peer that vanishes (a network partition, a host gone) must end a statement with an error,
+# which the sink turns into "read the head", rather than leave the writer waiting forever:
+# keepalives probe an idle connection, and tcp_user_timeout (ms) bounds unacknowledged sends.
+# Defaults only: a parameter the URL sets itself wins.
+TCP_DEADLINES = {
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 3,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 15_000,
+}
+
+
 def connect(url: str):
     """A connection to the store's database (autocommit: each statement is its own transaction,
     `with conn.transaction()` groups several), refusing one that could lose acknowledged commits."""
     psycopg = require_psycopg()
     try:
-        conn = psycopg.connect(url, autocommit=True, connect_timeout=5)
+        given = psycopg.conninfo.conninfo_to_dict(url)
+        defaults = {k: v for k, v in TCP_DEADLINES.items() if k not in given}
+        conn = psycopg.connect(url, autocommit=True, connect_timeout=5, **defaults)
     except psycopg.Error as exc:
         raise StoreError(
             f"cannot connect to the store {redact_url(url)}: {one_line(exc)}"
