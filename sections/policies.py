@@ -18,10 +18,13 @@ item alone. How a unit ranks (lowest rank leaves first; ties break by the oldest
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from .errors import BudgetExceeded, ItemTooLarge, NotAdmitted
+from .eviction_order import EvictionOrder, unit_rank
 from .state import Item, SectionState
+
+_rank = unit_rank  # context assembly (render.py) keeps units in eviction order too
 
 
 def _units(items: Iterable[Item]) -> dict[str, list[Item]]:
@@ -31,20 +34,51 @@ def _units(items: Iterable[Item]) -> dict[str, list[Item]]:
     return units
 
 
-def _rank(policy: str, members: list[Item]) -> tuple:
-    oldest = min(m.order for m in members)
-    if policy == "fifo":
-        return (oldest,)
-    if policy == "lifo":
-        newest = max(m.order for m in members)
-        return (-newest[0], -newest[1])
-    if policy == "lru":
-        return (max(m.last_use for m in members), oldest)
-    if policy == "lfu":
-        return (max(m.reads for m in members), max(m.last_use for m in members), oldest)
-    if policy == "priority":
-        return (max(m.priority for m in members), oldest)
-    raise ValueError(f"policy {policy!r} does not rank")
+def _order(section: SectionState) -> EvictionOrder:
+    """The section's eviction order, built on first use and whenever the policy changed."""
+    order = section.order
+    if order is None or order.policy != section.config.policy:
+        order = section.order = EvictionOrder(section.config.policy, section.items.values())
+    return order
+
+
+def _residents(
+    section: SectionState, order: EvictionOrder, skip: set[str], replacing: str | None
+) -> Iterator[tuple[tuple | None, list[Item]]]:
+    """The candidate units in eviction order, as (rank, members): every unit but those in
+    `skip`, and without the item being replaced (its group ranks by the others). fifo and lifo
+    walk the items, which are in (seq, k) order, and give no rank."""
+    policy = section.config.policy
+    units = order.units
+    if policy in ("fifo", "lifo"):
+        items = section.items.values()
+        seen: set[str] = set()
+        for item in items if policy == "fifo" else reversed(items):
+            if item.id == replacing:
+                continue
+            unit = item.unit
+            if unit in seen or unit in skip:
+                continue
+            seen.add(unit)
+            yield None, [m for m in units[unit].values() if m.id != replacing]
+        return
+    extra = None
+    if replacing is not None:
+        unit = section.items[replacing].unit
+        if unit not in skip:
+            skip = skip | {unit}
+            rest = [m for m in units[unit].values() if m.id != replacing]
+            if rest:
+                extra = (unit_rank(policy, rest), rest)
+    for rank, unit, members in order.ordered():
+        if unit in skip:
+            continue
+        if extra is not None and extra[0] < rank:
+            yield extra
+            extra = None
+        yield rank, list(members.values())
+    if extra is not None:
+        yield extra
 
 
 def choose_victims(
@@ -61,6 +95,9 @@ def choose_victims(
     `newcomers` (an add's units, each with its highest priority) makes the incoming items
     compete under the priority policy: an add whose own unit would rank among the victims is
     not admitted. Raises ItemTooLarge, BudgetExceeded or NotAdmitted; nothing is decided then.
+
+    The order comes from the section's `EvictionOrder` (sections/eviction_order.py), walked only
+    as far as the victims go. Reading it changes nothing in the section.
     """
     config = section.config
     budget = config.budget_tokens
@@ -77,9 +114,14 @@ def choose_victims(
     excess = used + incoming_tokens - budget
     if excess <= 0:
         return []
-    candidates = [i for i in section.items.values() if i.id != replacing]
-    units = _units(candidates)
-    joined = {unit: units.pop(unit) for unit in incoming_units if unit in units}
+    order = _order(section)
+    joined: dict[str, list[Item]] = {}
+    for unit in incoming_units:
+        members = order.units.get(unit)
+        if members:
+            resident = [m for m in members.values() if m.id != replacing]
+            if resident:
+                joined[unit] = resident
     protected = sum(m.tokens for members in joined.values() for m in members)
     if protected + incoming_tokens > budget:
         raise ItemTooLarge(
@@ -91,16 +133,12 @@ def choose_victims(
             f"section {name!r} is full ({used} of {budget} tokens) and its policy is "
             f"{config.policy!r}: the write of {incoming_tokens} tokens is refused"
         )
+    skip = set(incoming_units)
     if config.policy == "priority" and newcomers:
-        _compete(section, units, joined, newcomers, excess, incoming_tokens)
+        _compete(section, _residents(section, order, skip, replacing), joined, newcomers, excess,
+                 incoming_tokens)  # fmt: skip
     victims: list[Item] = []
-    if config.policy == "fifo":
-        # Items are kept in (seq, k) order, so units come out of _units by their oldest member:
-        # already fifo's order. Skipping the sort is most of the cost of an add to a full section.
-        ordered = list(units.values())
-    else:
-        ordered = sorted(units.values(), key=lambda m: _rank(config.policy, m))
-    for members in ordered:
+    for _, members in _residents(section, order, skip, replacing):
         victims.extend(sorted(members, key=lambda m: m.order))
         excess -= sum(m.tokens for m in members)
         if excess <= 0:
@@ -110,7 +148,7 @@ def choose_victims(
 
 def _compete(
     section: SectionState,
-    units: dict[str, list[Item]],
+    residents: Iterator[tuple[tuple | None, list[Item]]],
     joined: dict[str, list[Item]],
     newcomers: dict[str, float],
     excess: int,
@@ -122,23 +160,24 @@ def _compete(
     priorities the residents leave first and the newcomer is admitted; a group the add joins
     ranks by its members old and new together."""
     newest = (float("inf"), 0)
-    ranked: list[tuple[tuple, str | None, int]] = []
-    for members in units.values():
-        ranked.append((_rank("priority", members), None, sum(m.tokens for m in members)))
+    first = None  # the rank of the incoming unit that comes up first
     for unit, priority in newcomers.items():
-        residents = joined.get(unit, ())
-        top = max([priority, *(m.priority for m in residents)])
-        oldest = min([newest, *(m.order for m in residents)])
-        ranked.append(((top, oldest), unit, 0))
-    for rank, newcomer, tokens in sorted(ranked, key=lambda r: r[0]):
-        if newcomer is not None:
-            config = section.config
-            raise NotAdmitted(
-                f"section {config.name!r} is full ({section.tokens} of {config.budget_tokens} "
-                f"tokens) and its policy is 'priority': the incoming item of priority {rank[0]} "
-                f"ranks below the residents that would have to leave to make room for its "
-                f"{incoming_tokens} tokens, so it is not admitted and nothing was written"
-            )
-        excess -= tokens
+        residents_of_unit = joined.get(unit, ())
+        top = max([priority, *(m.priority for m in residents_of_unit)])
+        oldest = min([newest, *(m.order for m in residents_of_unit)])
+        if first is None or (top, oldest) < first:
+            first = (top, oldest)
+    assert first is not None
+    for rank, members in residents:
+        if first < rank:
+            break
+        excess -= sum(m.tokens for m in members)
         if excess <= 0:
             return
+    config = section.config
+    raise NotAdmitted(
+        f"section {config.name!r} is full ({section.tokens} of {config.budget_tokens} "
+        f"tokens) and its policy is 'priority': the incoming item of priority {first[0]} "
+        f"ranks below the residents that would have to leave to make room for its "
+        f"{incoming_tokens} tokens, so it is not admitted and nothing was written"
+    )

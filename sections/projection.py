@@ -230,6 +230,7 @@ def _updated(state: MemoryState, session: SessionState, record: Record, payload:
             value = changes[field_name]
             setattr(item, field_name, tuple(value) if field_name == "tags" else value)
     item.last_use = record.seq
+    section.changed(item)
     session.version = record.seq
     session.touch(record.section)
 
@@ -281,6 +282,7 @@ def _read(state: MemoryState, session: SessionState, record: Record, payload: di
             if item is not None:
                 item.reads += 1
                 item.last_use = record.seq
+                section.changed(item)
 
 
 @handles("turn.ended")

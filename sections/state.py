@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import orjson
 
 from .config import SectionConfig
+
+if TYPE_CHECKING:
+    from .eviction_order import EvictionOrder
 
 # Contents larger than this stay in the log and are read back by their record's seq, so memory
 # grows with the number of live items rather than with their size.
@@ -104,16 +108,29 @@ class SectionState:
     items: dict[str, Item] = field(default_factory=dict)
     tokens: int = 0
     evictions: int = 0
+    # The eviction order (sections/eviction_order.py), built by the first choice of victims that
+    # needs one and kept by add, remove and changed from then on. Derived from `items`: not part
+    # of the state's JSON, hash or equality.
+    order: EvictionOrder | None = field(default=None, compare=False, repr=False)
 
     def add(self, item: Item) -> None:
         self.items[item.id] = item
         self.tokens += item.tokens
+        if self.order is not None:
+            self.order.added(item)
 
     def remove(self, item_id_: str) -> Item | None:
         item = self.items.pop(item_id_, None)
         if item is not None:
             self.tokens -= item.tokens
+            if self.order is not None:
+                self.order.removed(item)
         return item
+
+    def changed(self, item: Item) -> None:
+        """Call after changing a live item's reads, last_use or priority: they rank it."""
+        if self.order is not None:
+            self.order.changed(item)
 
     def to_json(self) -> dict:
         return {
