@@ -11,6 +11,7 @@ from . import api, openapi, search_api, status, ui
 from .errors import EXCEPTION_HANDLERS
 from .forwarding import ForwardToLeader, LeaderRoutes
 from .guards import GuardPolicy, RequestGuard
+from .routing import TableRouter
 from .service import Service
 from .settings import Settings
 
@@ -48,5 +49,8 @@ def create_app(settings: Settings, service: Service | None = None) -> Starlette:
             Middleware(ForwardToLeader, service=service, routes=LeaderRoutes(leader_routes)),
         ],
     )
+    # Route once per request: one lookup by segment count and literal segments (TableRouter)
+    # instead of trying the routes one after the other.
+    app.router = TableRouter(routes, lifespan=lifespan)
     app.state.service = service
     return app

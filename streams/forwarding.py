@@ -37,16 +37,15 @@ import logging
 import math
 import time
 from collections.abc import Iterable
-from urllib.parse import unquote
 
 from starlette.requests import HTTPConnection
-from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .auth import authenticate, is_forwarded
 from .cluster.routes import NoLeader, Remote, Route
 from .errors import ApiError, error_response
 from .replica_sig import request_target, sign
+from .routing import RawRoute, RouteTable
 
 log = logging.getLogger("ledgermem.forwarding")
 
@@ -91,41 +90,19 @@ class LeaderRoutes:
 
     Built from the route tables themselves (their patterns), so a new session route is forwarded
     without anyone keeping a list of paths in step. The method does not matter: a wrong one is
-    the leader's 405 to give. Matching splits the raw path once, like `RawRoute`, and decodes
-    only segments holding `%`; a websocket is never a leader route.
+    the leader's 405 to give. Matching is the router's own lookup (`RouteTable`) on the path's
+    segments split once per request (`path_segments`, kept in the scope for the router after it);
+    a websocket is never a leader route.
     """
 
-    def __init__(self, routes: Iterable[BaseRoute]) -> None:
+    def __init__(self, routes: Iterable[RawRoute]) -> None:
         self.routes = list(routes)
-        self._by_length: dict[int, list[list[str]]] = {}
-        for route in self.routes:
-            parts = route.pattern.split("/")[1:]
-            self._by_length.setdefault(len(parts), []).append(parts)
+        self._table = RouteTable(self.routes)
 
     def __contains__(self, scope: Scope) -> bool:
         if scope["type"] != "http":
             return False
-        raw = (scope.get("raw_path") or scope["path"].encode()).split(b"?", 1)[0]
-        segments = _segments(raw)
-        if segments is None:
-            return False
-        for parts in self._by_length.get(len(segments), ()):
-            if all(
-                value if part[:1] == "{" else part == value
-                for part, value in zip(parts, segments, strict=True)
-            ):
-                return True
-        return False
-
-
-def _segments(raw: bytes) -> list[str] | None:
-    try:
-        return [
-            unquote(part.decode("ascii"), errors="strict") if b"%" in part else part.decode("ascii")
-            for part in raw.split(b"/")[1:]
-        ]
-    except UnicodeError:
-        return None
+        return bool(self._table.candidates(scope))
 
 
 def leader_routes(service) -> LeaderRoutes:
