@@ -215,7 +215,7 @@ def session_at_end(tenant: str, session: str, records: list[Record]) -> SessionS
     restated = restatements(records)
     state = MemoryState()
     for record in records:
-        apply(state, record, lambda r: restated.get(r.seq))
+        apply(state, record, lambda seq, _redacted: restated.get(seq))
     return state.sessions.get((tenant, session))
 
 

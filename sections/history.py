@@ -12,11 +12,11 @@ from pathlib import Path
 import orjson
 
 from eventstore.reader import LogReader
-from eventstore.record import Record
+from eventstore.record import CONTROL_TENANT, Record
 
 from . import checkpoints, inject, render
 from .errors import NotFound
-from .projection import apply
+from .projection import apply_line
 from .snapshot import Snapshot, newest_snapshot, read_snapshot, snapshot_paths
 from .state import Item, MemoryState, parse_item_id
 
@@ -41,10 +41,12 @@ class History:
         if state is None:
             state = MemoryState.from_json(orjson.loads(nearest[1])) if nearest else MemoryState()
         every = self.checkpoints.every
-        for record in self.reader.records(after=state.seq, until=upto + 1):
-            apply(state, record, self.restate)
-            if record.seq % every == every - 1 and record.seq < upto:
-                self.checkpoints.put(record.seq, state.to_json(), generation)
+        loads, restate = orjson.loads, self.restate
+        # The fold over the parsed lines: no `Record` per line (see projection.apply_line).
+        for seq, line in self.reader.lines(after=state.seq, until=upto + 1):
+            apply_line(state, loads(line), restate)
+            if seq % every == every - 1 and seq < upto:
+                self.checkpoints.put(seq, state.to_json(), generation)
         return state
 
     def _from_snapshot(self, after: int, upto: int, generation: int) -> MemoryState | None:
@@ -89,25 +91,32 @@ class History:
                 log.warning("ignoring snapshot at seq %d: unreadable state (%r)", snapshot.seq, exc)
                 snapshot = None
         touched: set[tuple[str, str]] = set()
-        for record in self.reader.records(after=state.seq, until=upto + 1):
-            apply(state, record, self.restate)
-            if not record.is_control:
-                touched.add((record.tenant, record.session))
+        add_touched = touched.add
+        loads, restate = orjson.loads, self.restate
+        # The fold over the parsed lines: no `Record` per line (see projection.apply_line).
+        for _, line in self.reader.lines(after=state.seq, until=upto + 1):
+            r = loads(line)
+            apply_line(state, r, restate)
+            if r["tenant"] != CONTROL_TENANT:
+                add_touched((r["tenant"], r["session"]))
         return state, snapshot, touched
 
-    def restate(self, record: Record) -> dict | None:
-        """The content-free restatement of an erased record, kept by the erase that removed it."""
-        if record.redacted is None:
+    def restate(self, seq: int, redacted: int | None) -> dict | None:
+        """The content-free restatement of the erased record `seq` (whose payload the redaction
+        at `redacted` removed), kept by the erase that removed it."""
+        if redacted is None:
             return None
-        redaction = self.reader.get(record.redacted)
+        redaction = self.reader.get(redacted)
         request = redaction.payload.get("request", "") if redaction.has_payload else ""
         if not request.startswith(ERASE_PREFIX):
             return None
         erase = self.reader.get(int(request[len(ERASE_PREFIX) :]))
-        return erase.payload.get("restate", {}).get(str(record.seq)) if erase.has_payload else None
+        return erase.payload.get("restate", {}).get(str(seq)) if erase.has_payload else None
 
     def payload_of(self, record: Record) -> dict | None:
-        return record.payload if record.has_payload else self.restate(record)  # type: ignore[return-value]
+        if record.has_payload:
+            return record.payload  # type: ignore[return-value]
+        return self.restate(record.seq, record.redacted)
 
     def logged_content(self, id_: str, content_seq: int) -> object:
         """Read back a content kept in the log (large, or from an earlier state)."""

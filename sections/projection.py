@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import orjson
 
-from eventstore.record import Record
+from eventstore.record import CONTROL_TENANT, Record
 
 from .config import SectionConfig
 from .state import INLINE_CONTENT_BYTES, Item, MemoryState, SectionState, SessionState, item_id
@@ -20,7 +20,9 @@ IDEMPOTENCY_WINDOW_US = 24 * 3600 * 1_000_000  # a retry within a day is recogni
 IDEMPOTENCY_MAX_KEYS = 10_000  # per session; the oldest go first
 
 # Types this projection changes state for; any other type is left to other projections.
-Handler = Callable[[MemoryState, SessionState | None, Record, dict], None]
+# A handler reads the record's envelope from `r`, the line's JSON object (seq, ts, h, tenant,
+# session, section, type), and its payload from `payload`.
+Handler = Callable[[MemoryState, SessionState | None, dict, dict], None]
 HANDLERS: dict[str, Handler] = {}
 
 
@@ -33,42 +35,69 @@ def handles(type_: str):
 
 
 # Records whose payload was erased: the erase record restates their effect without content.
-Restater = Callable[[Record], dict | None]
+# Called with the erased record's seq and the seq of the redaction that removed its payload.
+Restater = Callable[[int, int | None], dict | None]
 
 
 def apply(state: MemoryState, record: Record, restate: Restater | None = None) -> None:
-    """Apply one record. Control records and unknown types only advance the position."""
-    state.seq, state.h = record.seq, record.h
-    if record.is_control:
-        if record.type == "redaction" and record.has_payload:
-            redaction_done(state, record.payload)
+    """Apply one record (the live path). The same fold as `apply_line`, which replay uses on the
+    parsed lines: the record's fields are handed over as the line's JSON object would hold them."""
+    r = {
+        "seq": record.seq,
+        "ts": record.ts,
+        "tenant": record.tenant,
+        "session": record.session,
+        "section": record.section,
+        "type": record.type,
+        "h": record.h,
+    }
+    if record.salt is not None:
+        r["salt"] = record.salt
+        r["payload"] = record.payload
+    elif record.redacted is not None:
+        r["redacted"] = record.redacted
+    apply_line(state, r, restate)
+
+
+def apply_line(state: MemoryState, r: dict, restate: Restater | None = None) -> None:
+    """Apply one record given as its line's JSON object (`orjson.loads` of the line): replay
+    folds the log without building a `Record` per line. Control records and unknown types only
+    advance the position."""
+    seq = r["seq"]
+    state.seq, state.h = seq, r["h"]
+    type_ = r["type"]
+    tenant = r["tenant"]
+    if tenant == CONTROL_TENANT:
+        if type_ == "redaction" and r.get("salt") is not None:
+            redaction_done(state, r["payload"])
         return
-    handler = HANDLERS.get(record.type)
+    handler = HANDLERS.get(type_)
     if handler is None:
         return
-    if record.salt is not None:  # record.has_payload, without the property call
-        payload = record.payload
+    if r.get("salt") is not None:  # the payload is kept (`Record.has_payload`)
+        payload = r["payload"]
     else:
-        payload = restate(record) if restate is not None else None
+        payload = restate(seq, r.get("redacted")) if restate is not None else None
         if payload is None:
             return  # an erased record of a session that is erased too
-    key = (record.tenant, record.session)
-    session = state.sessions.get(key)
-    if session is None and record.type not in ("session.created", "session.erased"):
+    key = (tenant, r["session"])
+    sessions = state.sessions
+    session = sessions.get(key)
+    if session is None and type_ not in ("session.created", "session.erased"):
         return  # a record of a session erased from the log, or deleted
-    handler(state, session, record, payload)  # type: ignore[arg-type]
-    session = state.sessions.get(key)
+    handler(state, session, r, payload)  # type: ignore[arg-type]
+    session = sessions.get(key)
     if session is not None:
-        session.last_seq = record.seq
+        session.last_seq = seq
         idem = payload.get("idem")
         if idem is not None:
-            _remember_key(session, idem, record)
+            _remember_key(session, idem, seq, r["ts"], type_)
 
 
-def _remember_key(session: SessionState, key: str, record: Record) -> None:
+def _remember_key(session: SessionState, key: str, seq: int, ts: int, type_: str) -> None:
     keys = session.idempotency
-    keys[key] = (record.seq, record.ts, record.type)
-    horizon = record.ts - IDEMPOTENCY_WINDOW_US
+    keys[key] = (seq, ts, type_)
+    horizon = ts - IDEMPOTENCY_WINDOW_US
     while keys:
         oldest = next(iter(keys))
         if keys[oldest][1] >= horizon and len(keys) <= IDEMPOTENCY_MAX_KEYS:
@@ -76,10 +105,10 @@ def _remember_key(session: SessionState, key: str, record: Record) -> None:
         del keys[oldest]
 
 
-def _make_item(record: Record, k: int, data: dict, content_seq: int | None = None) -> Item:
+def _make_item(r: dict, k: int, data: dict, content_seq: int | None = None) -> Item:
     # Replay runs this once per item of every add: positional arguments (in Item's field order)
     # and the inline rule for plain strings done here save about a third of its time.
-    seq = record.seq
+    seq = r["seq"]
     get = data.get
     content = get("content")
     if type(content) is str:
@@ -93,7 +122,7 @@ def _make_item(record: Record, k: int, data: dict, content_seq: int | None = Non
         k,
         content,
         seq if content_seq is None else content_seq,
-        record.h,
+        r["h"],
         data["tokens"],
         get("kind"),
         get("role"),
@@ -103,7 +132,7 @@ def _make_item(record: Record, k: int, data: dict, content_seq: int | None = Non
         get("group"),
         get("extra", {}),
         seq,  # last_use
-        ts=record.ts,
+        ts=r["ts"],
     )
 
 
@@ -131,31 +160,31 @@ def _remove_by_section(session: SessionState, ids_by_section: dict[str, list[str
 
 
 @handles("session.created")
-def _created(state: MemoryState, _: SessionState | None, record: Record, payload: dict) -> None:
+def _created(state: MemoryState, _: SessionState | None, r: dict, payload: dict) -> None:
     # JCS sorts object keys, so the sections' order travels as a list.
     order = payload.get("order") or sorted(payload["config"])
     sections = {
         name: SectionState(SectionConfig.from_json(name, payload["config"][name])) for name in order
     }
     session = SessionState(
-        tenant=record.tenant,
-        id=record.session,
-        created_seq=record.seq,
+        tenant=r["tenant"],
+        id=r["session"],
+        created_seq=r["seq"],
         metadata=payload.get("metadata", {}),
         counter=payload["counter"],
         sections=sections,
-        version=record.seq,
-        last_seq=record.seq,
+        version=r["seq"],
+        last_seq=r["seq"],
     )
     k = 0
     seed = payload.get("seed", {})
     for name in order:
         for data in seed.get(name, ()):
-            item = _make_item(record, k, data)
+            item = _make_item(r, k, data)
             item.committed = True
             sections[name].add(item)
             k += 1
-    state.sessions[(record.tenant, record.session)] = session
+    state.sessions[(r["tenant"], r["session"])] = session
 
 
 def redaction_done(state: MemoryState, payload: dict) -> None:
@@ -166,96 +195,94 @@ def redaction_done(state: MemoryState, payload: dict) -> None:
 
 
 @handles("session.erased")
-def _session_erased(
-    state: MemoryState, _: SessionState | None, record: Record, payload: dict
-) -> None:
-    state.sessions.pop((record.tenant, record.session), None)
+def _session_erased(state: MemoryState, _: SessionState | None, r: dict, payload: dict) -> None:
+    state.sessions.pop((r["tenant"], r["session"]), None)
     if payload.get("records"):
-        state.pending_erasures[record.seq] = payload["records"]
+        state.pending_erasures[r["seq"]] = payload["records"]
 
 
 @handles("session.deleted")
-def _deleted(state: MemoryState, _: SessionState | None, record: Record, payload: dict) -> None:
-    state.sessions.pop((record.tenant, record.session), None)
+def _deleted(state: MemoryState, _: SessionState | None, r: dict, payload: dict) -> None:
+    state.sessions.pop((r["tenant"], r["session"]), None)
 
 
 @handles("session.ended")
-def _ended(state: MemoryState, session: SessionState, record: Record, payload: dict) -> None:
-    session.ended_seq = record.seq
-    session.version = record.seq
+def _ended(state: MemoryState, session: SessionState, r: dict, payload: dict) -> None:
+    session.ended_seq = r["seq"]
+    session.version = r["seq"]
 
 
 @handles("item.added")
-def _added(state: MemoryState, session: SessionState, record: Record, payload: dict) -> None:
-    section = session.sections.get(record.section)
+def _added(state: MemoryState, session: SessionState, r: dict, payload: dict) -> None:
+    section = session.sections.get(r["section"])
     if section is None:
         return
     evicted = payload.get("evicted")
     if evicted:
         _evict(session, section, evicted)
     for k, data in enumerate(payload["items"]):
-        section.add(_make_item(record, k, data))
-    session.version = record.seq
-    session.touch(record.section)
-    if record.section == "messages":
+        section.add(_make_item(r, k, data))
+    session.version = r["seq"]
+    session.touch(r["section"])
+    if r["section"] == "messages":
         session.messages += len(payload["items"])
         for k, data in enumerate(payload["items"]):
             if data.get("role") == "user":
-                session.last_user = item_id(record.seq, k)
+                session.last_user = item_id(r["seq"], k)
                 if session.first_user is None:
                     session.first_user = session.last_user
 
 
 @handles("item.updated")
-def _updated(state: MemoryState, session: SessionState, record: Record, payload: dict) -> None:
+def _updated(state: MemoryState, session: SessionState, r: dict, payload: dict) -> None:
     # A raw `redact --force` of an add leaves later records naming an item replay never saw.
-    section = session.sections.get(record.section)
+    section = session.sections.get(r["section"])
     if section is None:
         return
     _evict(session, section, payload.get("evicted", ()))
     item = section.items.get(payload["id"])
     if item is None:
-        session.version = record.seq
+        session.version = r["seq"]
         return
     changes = payload["set"]
     if "content" in changes:
         section.tokens += payload["tokens"] - item.tokens
         item.tokens = payload["tokens"]
         item.content = _inline(changes["content"])
-        item.content_seq = record.seq
-        item.h = record.h
-        item.ts = record.ts
+        item.content_seq = r["seq"]
+        item.h = r["h"]
+        item.ts = r["ts"]
     for field_name in ("tags", "priority", "metadata", "kind", "role"):
         if field_name in changes:
             value = changes[field_name]
             setattr(item, field_name, tuple(value) if field_name == "tags" else value)
-    item.last_use = record.seq
+    item.last_use = r["seq"]
     section.changed(item)
-    session.version = record.seq
-    session.touch(record.section)
+    session.version = r["seq"]
+    session.touch(r["section"])
 
 
 @handles("item.removed")
-def _removed(state: MemoryState, session: SessionState, record: Record, payload: dict) -> None:
+def _removed(state: MemoryState, session: SessionState, r: dict, payload: dict) -> None:
     _remove_by_section(session, payload["items"])
-    session.version = record.seq
+    session.version = r["seq"]
     for name in payload["items"]:
         session.touch(name)
 
 
 @handles("session.summarized")
-def _summarized(state: MemoryState, session: SessionState, record: Record, payload: dict) -> None:
+def _summarized(state: MemoryState, session: SessionState, r: dict, payload: dict) -> None:
     session.summary = payload["summary"]
-    session.summary_at = (record.seq, record.h)
+    session.summary_at = (r["seq"], r["h"])
 
 
 @handles("items.erased")
-def _erased(state: MemoryState, session: SessionState, record: Record, payload: dict) -> None:
+def _erased(state: MemoryState, session: SessionState, r: dict, payload: dict) -> None:
     _remove_by_section(session, payload["items"])
-    session.version = record.seq
+    session.version = r["seq"]
     restated = payload.get("restate")
     if restated:
-        state.pending_erasures[record.seq] = sorted(int(seq) for seq in restated)
+        state.pending_erasures[r["seq"]] = sorted(int(seq) for seq in restated)
         # A summary quoting an erased message loses the quote, live exactly as in replay.
         if session.summary_at is not None and str(session.summary_at[0]) in restated:
             session.summary = restated[str(session.summary_at[0])]["summary"]
@@ -263,7 +290,7 @@ def _erased(state: MemoryState, session: SessionState, record: Record, payload: 
 
 @handles("items.read")
 @handles("context.assembled")
-def _read(state: MemoryState, session: SessionState, record: Record, payload: dict) -> None:
+def _read(state: MemoryState, session: SessionState, r: dict, payload: dict) -> None:
     if payload.get("reader") != "agent":
         return  # operators' reads are traced but change no policy's order
     if "manifest" in payload:
@@ -281,19 +308,19 @@ def _read(state: MemoryState, session: SessionState, record: Record, payload: di
             item = section.items.get(id_)
             if item is not None:
                 item.reads += 1
-                item.last_use = record.seq
+                item.last_use = r["seq"]
                 section.changed(item)
 
 
 @handles("turn.ended")
-def _turn_ended(state: MemoryState, session: SessionState, record: Record, payload: dict) -> None:
+def _turn_ended(state: MemoryState, session: SessionState, r: dict, payload: dict) -> None:
     _remove_by_section(session, payload["cleared"])
     session.turn = payload["turn"] + 1
-    session.version = record.seq
+    session.version = r["seq"]
 
 
 @handles("section.committed")
-def _committed(state: MemoryState, session: SessionState, record: Record, payload: dict) -> None:
+def _committed(state: MemoryState, session: SessionState, r: dict, payload: dict) -> None:
     for name, ids in payload["items"].items():
         section = session.sections.get(name)
         if section is None:
@@ -302,22 +329,22 @@ def _committed(state: MemoryState, session: SessionState, record: Record, payloa
             item = section.items.get(id_)
             if item is not None:
                 item.committed = True
-    session.version = record.seq
+    session.version = r["seq"]
 
 
 @handles("section.configured")
-def _configured(state: MemoryState, session: SessionState, record: Record, payload: dict) -> None:
-    config = SectionConfig.from_json(record.section, payload["config"])
-    section = session.sections.get(record.section)
+def _configured(state: MemoryState, session: SessionState, r: dict, payload: dict) -> None:
+    config = SectionConfig.from_json(r["section"], payload["config"])
+    section = session.sections.get(r["section"])
     if section is None:
-        session.sections[record.section] = SectionState(config)
+        session.sections[r["section"]] = SectionState(config)
     else:
         section.config = config
         _evict(session, section, payload.get("evicted", ()))
-    session.version = record.seq
+    session.version = r["seq"]
 
 
 @handles("sections.cleared")
-def _cleared(state: MemoryState, session: SessionState, record: Record, payload: dict) -> None:
+def _cleared(state: MemoryState, session: SessionState, r: dict, payload: dict) -> None:
     _remove_by_section(session, payload["items"])
-    session.version = record.seq
+    session.version = r["seq"]
