@@ -260,3 +260,31 @@ def test_heads_of_a_store_whose_leases_were_never_taken(pg_url, tmp_path):  # no
         lease.lose()
         lease.extend_from(time.monotonic())  # a renewal answering after the loss
         assert not lease.valid()
+
+
+def test_a_leader_paused_inside_a_transaction_does_not_block_takeover(pg_url, tmp_path):  # noqa: F811
+    """A paused leader idle in its redaction transaction holds the head row's lock; the server
+    ends that session (idle_in_transaction_session_timeout), so a takeover waits about a second
+    instead of until the leader wakes."""
+    make_store(pg_url, tmp_path / "data")
+    paused = connect(pg_url)
+    with connect(pg_url) as conn:
+        lease = leases.take(conn, 0, "paused", 0.5)
+    paused.execute("BEGIN")
+    paused.execute(
+        "SELECT last_seq FROM lm_head WHERE partition = 0 AND epoch = %s FOR UPDATE",
+        (lease.epoch,),
+    )
+    time.sleep(0.6)  # the paused leader's lease has expired, its lock has not
+    taken: queue.Queue = queue.Queue()
+
+    def take_over() -> None:
+        with connect(pg_url) as conn:
+            taken.put(leases.take(conn, 0, "successor", 5.0))
+
+    threading.Thread(target=take_over, daemon=True).start()
+    successor = taken.get(timeout=30)  # a hang guard: it blocked forever before
+    assert successor is not None and successor.epoch == lease.epoch + 1
+    with pytest.raises(psycopg.errors.IdleInTransactionSessionTimeout):
+        paused.execute("SELECT 1")  # the server ended the idle transaction's session
+    paused.close()

@@ -104,6 +104,9 @@ TCP_DEADLINES = {
 }
 
 
+IDLE_IN_TRANSACTION_MS = 1000
+
+
 def connect(url: str):
     """A connection to the store's database (autocommit: each statement is its own transaction,
     `with conn.transaction()` groups several), refusing one that could lose acknowledged commits."""
@@ -116,6 +119,12 @@ def connect(url: str):
         raise StoreError(
             f"cannot connect to the store {redact_url(url)}: {one_line(exc)}"
         ) from None
+    # A replica paused inside a transaction (SIGSTOP, swap, a long GC) while it holds the head
+    # row's lock, during a redaction rewrite, would block every takeover of that partition until
+    # it woke: the lease is no fence against a lock. The server ends a session idle in a
+    # transaction this long, which rolls it back and frees the row; a healthy client sends its
+    # statements back to back and never comes near it.
+    conn.execute(f"SET idle_in_transaction_session_timeout = {IDLE_IN_TRANSACTION_MS}")
     setting = conn.execute("SHOW synchronous_commit").fetchone()[0]
     if setting not in ("on", "remote_write", "remote_apply"):
         conn.close()

@@ -300,7 +300,13 @@ class PgSink:
             try:
                 write(self._writer())
                 return
-            except (self._psycopg.OperationalError, StoreError) as exc:
+            # A session the server ended for idling in a transaction (schema.connect) is a lost
+            # connection too: this replica was paused mid-rewrite; the lease check decides.
+            except (
+                self._psycopg.OperationalError,
+                self._psycopg.errors.IdleInTransactionSessionTimeout,
+                StoreError,
+            ) as exc:
                 self._drop_writer()
                 if self.lease.remaining() <= delay:
                     raise StoreUnreachable(
