@@ -16,14 +16,13 @@ from __future__ import annotations
 import os
 import random
 import signal
-import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import orjson
+from helpers.child import start_child
 from helpers.crashlog import (
     CRASH_WRITER,
     KEY,
@@ -63,23 +62,11 @@ class Round:
 def _run_until_killed(log_dir: Path, seg_bits: int, tag: str, delay: float, wait_ready: bool):
     """Start the writer, kill -9 it `delay` seconds after it is ready (or after it started)."""
     round_ = Round()
-    proc = subprocess.Popen(
+    child = start_child(
         [sys.executable, str(CRASH_WRITER), str(log_dir), SEED.hex(), ORIGIN, str(seg_bits),
-         str(THREADS), tag],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+         str(THREADS), tag]
     )  # fmt: skip
-    lines: list[bytes] = []
-    ready = threading.Event()
-
-    def pump() -> None:
-        for line in proc.stdout:  # type: ignore[union-attr]
-            lines.append(line)
-            if line.startswith(b"ready "):
-                ready.set()
-
-    reader = threading.Thread(target=pump)
-    reader.start()
+    proc, lines, ready, reader = child.proc, child.lines, child.ready, child.reader
     try:
         if wait_ready:
             assert ready.wait(20), f"the writer never got ready: {proc.stderr.read()!r}"  # type: ignore[union-attr]

@@ -21,7 +21,8 @@ from eventstore.store import load_or_create_key
 from eventstore.writer import Durability, LogWriter
 from tests.helpers.cli import ledgermem
 from tests.helpers.pg import pg_url  # noqa: F401
-from tests.helpers.pglog import FIXED_NS, CountingSalts, take
+from tests.helpers.pglog import take
+from tests.helpers.reproducible import FIXED_NS, CountingSalts
 
 SEG_BITS = 3
 ORIGIN = "test.local/export"

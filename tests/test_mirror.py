@@ -22,7 +22,7 @@ from eventstore.record import Record
 from eventstore.verify import verify_log
 from eventstore.verify.report import VALID_LOCAL
 from eventstore.writer import LogWriter
-from tests.helpers.pgseed import FIXED_NS, counting_salts
+from tests.helpers.reproducible import FIXED_NS, CountingSalts
 
 SEG_BITS = 3
 ORIGIN = "test.example/mirror/p0"
@@ -34,7 +34,7 @@ def source():
     sink = MemorySink()
     writer = LogWriter.create_on(
         sink, key, seg_bits=SEG_BITS, checkpoint_interval=3600.0, clock=lambda: FIXED_NS,
-        salts=counting_salts(),
+        salts=CountingSalts(),
     )  # fmt: skip
     yield writer, sink, key
     writer.close()
@@ -101,7 +101,7 @@ def test_duplicates_are_skipped_and_a_gap_or_fork_changes_nothing(tmp_path, sour
     other_sink = MemorySink()
     other = LogWriter.create_on(
         other_sink, other_key, seg_bits=SEG_BITS, clock=lambda: FIXED_NS + 1,
-        salts=counting_salts(),
+        salts=CountingSalts(),
     )  # fmt: skip
     append(other, 20)
     with pytest.raises(MirrorDiverged, match="fork"):

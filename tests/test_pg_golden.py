@@ -19,14 +19,13 @@ from eventstore.pg.sink import PgSink
 from eventstore.writer import Durability, LogWriter
 from tests.helpers.pg import pg_url  # noqa: F401
 from tests.helpers.pglog import (
-    FIXED_NS,
-    CountingSalts,
     assert_chain,
     make_store,
     partition_key,
     rows,
     take,
 )
+from tests.helpers.reproducible import FIXED_NS, CountingSalts
 
 SEG_BITS = 3
 

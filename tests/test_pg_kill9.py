@@ -14,9 +14,7 @@ from __future__ import annotations
 import os
 import random
 import signal
-import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -25,6 +23,7 @@ import orjson
 from eventstore.pg import lease as leases
 from eventstore.pg.leadership import open_partition_writer
 from eventstore.pg.schema import connect
+from tests.helpers.child import start_child
 from tests.helpers.pg import pg_url  # noqa: F401
 from tests.helpers.pglog import assert_chain, make_store
 
@@ -37,25 +36,14 @@ MAX_DELAY = 0.3
 
 
 def _start_leader(url: str, data: Path, owner: str, tag: str):
-    """A pg_writer leader process, and the lines it prints, collected by a thread as they come;
-    `ready` is set once it leads."""
+    """A pg_writer leader process, its printed lines collected as they come; `ready` is set
+    once it leads."""
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
-    proc = subprocess.Popen(
+    child = start_child(
         [sys.executable, str(PG_WRITER), url, str(data), owner, str(LEASE_SECONDS), "3", tag],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-    )  # fmt: skip
-    lines: list[bytes] = []
-    ready = threading.Event()
-
-    def pump() -> None:
-        for line in proc.stdout:  # type: ignore[union-attr]
-            lines.append(line)
-            if line.startswith(b"ready "):
-                ready.set()
-
-    reader = threading.Thread(target=pump)
-    reader.start()
-    return proc, lines, ready, reader
+        env=env,
+    )
+    return child.proc, child.lines, child.ready, child.reader
 
 
 def _round(url: str, data: Path, n: int, wait_ready: bool) -> dict:

@@ -22,19 +22,7 @@ from eventstore.record import genesis, payload_digest, record_hash
 from eventstore.sequencer import AppendLines, Sequencer, SequencerState, StartSegment
 from eventstore.verify import INTACT_UNANCHORED, VALID_LOCAL, verify_log
 from eventstore.writer import Durability, LogWriter
-
-FIXED_NS = 1_767_225_600_123_456_789  # a fixed clock, in nanoseconds
-
-
-class CountingSalts:
-    """Salts from a counter: reproducible, and distinct for every record."""
-
-    def __init__(self) -> None:
-        self.n = 0
-
-    def __call__(self) -> bytes:
-        self.n += 1
-        return hashlib.sha256(b"salt %d" % self.n).digest()[:16]
+from tests.helpers.reproducible import FIXED_NS, CountingSalts
 
 
 @pytest.fixture(scope="module")

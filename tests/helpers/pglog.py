@@ -3,7 +3,6 @@ and reading a partition back out of the table to check it as the verifier would.
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 from eventstore.checkpoint import SigningKey
@@ -15,19 +14,7 @@ from eventstore.pg.schema import StoreInfo, connect, init_store
 from eventstore.record import genesis
 from eventstore.store import load_or_create_key
 
-FIXED_NS = 1_767_225_600_123_456_789  # a fixed clock, in nanoseconds
 ORIGIN = "test.local/pglog"
-
-
-class CountingSalts:
-    """Salts from a counter: reproducible, and distinct for every record."""
-
-    def __init__(self) -> None:
-        self.n = 0
-
-    def __call__(self) -> bytes:
-        self.n += 1
-        return hashlib.sha256(b"salt %d" % self.n).digest()[:16]
 
 
 def make_store(

@@ -11,7 +11,6 @@ Never use this outside tests: it bypasses the fenced append statement on purpose
 
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
 
 from eventstore.layout import DataDir
@@ -22,12 +21,7 @@ from eventstore.record import SEGMENT_SEAL, Record
 from eventstore.store import load_or_create_key
 from eventstore.writer import LogWriter
 
-FIXED_NS = 1_767_225_600_000_000_000  # 2026-01-01T00:00:00Z
-
-
-def counting_salts():
-    counter = itertools.count(1)
-    return lambda: next(counter).to_bytes(16, "big")
+from .reproducible import FIXED_NS, CountingSalts
 
 
 class SeededPartition:
@@ -44,7 +38,7 @@ class SeededPartition:
             seg_bits=info.seg_bits,
             checkpoint_interval=3600.0,
             clock=lambda: FIXED_NS,
-            salts=counting_salts(),
+            salts=CountingSalts(),
         )
         self.published: list[bytes] = []
 
