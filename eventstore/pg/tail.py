@@ -109,21 +109,25 @@ class StoreTail:
         while not self._stopping.is_set():
             # Bounded, so that stop() is seen soon even with a long poll interval.
             wait = min(STOP_CHECK, max(0.0, next_poll - time.monotonic()))
-            woken: set[int] = set()
+            woken: dict[int, int] = {}  # partition -> the last seq a wake-up named
             if self.listen:
                 for notify in conn.notifies(timeout=wait, stop_after=1):
-                    woken.add(_partition_of(notify.payload))
+                    _note(woken, notify.payload)
                 # Several commits may have notified at once: take every wake-up queued so far.
                 for notify in conn.notifies(timeout=0):
-                    woken.add(_partition_of(notify.payload))
+                    _note(woken, notify.payload)
             else:
                 self._stopping.wait(wait)
             if time.monotonic() >= next_poll:
                 self._sync_all(conn)  # the poll: wake-ups can be lost
                 next_poll = time.monotonic() + self.poll_interval
             else:
-                for partition in sorted(woken & self.mirrors.keys()):
-                    self._sync_one(conn, partition)
+                for partition, last in sorted(woken.items()):
+                    mirror = self.mirrors.get(partition)
+                    # The leader's own commits are in its mirror already (its sink put them
+                    # there): no query for a wake-up about rows the mirror holds.
+                    if mirror is not None and mirror.size <= last:
+                        self._sync_one(conn, partition)
 
     def _sync_all(self, conn) -> None:
         for partition in sorted(self.mirrors):
@@ -193,11 +197,14 @@ def sync_mirror(conn, partition: int, mirror: Mirror) -> int:
     return mirror.size
 
 
-def _partition_of(payload: str) -> int:
+def _note(woken: dict[int, int], payload: str) -> None:
+    """Record a wake-up "partition:first:last"; anything else is not ours (the poll covers
+    whatever it was about)."""
     try:
-        return int(payload.split(":", 1)[0])
+        partition, _, last = (int(part) for part in payload.split(":"))
     except ValueError:
-        return -1  # not ours: the poll covers whatever it was about
+        return
+    woken[partition] = max(last, woken.get(partition, -1))
 
 
 def _close(conn) -> None:
