@@ -54,57 +54,64 @@ def check_value(value: object, *, max_depth: int | None = MAX_DEPTH) -> bool:
     checking lines already in a log).
     """
     try:
-        return _check(value, "payload", -1 if max_depth is None else max_depth)
-    except _Deeper as exc:
-        raise TooDeep(exc.path, max_depth) from None  # type: ignore[arg-type]
+        return _check(value, -1 if max_depth is None else max_depth)
+    except _Fault as fault:
+        path = "payload" + "".join(reversed(fault.steps))
+        if fault.message is None:  # nested too deep
+            raise TooDeep(path if len(path) <= 60 else path[:60] + "...", max_depth) from None  # type: ignore[arg-type]
+        raise InvalidPayload(f"{path}: {fault.message}") from None
 
 
-class _Deeper(Exception):
-    def __init__(self, path: str) -> None:
-        self.path = path if len(path) <= 60 else path[:60] + "..."
+class _Fault(Exception):
+    """What `_check` found, with the path to it collected while unwinding (".key", "[3]"):
+    paths are only built for a value that fails, not for every value checked."""
+
+    def __init__(self, message: str | None) -> None:  # None: nested deeper than the limit
+        self.message = message
+        self.steps: list[str] = []
 
 
-def _check(value: object, path: str, depth_left: int) -> bool:
+def _check(value: object, depth_left: int) -> bool:
     kind = type(value)
     if kind is str or value is None or kind is bool:
         return True
     if kind is int:
         if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:  # type: ignore[operator]
             return True
-        raise InvalidPayload(
-            f"{path}: integer {value} is outside ±(2**53-1); put such values in strings"
-        )
+        raise _Fault(f"integer {value} is outside ±(2**53-1); put such values in strings")
     if kind is float:
         if not math.isfinite(value):  # type: ignore[arg-type]
-            raise InvalidPayload(f"{path}: {value} is not a finite number")
+            raise _Fault(f"{value} is not a finite number")
         if value.is_integer():  # type: ignore[union-attr]
             if 2**53 <= abs(value) < _JCS_INTEGER_LIMIT:  # type: ignore[arg-type]
-                raise InvalidPayload(
-                    f"{path}: {value!r} is an integral double of 2**53 or more; put it in a string"
+                raise _Fault(
+                    f"{value!r} is an integral double of 2**53 or more; put it in a string"
                 )
             return False  # JCS writes 1.0 as 1 and -0.0 as 0; orjson keeps them
         return _ORJSON_FLOAT_MIN <= abs(value) < _ORJSON_FLOAT_MAX  # type: ignore[arg-type]
-    if kind is dict or kind is list:
-        if depth_left == 0:
-            raise _Deeper(path)
-        depth_left -= 1
-    if kind is dict:
-        fast = True
-        for key, item in value.items():  # type: ignore[union-attr]
+    is_object = kind is dict
+    if not is_object and kind is not list:
+        raise _Fault(f"{kind.__name__} is not a JSON value")
+    if depth_left == 0:
+        raise _Fault(None)
+    depth_left -= 1
+    fast = True
+    for key, item in value.items() if is_object else enumerate(value):  # type: ignore[union-attr,arg-type]
+        if is_object:
             if type(key) is not str:
-                raise InvalidPayload(f"{path}: object key {key!r} is not a string")
+                raise _Fault(f"object key {key!r} is not a string")
             if not key.isascii() and max(key) > "\uffff":
                 fast = False
-            if not _check(item, f"{path}.{key}", depth_left):
+        item_kind = type(item)
+        if item_kind is str or item is None or item_kind is bool:
+            continue  # the common leaves, without a call
+        try:
+            if not _check(item, depth_left):
                 fast = False
-        return fast
-    if kind is list:
-        fast = True
-        for index, item in enumerate(value):  # type: ignore[arg-type]
-            if not _check(item, f"{path}[{index}]", depth_left):
-                fast = False
-        return fast
-    raise InvalidPayload(f"{path}: {kind.__name__} is not a JSON value")
+        except _Fault as fault:
+            fault.steps.append(f".{key}" if is_object else f"[{key}]")
+            raise
+    return fast
 
 
 def canonical(value: object) -> bytes:

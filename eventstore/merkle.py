@@ -74,6 +74,24 @@ class CompactRange:
             sizes[-1] *= 2
         self.size += size
 
+    def tail(self, start: int) -> CompactRange:
+        """The compact range of leaves [start, size) alone, as if they were leaves 0 onwards.
+
+        `start` must begin one of this range's subtrees (a segment's first leaf is one while the
+        segment is not full), so the tail is made of this range's last subtrees, unchanged."""
+        sizes, hashes = self._sizes, self._hashes
+        count, covered = 0, self.size - start
+        while covered > 0 and count < len(sizes):
+            count += 1
+            covered -= sizes[-count]
+        if covered != 0:
+            raise ValueError(f"leaf {start} does not begin a subtree of a range of {self.size}")
+        other = CompactRange()
+        if count:
+            other._sizes, other._hashes = sizes[-count:], hashes[-count:]
+        other.size = self.size - start
+        return other
+
     def root(self) -> bytes:
         if not self._hashes:
             return EMPTY_ROOT

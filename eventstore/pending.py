@@ -1,8 +1,12 @@
 """Pending: records that have their seqs and wait to be durable, for threads and event loops.
 
-The writer thread settles a Pending once; any number of threads block in `wait()` and any
-number of coroutines, on any event loops, await `wait_async()`. Each coroutine gets a future of
-its own loop, which the writer thread resolves through that loop's `call_soon_threadsafe`.
+The writer settles its appends in batches: every submit between two drains of its queue joins
+one `Settlement`, which the writer thread settles once, after the batch is durable (or failed).
+A `Pending` is one caller's records plus the settlement it waits on, so a submit costs no lock of
+its own. Any number of threads block in `wait()`, passing the settlement's one lock on from one
+to the next; any number of coroutines, on any event loops, await `wait_async()`: each gets a
+future of its own loop, and the writer resolves all the futures of one loop with one
+`call_soon_threadsafe` per batch (`wake_waiters`).
 """
 
 from __future__ import annotations
@@ -17,62 +21,104 @@ from .record import Record
 Waiter = tuple[asyncio.AbstractEventLoop, asyncio.Future]
 
 
-class Pending:
-    """Records that have their seqs but may not be durable yet. `wait()` until they are."""
+class Settlement:
+    """The outcome of one batch of appends: durable, or the error that stopped the writer."""
 
-    __slots__ = ("records", "_done", "_settled", "_error", "_mutex", "_waiters")
+    __slots__ = ("settled", "error", "_done", "_mutex", "_waiters")
 
     def __init__(self) -> None:
-        self.records: list[Record] = []
+        self.settled = False
+        self.error: BaseException | None = None
         self._done = threading.Lock()
-        self._done.acquire()  # released by the writer thread once the records are durable
-        self._settled = False
-        self._error: BaseException | None = None
+        self._done.acquire()  # released by the writer thread once the batch is settled
         self._mutex = threading.Lock()
-        self._waiters: list[Waiter] | None = None
+        self._waiters: list[Waiter] = []
 
-    def wait(self, timeout: float = -1) -> list[Record]:
-        """Block until the records are durable; raise if they never will be."""
+    def wait(self, timeout: float = -1) -> bool:
+        """Block until settled; False on timeout."""
+        if self.settled:
+            return True
         if not self._done.acquire(timeout=timeout):
-            raise TimeoutError("the records are not durable yet")
-        self._done.release()  # leave it open for other waiters
-        if self._error is not None:
-            raise self._error
-        return self.records
+            return False
+        self._done.release()  # pass it on: every thread waiting on this batch goes through it
+        return True
 
-    async def wait_async(self) -> list[Record]:
-        """Await until the records are durable; raise if they never will be."""
-        future = None
+    def add_waiter(self, loop: asyncio.AbstractEventLoop, future: asyncio.Future) -> bool:
+        """Have the writer resolve `future` on `loop` once settled; False if it is already."""
         with self._mutex:
-            # `_settled`, not `_done.locked()`: a thread inside wait() holds `_done` for a moment
+            # `settled`, not `_done.locked()`: a thread inside wait() holds `_done` for a moment
             # after the settling, and a future registered then would never be resolved.
-            if not self._settled:
-                loop = asyncio.get_running_loop()
-                future = loop.create_future()
-                if self._waiters is None:
-                    self._waiters = []
-                self._waiters.append((loop, future))
-        if future is not None:
-            await future
-        if self._error is not None:
-            raise self._error
-        return self.records
+            if self.settled:
+                return False
+            self._waiters.append((loop, future))
+            return True
 
-    def complete(self, error: BaseException | None) -> list[Waiter] | None:
-        """Settle: called once, by the writer. Returns the async waiters for `wake_waiters`."""
+    def add_waiters_unshared(self, waiters: list[Waiter]) -> None:
+        """`add_waiter` for a settlement the writer cannot settle yet (its batch is not taken)."""
+        self._waiters += waiters
+
+    def settle(self, error: BaseException | None) -> list[Waiter]:
+        """Called once, by the writer. Returns the async waiters for `wake_waiters`."""
         with self._mutex:
-            self._error = error
-            self._settled = True
-            self._done.release()
-            waiters, self._waiters = self._waiters, None
+            self.error = error
+            self.settled = True
+            waiters, self._waiters = self._waiters, []
+        self._done.release()
         return waiters
 
 
+class Pending:
+    """Records that have their seqs but may not be durable yet. `wait()` until they are."""
+
+    __slots__ = ("records", "settlement")
+
+    def __init__(
+        self, records: list[Record] | None = None, settlement: Settlement | None = None
+    ) -> None:
+        self.records: list[Record] = [] if records is None else records
+        self.settlement = settlement  # None until the writer queued them
+
+    def wait(self, timeout: float = -1) -> list[Record]:
+        """Block until the records are durable; raise if they never will be."""
+        settlement = self.settlement
+        if not settlement.settled and not settlement.wait(timeout):  # type: ignore[union-attr]
+            raise TimeoutError("the records are not durable yet")
+        return self.result()
+
+    async def wait_async(self) -> list[Record]:
+        """Await until the records are durable; raise if they never will be."""
+        settlement = self.settlement
+        if not settlement.settled:  # type: ignore[union-attr]
+            loop = asyncio.get_running_loop()
+            future = loop.create_future()
+            if settlement.add_waiter(loop, future):  # type: ignore[union-attr]
+                await future
+        return self.result()
+
+    def result(self) -> list[Record]:
+        """The records of a settled Pending, or the error that keeps them from being durable."""
+        error = self.settlement.error  # type: ignore[union-attr]
+        if error is not None:
+            raise error
+        return self.records
+
+
+def settled(error: BaseException | None = None) -> Settlement:
+    """A settlement that is settled already: for what has nothing to wait for."""
+    settlement = Settlement()
+    settlement.settle(error)
+    return settlement
+
+
 def wake_waiters(waiters: Iterable[Waiter]) -> None:
-    """Resolve the futures of settled Pendings, one `call_soon_threadsafe` per event loop."""
+    """Resolve the futures of a settled batch, one `call_soon_threadsafe` per event loop."""
     by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future]] = {}
     for loop, future in waiters:
-        by_loop.setdefault(loop, []).append(future)
+        futures = by_loop.get(loop)
+        if futures is None:
+            by_loop[loop] = [future]
+        else:
+            futures.append(future)
     for loop, futures in by_loop.items():
         with contextlib.suppress(RuntimeError):  # a closed loop has nobody waiting
             loop.call_soon_threadsafe(_resolve, futures)
@@ -81,4 +127,4 @@ def wake_waiters(waiters: Iterable[Waiter]) -> None:
 def _resolve(futures: list[asyncio.Future]) -> None:
     for future in futures:
         if not future.done():  # a cancelled waiter
-            future.set_result(None)  # wait_async raises the Pending's error itself
+            future.set_result(None)  # the waiter reads the settlement's outcome itself

@@ -3,8 +3,15 @@
 It assigns each entry its seq, prev, pd and h, formats its line, and puts `segment.seal` and
 `segment.open` where the spec wants them (the last and first seq of each segment), embedding in
 each segment.open a checkpoint of everything before it. Its state is the chain head and the
-Merkle compact ranges; it reads a clock and a salt source that are passed in, so a fixed clock
-and fixed salts make its output byte-for-byte reproducible. Storage is a sink's job (sink.py).
+Merkle compact range of the whole log; it reads a clock and a salt source that are passed in, so
+a fixed clock and fixed salts make its output byte-for-byte reproducible. Storage is a sink's job
+(sink.py).
+
+Per record it does the format's work and one Merkle append, nothing more: a segment's root (for
+the next segment.open) is the tail of the log's compact range, taken just before the seal, plus
+the seal's leaf, because segments are aligned subtrees; and each operation carries a copy of the
+compact range as it stands after its lines (`tree`), which the writer keeps as its durable tree
+once they are durable, instead of appending every leaf a second time.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ class AppendLines:
     lines: list[bytes]  # each with its newline
     records: list[Record]
     leaves: list[bytes]
+    tree: CompactRange | None = None  # the log's compact range after the last of these lines
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +47,7 @@ class StartSegment:
     record: Record
     leaf: bytes
     checkpoint: str | None  # the embedded checkpoint; segment 0's header has none
+    tree: CompactRange  # the log's compact range after this line
 
 
 Operation = AppendLines | StartSegment
@@ -53,7 +62,9 @@ class SequencerState:
     prev: bytes  # the h of the last record (the genesis hash before seq 0)
     segment: int  # the segment the next record goes into, unless it starts a new one
     tree: CompactRange  # every record assigned: what embedded checkpoints sign
-    segment_tree: CompactRange  # the current segment's records: its root goes in the next open
+    # The current segment's records: its root goes in the next open. The sequencer derives it
+    # from `tree` (see `Sequencer.state`) and reads it only when the segment is full and sealed.
+    segment_tree: CompactRange
 
     @classmethod
     def empty(cls, origin: str, seg_bits: int) -> SequencerState:
@@ -94,8 +105,15 @@ class Sequencer:
         self._mask = self._seg_size - 1
         self._clock = clock
         self._salt = salts if salts is not None else RandomSalts()
-        self._size, self._prev, self._segment = state.size, state.prev, state.segment
-        self._tree, self._seg_tree = state.tree, state.segment_tree
+        self._size, self._segment = state.size, state.segment
+        self._prev, self._prev_hex = state.prev, state.prev.hex()
+        self._tree = state.tree
+        # A state whose segment is full and sealed (a crash came before the next segment.open):
+        # the log's compact range may have merged that segment with older ones, so its root,
+        # which the missing open names, is kept from the state.
+        self._full_segment_root: bytes | None = None
+        if state.size == (state.segment + 1) << state.seg_bits:
+            self._full_segment_root = state.segment_tree.root()
 
     @property
     def size(self) -> int:
@@ -104,10 +122,14 @@ class Sequencer:
 
     def state(self) -> SequencerState:
         """A copy of where the chain stands: a new Sequencer built from it continues it."""
+        if self._full_segment_root is not None:
+            segment_tree = CompactRange()
+            segment_tree.append_subtree(self._seg_size, self._full_segment_root)
+        else:
+            segment_tree = self._tree.tail(self._segment << self.seg_bits)
         return SequencerState(
-            self.seg_bits, self._size, self._prev, self._segment,
-            self._tree.copy(), self._seg_tree.copy(),
-        )  # fmt: skip
+            self.seg_bits, self._size, self._prev, self._segment, self._tree.copy(), segment_tree
+        )
 
     def now(self) -> int:
         """The clock in microseconds: what `ts` a record assigned now would carry."""
@@ -126,28 +148,62 @@ class Sequencer:
             "vkey": str(self.key.vkey),
         }
         line, record, leaf = self._encode(Entry.control("segment.open", header), ts)
-        return StartSegment(0, line, record, leaf, None)
+        return StartSegment(0, line, record, leaf, None, self._tree.copy())
 
     def assign(self, entries: list[Entry], ts: int) -> tuple[list[Operation], list[Record]]:
         """The operations that append `entries`, and the entries' records (seals and opens aside)."""
+        ops, (records,) = self.assign_batches([(entries, None)], ts)
+        return ops, records  # type: ignore[return-value]
+
+    def assign_batches(
+        self, batches: list[tuple[list[Entry], int | None]], ts: int
+    ) -> tuple[list[Operation], list[list[Record] | int]]:
+        """`assign` for several batches, in order, as one run of operations: each batch's
+        records, or, for a batch skipped because it expected another size (the seq its first
+        record would get) than the log has when its turn comes, that size."""
         ops: list[Operation] = []
-        records: list[Record] = []
+        results: list[list[Record] | int] = []
         lines = AppendLines([], [], [])
-        for entry in entries:
-            if self._size & self._mask == self._mask:
-                seal = {
-                    "first_seq": self._segment * self._seg_size,
-                    "last_seq": self._size,
-                    "root": base64.b64encode(self._tree.root()).decode(),
-                    "segment": self._segment,
-                }
-                self._add_line(lines, Entry.control("segment.seal", seal), ts)
-                ops.append(lines)
-                ops.append(self._next_segment(ts))
-                lines = AppendLines([], [], [])
-            records.append(self._add_line(lines, entry, ts))
-        ops.append(lines)
-        return ops, records
+        add_line, add_record, add_leaf = (
+            lines.lines.append,
+            lines.records.append,
+            lines.leaves.append,
+        )
+        mask, tree, salt = self._mask, self._tree, self._salt
+        size, prev, prev_hex = self._size, self._prev, self._prev_hex
+        for entries, expected_size in batches:
+            if expected_size is not None and expected_size != size:
+                results.append(size)
+                continue
+            records: list[Record] = []
+            results.append(records)
+            for entry in entries:
+                if size & mask == mask:
+                    self._size, self._prev, self._prev_hex = size, prev, prev_hex
+                    ops.append(lines)
+                    ops.extend(self._seal_and_open(lines, ts))
+                    size, prev, prev_hex = self._size, self._prev, self._prev_hex
+                    lines = AppendLines([], [], [])
+                    add_line, add_record, add_leaf = (
+                        lines.lines.append, lines.records.append, lines.leaves.append
+                    )  # fmt: skip
+                # _encode, inlined: this loop runs once per appended record.
+                record, line, prev = new_record(
+                    prev, size, ts, entry.tenant, entry.session, entry.section, entry.type,
+                    salt(), entry.payload, entry.jcs, prev_hex,
+                )  # fmt: skip
+                tree.append(prev)
+                prev_hex = record.h
+                size += 1
+                add_line(line)
+                add_record(record)
+                add_leaf(prev)
+                records.append(record)
+        self._size, self._prev, self._prev_hex = size, prev, prev_hex
+        if lines.lines or not ops:
+            lines.tree = tree.copy()
+            ops.append(lines)
+        return ops, results
 
     def resume(
         self, ts: int, payload: dict, sealed_root: bytes | None
@@ -160,8 +216,8 @@ class Sequencer:
             if sealed_root is None:
                 raise ValueError(f"segment {self._segment} has no segment.open: pass sealed_root")
             ops.append(self._segment_open(ts, sealed_root))
-        elif self._size & self._mask == 0 and self._size > 0:
-            ops.append(self._next_segment(ts))  # the last segment is full and sealed
+        elif self._full_segment_root is not None:
+            ops.append(self._next_segment(ts, self._full_segment_root))
         more, records = self.assign([Entry.control("log.resume", payload)], ts)
         ops.extend(more)
         return ops, records[0]
@@ -171,25 +227,35 @@ class Sequencer:
         seq = self._size
         record, line, h = new_record(
             self._prev, seq, ts, entry.tenant, entry.session, entry.section, entry.type,
-            self._salt(), entry.payload, entry.jcs,
+            self._salt(), entry.payload, entry.jcs, self._prev_hex,
         )  # fmt: skip
         self._tree.append(h)
-        self._seg_tree.append(h)
-        self._prev = h
+        self._prev, self._prev_hex = h, record.h
         self._size = seq + 1
         return line, record, h
 
-    def _add_line(self, lines: AppendLines, entry: Entry, ts: int) -> Record:
-        line, record, leaf = self._encode(entry, ts)
+    def _seal_and_open(self, lines: AppendLines, ts: int) -> list[Operation]:
+        """Seal the current segment (its last line joins `lines`) and open the next one."""
+        seal = {
+            "first_seq": self._segment * self._seg_size,
+            "last_seq": self._size,
+            "root": base64.b64encode(self._tree.root()).decode(),
+            "segment": self._segment,
+        }
+        # The segment's leaves so far are the tail of the log's range (segments are aligned
+        # subtrees); once the seal's leaf is appended the log's range may merge them away.
+        segment = self._tree.tail(self._segment << self.seg_bits)
+        line, record, leaf = self._encode(Entry.control("segment.seal", seal), ts)
+        segment.append(leaf)
         lines.lines.append(line)
         lines.records.append(record)
         lines.leaves.append(leaf)
-        return record
+        lines.tree = self._tree.copy()
+        return [self._next_segment(ts, segment.root())]
 
-    def _next_segment(self, ts: int) -> StartSegment:
-        sealed_root = self._seg_tree.root()
+    def _next_segment(self, ts: int, sealed_root: bytes) -> StartSegment:
         self._segment += 1
-        self._seg_tree = CompactRange()
+        self._full_segment_root = None
         return self._segment_open(ts, sealed_root)
 
     def _segment_open(self, ts: int, prev_segment_root: bytes) -> StartSegment:
@@ -204,4 +270,4 @@ class Sequencer:
             "segment": self._segment,
         }
         line, record, leaf = self._encode(Entry.control("segment.open", header), ts)
-        return StartSegment(self._segment, line, record, leaf, checkpoint)
+        return StartSegment(self._segment, line, record, leaf, checkpoint, self._tree.copy())

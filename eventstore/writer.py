@@ -5,8 +5,14 @@ I/O: the sequencer (sequencer.py) assigns seqs, hashes, builds the lines (rotati
 the way) and the operations are queued, so the caller knows its records at once and commands
 can apply them in seq order. One thread owned by the writer then drains everything queued while
 it was busy and hands it to the sink (sink.py) in one commit (group commit) before
-acknowledging any of it: threads wait on a lock, asyncio tasks on a future, so the event loop
-never blocks on storage. `open()` puts a log directory behind it (file_sink.py, recovered by
+acknowledging any of it.
+
+Acknowledgement is per batch too (pending.py): every submit between two drains of the queue
+shares one `Settlement`, which the writer thread settles once the batch is durable: threads
+waiting on it pass one lock along, asyncio tasks await futures that the writer resolves with
+one `call_soon_threadsafe` per event loop, so the event loop never blocks on storage. The
+`append_async` calls of one event-loop turn are also submitted together (loop_batches.py): one
+lock and one queue hand-off per turn instead of per call. `open()` puts a log directory behind it (file_sink.py, recovered by
 file_recovery.py); `create_on()` starts a new log on any other sink, `resume_on()` continues
 one recovered elsewhere (a PostgreSQL partition). A failed write stops the
 writer until `reopen()` (writer_failure.py) has recovered the directory in place.
@@ -27,7 +33,9 @@ from .entry import MAX_PAYLOAD_BYTES, Entry, as_entry
 from .errors import InvalidInput, StalePosition, WriterClosed
 from .file_sink import Durability, FileSink
 from .lockfile import WriterLock
-from .pending import Pending, Waiter, wake_waiters
+from .loop_batches import Call, LoopBatches
+from .merkle import CompactRange
+from .pending import Pending, Settlement, Waiter, settled, wake_waiters
 from .record import Record
 from .sequencer import AppendLines, Sequencer, SequencerState, StartSegment
 from .sink import (
@@ -181,7 +189,8 @@ class LogWriter(FailedWrites):
         self._assign = threading.Lock()
         self._cond = threading.Condition(threading.Lock())
         self._queue: list[Operation] = []
-        self._waiting: list[Pending] = []  # settled together once the queue drained with them
+        self._group: Settlement | None = None  # what the queued operations' callers wait on
+        self._loop_batches = LoopBatches(self._submit_calls)
         self._redacting = threading.Lock()
         self._closing = False
         self._closed = False
@@ -248,18 +257,40 @@ class LogWriter(FailedWrites):
         as a dedup window, then agrees with the record); by default the clock is read here.
         """
         batch = [as_entry(e) for e in entries]
-        pending = Pending()
         if not batch:
-            pending.complete(None)
-            return pending
+            return Pending([], settled())
         sequencer = self._sequencer
         with self._assign:
             self._check_open()
             if expected_size is not None and expected_size != sequencer.size:
                 raise StalePosition(expected_size, sequencer.size)
-            ops, pending.records = sequencer.assign(batch, sequencer.now() if ts is None else ts)
-            self._enqueue(ops, pending)
-        return pending
+            ops, records = sequencer.assign(batch, sequencer.now() if ts is None else ts)
+            return Pending(records, self._enqueue(ops))
+
+    def _submit_calls(self, calls: list[Call]) -> None:
+        """Submit the `append_async` calls of one event-loop turn, in order (loop_batches.py):
+        what `submit` does for each, under one lock, queued as one run of operations."""
+        sequencer = self._sequencer
+        with self._assign:
+            self._check_open()  # raises before anything is queued: every call gets the error
+            ops, results = sequencer.assign_batches(
+                [(entries, expected_size) for entries, expected_size, _, _ in calls],
+                sequencer.now(),
+            )
+            waiters: list[Waiter] = []
+            accepted: list[Pending] = []
+            for (_, expected_size, pending, future), records in zip(calls, results, strict=True):
+                if type(records) is int:  # the log's size when this call's turn came
+                    if not future.done():
+                        future.set_exception(StalePosition(expected_size, records))  # type: ignore[arg-type]
+                    continue
+                pending.records = records  # type: ignore[assignment]
+                waiters.append((future.get_loop(), future))
+                accepted.append(pending)
+            if waiters:
+                group = self._enqueue(ops, waiters)
+                for pending in accepted:
+                    pending.settlement = group
 
     def append(
         self, tenant: str, session: str, section: str, type_: str, payload: object,
@@ -279,13 +310,18 @@ class LogWriter(FailedWrites):
         self, tenant: str, session: str, section: str, type_: str, payload: object,
         *, expected_size: int | None = None,
     ) -> Record:  # fmt: skip
+        """`append` for asyncio: submitted with the other calls of this event-loop turn."""
         entry = Entry(tenant, session, section, type_, payload)
-        return (await self.submit([entry], expected_size=expected_size).wait_async())[0]
+        return (await self._loop_batches.append([entry], expected_size)).result()[0]
 
     async def append_batch_async(
         self, entries: Iterable[Entry | Sequence], *, expected_size: int | None = None
     ) -> list[Record]:
-        return await self.submit(entries, expected_size=expected_size).wait_async()
+        """`append_batch` for asyncio: submitted with the other calls of this event-loop turn."""
+        batch = [as_entry(e) for e in entries]
+        if not batch:
+            return []
+        return (await self._loop_batches.append(batch, expected_size)).result()
 
     def redact(self, seqs: Iterable[int], reason: str, request: str | None = None) -> Record:
         """Erase the payloads of `seqs` (log-format.md section 9); return the redaction record.
@@ -313,21 +349,19 @@ class LogWriter(FailedWrites):
             self.wait_for(seqs[-1])
             payload["targets"] = [redaction.target_of(self._sink.read_record(s)) for s in seqs]
             entry = Entry.control("redaction", payload)
-            pending = Pending()
             with self._assign:
                 self._check_open()
-                ops, pending.records = self._sequencer.assign([entry], self.now())
-                targets = redaction.targets_by_segment(seqs, pending.records[0].seq, self.seg_bits)
+                ops, records = self._sequencer.assign([entry], self.now())
+                targets = redaction.targets_by_segment(seqs, records[0].seq, self.seg_bits)
                 ops.append(RedactionRewrite(targets))
-                self._enqueue(ops, pending)
+                pending = Pending(records, self._enqueue(ops))
             return pending.wait()[0]
 
     def checkpoint(self) -> None:
         """Write a signed checkpoint of everything durable now."""
-        pending = Pending()
         with self._assign:
             self._check_open()
-            self._enqueue([WriteCheckpoint()], pending)
+            pending = Pending([], self._enqueue([WriteCheckpoint()]))
         pending.wait()
 
     def add_listener(self, listener: Callable[[list[Record]], None]) -> None:
@@ -358,7 +392,7 @@ class LogWriter(FailedWrites):
                 if self._failed is None:
                     ops, _ = self._sequencer.assign([Entry.control("log.close", {})], self.now())
                 ops.append(CloseLog())
-                self._enqueue(ops, None)
+                self._enqueue(ops)
         self._thread.join()
         self._closed = True  # also when a failed reopen had stopped the thread already
         if not already:
@@ -378,12 +412,19 @@ class LogWriter(FailedWrites):
         if self._closing:
             raise WriterClosed(f"the writer of {self.log_dir} is closed")
 
-    def _enqueue(self, ops: list[Operation], pending: Pending | None) -> None:
+    def _enqueue(self, ops: list[Operation], waiters: list[Waiter] | None = None) -> Settlement:
+        """Queue `ops` for the writer thread; returns the settlement their callers wait on.
+        `waiters`: futures to resolve on their loops once it is settled."""
         with self._cond:
-            self._queue.extend(ops)
-            if pending is not None:
-                self._waiting.append(pending)
-            self._cond.notify()
+            if not self._queue:
+                self._cond.notify()  # the writer thread only ever waits on an empty queue
+            self._queue += ops
+            group = self._group
+            if group is None:
+                group = self._group = Settlement()
+            if waiters:
+                group.add_waiters_unshared(waiters)  # the writer takes it under _cond only
+            return group
 
     # ---- the writer thread -----------------------------------------------------------------
 
@@ -394,13 +435,13 @@ class LogWriter(FailedWrites):
                     if not self._cond.wait(self._checkpoint_wait()):
                         break
                 ops, self._queue = self._queue, []
-                waiting, self._waiting = self._waiting, []
+                group, self._group = self._group, None
             if ops:
-                self._process(ops, waiting)
+                self._process(ops, group)
             if self._failed is None and not self._finished:
                 self._checkpoint_if_due()
 
-    def _process(self, ops: list[Operation], waiting: list[Pending]) -> None:
+    def _process(self, ops: list[Operation], group: Settlement | None) -> None:
         published: list[Record] = []
         error: BaseException | None = None
         if self._failed is None:
@@ -420,32 +461,31 @@ class LogWriter(FailedWrites):
         if published:
             for listener in self._listeners:
                 listener(published)
-        woken: list[Waiter] = []
-        for pending in waiting:
-            waiters = pending.complete(error)
+        if group is not None:
+            waiters = group.settle(error)
             if waiters:
-                woken.extend(waiters)
-        if woken:
-            wake_waiters(woken)
+                wake_waiters(waiters)
 
     def _execute(self, ops: list[Operation], published: list[Record] | None = None) -> None:
         """Commit the ops in order through the sink; every line is durable when this returns."""
         lines: list[bytes] = []
         records: list[Record] = []
         leaves: list[bytes] = []
+        tree = None  # the log's compact range after the lines gathered so far
         for op in ops:
             kind = type(op)
             if kind is AppendLines:
                 lines += op.lines  # type: ignore[union-attr]
                 records += op.records  # type: ignore[union-attr]
                 leaves += op.leaves  # type: ignore[union-attr]
+                tree = op.tree  # type: ignore[union-attr]
                 continue
             if lines:
-                self._commit(Batch(lines, records, leaves), published)
+                self._commit(Batch(lines, records, leaves), tree, published)
                 lines, records, leaves = [], [], []
             if kind is StartSegment:
                 self._check_answer(self._sink.start_segment(op))  # type: ignore[arg-type]
-                self._made_durable([op.record], [op.leaf], published)  # type: ignore[union-attr]
+                self._made_durable([op.record], op.tree, published)  # type: ignore[union-attr]
                 if op.checkpoint is not None:  # type: ignore[union-attr]
                     self._checkpoint_installed(op.record.seq)  # type: ignore[union-attr]
             elif kind is WriteCheckpoint:
@@ -457,19 +497,19 @@ class LogWriter(FailedWrites):
                 self._write_checkpoint()
                 self._finished = True
         if lines:
-            self._commit(Batch(lines, records, leaves), published)
+            self._commit(Batch(lines, records, leaves), tree, published)
 
-    def _commit(self, batch: Batch, published: list[Record] | None) -> None:
+    def _commit(self, batch: Batch, tree: CompactRange, published: list[Record] | None) -> None:
         self._check_answer(self._sink.commit(batch))
-        self._made_durable(batch.records, batch.leaves, published)
+        self._made_durable(batch.records, tree, published)
 
     def _made_durable(
-        self, records: list[Record], leaves: list[bytes], published: list[Record] | None
+        self, records: list[Record], tree: CompactRange, published: list[Record] | None
     ) -> None:
-        durable = self._durable
-        for leaf in leaves:
-            durable.append(leaf)
-        self._durable_size = durable.size
+        # The sequencer's copy of its range after these lines: never changed after, so it can
+        # stand as the durable tree that checkpoints sign.
+        self._durable = tree
+        self._durable_size = tree.size
         if published is not None:
             published += records
 

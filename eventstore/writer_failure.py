@@ -74,7 +74,7 @@ class FailedWrites:
             if self._closing:
                 raise WriterClosed(f"the writer of {self.log_dir} is closed")
             if self._thread.is_alive():
-                self._enqueue([CloseLog()], None)  # a failed writer settles it and stops
+                self._enqueue([CloseLog()])  # a failed writer settles it and stops
                 self._thread.join()
                 self._finished = self._closed = False  # still failed: close() must still work
             self._sink.close()
@@ -108,7 +108,7 @@ class FailedWrites:
                     for listener in self._listeners:
                         listener(published)
             self.last_resume = recovered.resume
-            self._queue, self._waiting = [], []
+            self._queue, self._group = [], None
             self._failed = None
             self._finished = self._closed = False
             self._start_thread()
