@@ -12,10 +12,12 @@ shares one `Settlement`, which the writer thread settles once the batch is durab
 waiting on it pass one lock along, asyncio tasks await futures that the writer resolves with
 one `call_soon_threadsafe` per event loop, so the event loop never blocks on storage. The
 `append_async` calls of one event-loop turn are also submitted together (loop_batches.py): one
-lock and one queue hand-off per turn instead of per call. `open()` puts a log directory behind it (file_sink.py, recovered by
-file_recovery.py); `create_on()` starts a new log on any other sink, `resume_on()` continues
-one recovered elsewhere (a PostgreSQL partition). A failed write stops the
-writer until `reopen()` (writer_failure.py) has recovered the directory in place.
+lock and one queue hand-off per turn instead of per call.
+
+`open()` puts a log directory behind it (file_sink.py, recovered by file_recovery.py);
+`create_on()` starts a new log on any other sink, `resume_on()` continues one recovered
+elsewhere (a PostgreSQL partition). A failed write stops the writer until `reopen()`
+(writer_failure.py) has recovered the directory in place.
 """
 
 from __future__ import annotations
