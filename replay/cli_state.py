@@ -17,7 +17,7 @@ from eventstore.errors import InvalidInput
 from eventstore.timestamps import parse_time
 from sections.history import History
 
-from .options import open_reader
+from .options import add_snapshot_option, open_history
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,6 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="the context exactly as last assembled (with --session)",
     )
+    add_snapshot_option(parser)
 
 
 def resolve_at(history: History, at: str, as_time: bool) -> int:
@@ -50,7 +51,7 @@ def resolve_at(history: History, at: str, as_time: bool) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    history = History(open_reader(args.logdir))
+    history = open_history(args.logdir, not args.no_snapshots)
     seq = resolve_at(history, args.at, args.time)
     if (args.section or args.context) and not args.session:
         raise InvalidInput("--section and --context need --session")

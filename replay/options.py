@@ -11,6 +11,7 @@ from pathlib import Path
 from eventstore.errors import InvalidInput
 from eventstore.filters import RecordFilter
 from eventstore.reader import LogReader
+from sections.history import History
 
 
 def add_filters(parser: argparse.ArgumentParser) -> None:
@@ -32,6 +33,26 @@ def open_reader(log_dir: str) -> LogReader:
     if not path.is_dir():
         raise InvalidInput(f"{log_dir}: no such log directory")
     return LogReader(path)
+
+
+def add_snapshot_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--no-snapshots",
+        action="store_true",
+        help="fold the log from seq 0; by default a valid snapshot of the data directory the log "
+        "is in (LOGDIR/../snapshots) is the starting point",
+    )
+
+
+def open_history(log_dir: str, use_snapshots: bool = True) -> History:
+    """The log's history for one question: no time-travel checkpoints left behind, and the
+    snapshots of the data directory LOGDIR is in (`DATA/log` beside `DATA/snapshots`) as
+    starting points. A snapshot is used only if it is for this log and the log's record at its
+    seq has its hash (`read_snapshot`), else it is ignored with a warning."""
+    reader = open_reader(log_dir)
+    snapshots = Path(log_dir).parent / "snapshots"
+    use = use_snapshots and snapshots.is_dir()
+    return History(reader, snapshots if use else None, leave_checkpoints=False)
 
 
 @contextmanager
