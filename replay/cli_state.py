@@ -17,6 +17,7 @@ from eventstore.errors import InvalidInput
 from eventstore.timestamps import parse_time
 from sections.history import History
 
+from .cli_replay import envelope_of
 from .options import add_snapshot_option, open_history
 
 
@@ -81,13 +82,14 @@ def run(args: argparse.Namespace) -> int:
 
 def _context(history: History, seq: int, args: argparse.Namespace) -> int:
     last = None
-    for record in history.reader.records(until=seq + 1):
+    for at, line in history.reader.lines(until=seq + 1):  # the envelope alone: no Record per line
+        record = envelope_of(line)
         if (
             record.type == "context.assembled"
             and record.session == args.session
             and (args.tenant is None or record.tenant == args.tenant)
         ):
-            last = record.seq
+            last = at
     if last is None:
         raise InvalidInput(f"session {args.session!r} assembled no context at or before seq {seq}")
     messages = history.context_at(last)
