@@ -54,6 +54,8 @@ class History:
             stop = state.seq + every - (state.seq + 1) % every
             while stop < upto:
                 replay_lines(state, islice(lines, stop - state.seq), self.restate)
+                if state.seq != stop:
+                    break  # the log ended first
                 self.checkpoints.put(stop, state.to_json(), generation)
                 stop += every
         return replay_lines(state, lines, self.restate)
