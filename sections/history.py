@@ -27,14 +27,20 @@ log = logging.getLogger("ledgermem.snapshot")
 
 class History:
     def __init__(
-        self, reader: LogReader, snapshot_dir: Path | None = None, leave_checkpoints: bool = True
+        self,
+        reader: LogReader,
+        snapshot_dir: Path | None = None,
+        leave_checkpoints: bool = True,
+        snapshot_floor: int = 0,
     ) -> None:
         """`leave_checkpoints=False` for a caller that asks once (the offline commands): a
         checkpoint serializes the whole state (~70 µs per record of the replay at 23k live
-        items), worth it only to a process that travels in time again."""
+        items), worth it only to a process that travels in time again. `state_at` starts from
+        no snapshot taken before `snapshot_floor`."""
         self.reader = reader
         self.snapshot_dir = snapshot_dir
         self.leave_checkpoints = leave_checkpoints
+        self.snapshot_floor = snapshot_floor
         self.checkpoints = checkpoints.Checkpoints()
 
     def state_at(self, upto: int, use_snapshots: bool = True) -> MemoryState:
@@ -80,8 +86,8 @@ class History:
             seq = path.stem.removeprefix("snap-")
             if not seq.isdigit() or int(seq) > upto:
                 continue
-            if int(seq) <= after:
-                return None
+            if int(seq) <= after or int(seq) < self.snapshot_floor:
+                return None  # the older ones too
             snapshot = read_snapshot(path, self.reader.origin, self.reader, at_most=upto)
             if snapshot is None:
                 continue

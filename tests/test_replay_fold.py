@@ -135,3 +135,27 @@ def test_state_starts_from_a_snapshot_only_if_the_log_holds_its_hash(tmp_path, c
     diff = ledgermem("diff", log_dir, "--from", snap_seq - 3, "--to", at)
     assert diff.returncode == 0, diff.stderr
     assert json.loads(diff.stdout)["sessions"]
+
+
+def test_a_snapshot_older_than_an_erase_is_no_starting_point(tmp_path):
+    with Memory.open(tmp_path, snapshot_every=1 << 40) as mem:
+        s = mem.session("s")
+        secret = s.add("findings", "the password is hunter2")
+        for n in range(10):
+            s.add("messages", f"message {n}")
+        old = mem.snapshot()
+        kept = {p.name: p.read_bytes() for p in (tmp_path / "snapshots").iterdir()}
+        for n in range(5):
+            s.add("messages", f"later {n}")
+        at = mem.writer.size - 1
+        s.erase([secret.id], reason="gdpr")
+    # A crash between the erase's redaction and its purge of the snapshots leaves the old one.
+    for name, data in kept.items():
+        (tmp_path / "snapshots" / name).write_bytes(data)
+    history = open_history(str(tmp_path / "log"))
+    assert history.snapshot_floor > int(old.stem.removeprefix("snap-"))
+    with_snapshots = ledgermem("state", tmp_path / "log", "--at", at)
+    assert with_snapshots.returncode == 0, with_snapshots.stderr
+    assert b"hunter2" not in with_snapshots.stdout
+    without = ledgermem("state", tmp_path / "log", "--at", at, "--no-snapshots")
+    assert json.loads(with_snapshots.stdout) == json.loads(without.stdout)
