@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
 import time
 from pathlib import Path
@@ -34,10 +33,9 @@ from eventstore.store import load_or_create_key
 from eventstore.verify import verify_log
 
 from .mirror import redact_segments
+from .options import REDACTION_MARK, erased_from
 
 EXTEND_TRIES = 20  # re-reads of the last segment while it is short of the checkpoint
-_ERASE_REQUEST = re.compile(r"(?:items|session)\.erased@(\d+)")  # sections/memory.py
-_REDACTION = b'"tenant":"_log","session":"_log","section":"_log","type":"redaction"'
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -188,7 +186,7 @@ class SegmentCopy:
             leaves = self.leaves[n] = []
             for line in data[:-1].split(b"\n") if data else ():
                 leaves.append(segfile.leaf_hash_of(line))
-                if _REDACTION in line:
+                if REDACTION_MARK in line:
                     self._note_redaction(orjson.loads(line))
             if n == 0 and data:
                 self.seg_bits = orjson.loads(data[: data.index(b"\n")])["payload"]["seg_bits"]
@@ -196,19 +194,11 @@ class SegmentCopy:
     def _note_redaction(self, record: dict) -> None:
         for t in record["payload"]["targets"]:
             self.redactions[t["seq"]] = record["seq"]
-        self.snapshot_floor = max(self.snapshot_floor, _erased_from(record))
+        self.snapshot_floor = max(self.snapshot_floor, erased_from(record))
 
     def finish(self) -> None:
         for n in self.leaves:
             _fsync(self.target / layout.segment_name(n))
-
-
-def _erased_from(redaction: dict) -> int:
-    """The first seq whose projection state no longer holds what this redaction erased."""
-    match = _ERASE_REQUEST.fullmatch(redaction["payload"].get("request") or "")
-    if match is not None and int(match.group(1)) < redaction["seq"]:
-        return int(match.group(1))
-    return redaction["seq"] + 1
 
 
 def _complete_lines(path: Path) -> bytes:

@@ -8,11 +8,10 @@ import sys
 import orjson
 
 from eventstore.errors import InvalidInput
-from sections.history import History
 
 from .cli_state import resolve_at
 from .diff import diff
-from .options import open_reader
+from .options import add_snapshot_option, open_history
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -21,10 +20,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--to", dest="end", required=True, metavar="B", help="a seq or a time")
     parser.add_argument("--tenant", help="only this tenant")
     parser.add_argument("--session", help="only this session")
+    add_snapshot_option(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    history = History(open_reader(args.logdir))
+    history = open_history(args.logdir, not args.no_snapshots)
     start = resolve_at(history, args.start, False)
     end = resolve_at(history, args.end, False)
     if end < start:
@@ -35,8 +35,7 @@ def run(args: argparse.Namespace) -> int:
             args.session is None or session == args.session
         )
 
-    before = history.state_at(start)
-    after = history.state_at(end)
+    before, after = history.states_at([start, end])  # one fold
     window = history.reader.records(after=start, until=end + 1)
     report = diff(before, after, window, history.payload_of, wanted)
     out = {"from": start, "to": end, "sessions": report}

@@ -48,7 +48,7 @@ class _Envelope:
     __slots__ = ("ts", "tenant", "session", "section", "type")
 
 
-def _envelope(line: bytes) -> _Envelope:
+def envelope_of(line: bytes) -> _Envelope:
     """The fields filters look at, parsed from the start of the line only (they precede "prev").
 
     Falls back to the whole line for one laid out otherwise (a non-canonical copy of a log)."""
@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
             return 0
         for _, line in reader.lines(after, end):
             advance()
-            envelope = _envelope(line)
+            envelope = envelope_of(line)
             if not where.matches(envelope):  # type: ignore[arg-type]
                 continue
             if (since is not None and envelope.ts < since) or (

@@ -17,7 +17,8 @@ from eventstore.errors import InvalidInput
 from eventstore.timestamps import parse_time
 from sections.history import History
 
-from .options import open_reader
+from .cli_replay import envelope_of
+from .options import add_snapshot_option, open_history
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,6 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="the context exactly as last assembled (with --session)",
     )
+    add_snapshot_option(parser)
 
 
 def resolve_at(history: History, at: str, as_time: bool) -> int:
@@ -50,7 +52,7 @@ def resolve_at(history: History, at: str, as_time: bool) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    history = History(open_reader(args.logdir))
+    history = open_history(args.logdir, not args.no_snapshots)
     seq = resolve_at(history, args.at, args.time)
     if (args.section or args.context) and not args.session:
         raise InvalidInput("--section and --context need --session")
@@ -80,13 +82,14 @@ def run(args: argparse.Namespace) -> int:
 
 def _context(history: History, seq: int, args: argparse.Namespace) -> int:
     last = None
-    for record in history.reader.records(until=seq + 1):
+    for at, line in history.reader.lines(until=seq + 1):  # the envelope alone: no Record per line
+        record = envelope_of(line)
         if (
             record.type == "context.assembled"
             and record.session == args.session
             and (args.tenant is None or record.tenant == args.tenant)
         ):
-            last = record.seq
+            last = at
     if last is None:
         raise InvalidInput(f"session {args.session!r} assembled no context at or before seq {seq}")
     messages = history.context_at(last)

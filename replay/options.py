@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import orjson
+
+from eventstore import layout
 from eventstore.errors import InvalidInput
 from eventstore.filters import RecordFilter
 from eventstore.reader import LogReader
+from sections.history import History
+from sections.snapshot import snapshot_paths
 
 
 def add_filters(parser: argparse.ArgumentParser) -> None:
@@ -32,6 +38,66 @@ def open_reader(log_dir: str) -> LogReader:
     if not path.is_dir():
         raise InvalidInput(f"{log_dir}: no such log directory")
     return LogReader(path)
+
+
+def add_snapshot_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--no-snapshots",
+        action="store_true",
+        help="fold the log from seq 0; by default a valid snapshot of the data directory the log "
+        "is in (LOGDIR/../snapshots) is the starting point",
+    )
+
+
+def open_history(log_dir: str, use_snapshots: bool = True) -> History:
+    """The log's history for one question: no time-travel checkpoints left behind, and the
+    snapshots of the data directory LOGDIR is in (`DATA/log` beside `DATA/snapshots`) as
+    starting points. A snapshot is used only if it is for this log and the log's record at its
+    seq has its hash (`read_snapshot`), else it is ignored with a warning; and only if no
+    redaction after it erased what it may hold (an erase purges the snapshots, but a crash
+    between its redaction and the purge leaves them: `erasure_floor`)."""
+    reader = open_reader(log_dir)
+    snapshots = Path(log_dir).parent / "snapshots"
+    seqs = [int(p.stem[5:]) for p in snapshot_paths(snapshots) if p.stem[5:].isdigit()]
+    if not (use_snapshots and seqs):
+        return History(reader, leave_checkpoints=False)
+    floor = erasure_floor(reader, min(seqs))
+    return History(reader, snapshots, leave_checkpoints=False, snapshot_floor=floor)
+
+
+# The envelope of a `redaction` record, as the writer lays it out.
+REDACTION_MARK = b'"tenant":"_log","session":"_log","section":"_log","type":"redaction"'
+_ERASE_REQUEST = re.compile(r"(?:items|session)\.erased@(\d+)")  # sections/memory.py
+
+
+def erased_from(redaction: dict) -> int:
+    """The first seq whose projection state no longer holds what this redaction erased."""
+    match = _ERASE_REQUEST.fullmatch(redaction["payload"].get("request") or "")
+    if match is not None and int(match.group(1)) < redaction["seq"]:
+        return int(match.group(1))
+    return redaction["seq"] + 1
+
+
+def erasure_floor(reader: LogReader, after: int) -> int:
+    """The first seq a snapshot may be taken at and hold nothing that the redactions after
+    `after` erased (0 when there are none). Searches the segments' bytes for the redaction
+    envelope and parses only the lines that hold it."""
+    floor = 0
+    for n, path in layout.list_segments(reader.log_dir):
+        if (n + 1) << reader.seg_bits <= after + 1:
+            continue  # every record of this segment is at or before `after`
+        data = path.read_bytes()
+        at = data.find(REDACTION_MARK)
+        while at >= 0:
+            start = data.rfind(b"\n", 0, at) + 1
+            end = data.find(b"\n", at)
+            if end < 0:
+                break  # a line being appended
+            record = orjson.loads(data[start:end])
+            if record.get("type") == "redaction" and "payload" in record and record["seq"] > after:
+                floor = max(floor, erased_from(record))
+            at = data.find(REDACTION_MARK, end)
+    return floor
 
 
 @contextmanager

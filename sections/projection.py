@@ -7,7 +7,7 @@ appended, so live and rebuilt state agree by construction; the tests check it an
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import orjson
 
@@ -24,11 +24,25 @@ IDEMPOTENCY_MAX_KEYS = 10_000  # per session; the oldest go first
 # session, section, type), and its payload from `payload`.
 Handler = Callable[[MemoryState, SessionState | None, dict, dict], None]
 HANDLERS: dict[str, Handler] = {}
+# The fold replay runs (`replay_lines`): the same handlers, except where a type has a replay form.
+REPLAY_HANDLERS: dict[str, Handler] = {}
 
 
 def handles(type_: str):
     def register(fn: Handler) -> Handler:
         HANDLERS[type_] = fn
+        REPLAY_HANDLERS.setdefault(type_, fn)
+        return fn
+
+    return register
+
+
+def replays(type_: str):
+    """Register the replay form of a type's handler: same effect on the state once the lines
+    are folded, cheaper on the way (see `replay_lines`)."""
+
+    def register(fn: Handler) -> Handler:
+        REPLAY_HANDLERS[type_] = fn
         return fn
 
     return register
@@ -59,10 +73,15 @@ def apply(state: MemoryState, record: Record, restate: Restater | None = None) -
     apply_line(state, r, restate)
 
 
-def apply_line(state: MemoryState, r: dict, restate: Restater | None = None) -> None:
+def apply_line(
+    state: MemoryState,
+    r: dict,
+    restate: Restater | None = None,
+    handlers: dict[str, Handler] = HANDLERS,
+) -> None:
     """Apply one record given as its line's JSON object (`orjson.loads` of the line): replay
     folds the log without building a `Record` per line. Control records and unknown types only
-    advance the position."""
+    advance the position. Replay passes `REPLAY_HANDLERS` (see `replay_lines`)."""
     seq = r["seq"]
     state.seq, state.h = seq, r["h"]
     type_ = r["type"]
@@ -71,7 +90,7 @@ def apply_line(state: MemoryState, r: dict, restate: Restater | None = None) -> 
         if type_ == "redaction" and r.get("salt") is not None:
             redaction_done(state, r["payload"])
         return
-    handler = HANDLERS.get(type_)
+    handler = handlers.get(type_)
     if handler is None:
         return
     if r.get("salt") is not None:  # the payload is kept (`Record.has_payload`)
@@ -105,10 +124,9 @@ def _remember_key(session: SessionState, key: str, seq: int, ts: int, type_: str
         del keys[oldest]
 
 
-def _make_item(r: dict, k: int, data: dict, content_seq: int | None = None) -> Item:
-    # Replay runs this once per item of every add: positional arguments (in Item's field order)
-    # and the inline rule for plain strings done here save about a third of its time.
-    seq = r["seq"]
+def _make_item(seq: int, k: int, h: str, ts: int, data: dict) -> Item:
+    # Replay runs this once per live item: positional arguments (in Item's field order) and the
+    # inline rule for plain strings done here save about a third of its time.
     get = data.get
     content = get("content")
     if type(content) is str:
@@ -121,8 +139,8 @@ def _make_item(r: dict, k: int, data: dict, content_seq: int | None = None) -> I
         seq,
         k,
         content,
-        seq if content_seq is None else content_seq,
-        r["h"],
+        seq,  # content_seq
+        h,
         data["tokens"],
         get("kind"),
         get("role"),
@@ -132,7 +150,7 @@ def _make_item(r: dict, k: int, data: dict, content_seq: int | None = None) -> I
         get("group"),
         get("extra", {}),
         seq,  # last_use
-        ts=r["ts"],
+        ts=ts,
     )
 
 
@@ -146,9 +164,18 @@ def _inline(content: object) -> object:
 
 
 def _evict(session: SessionState, section: SectionState, evicted: list[dict]) -> None:
+    items = section.items
     for victim in evicted:
-        if section.remove(victim["id"]) is not None:
-            section.evictions += 1
+        id_ = victim["id"]
+        item = items.get(id_)
+        if item is None:
+            continue
+        if type(item) is tuple:  # `_take`, inlined: replay evicts most of the items it adds
+            del items[id_]
+            section.tokens -= item[0]
+        else:
+            section.remove(id_)
+        section.evictions += 1
 
 
 def _remove_by_section(session: SessionState, ids_by_section: dict[str, list[str]]) -> None:
@@ -156,7 +183,71 @@ def _remove_by_section(session: SessionState, ids_by_section: dict[str, list[str
         section = session.sections.get(name)
         if section is not None:
             for id_ in ids:
-                section.remove(id_)
+                _take(section, id_)
+
+
+# ---- replay: items made only for the survivors -------------------------------------------------
+#
+# Most items a log adds are evicted or removed by a later record of the same log (3 in 4 in
+# bench/memory.py's build), and `item.added` was over half of the fold, most of it building
+# `Item`s. While replay folds lines (`replay_lines`, whose `item.added` handler is the replay form
+# `_added_unmade`), an added item is held in `section.items` as an `Unmade` tuple, at its
+# place in the (seq, k) order, holding what `_make_item` needs: a record that reads or changes it
+# makes it first (`_made`), a removal drops it as it is (`_take`), and `make_items` makes the
+# survivors before anyone else sees the state. The live path never holds one: `apply` uses
+# `HANDLERS`, and replay starts from a state whose sections have no eviction order (`order` is
+# built by the first choice of victims, which only a command makes).
+# (tokens, seq, k, h, ts, data): the record's fields, not its parsed line, which holds GC-tracked
+# containers (a line kept per live item cost 2 µs per record in collections).
+Unmade = tuple
+
+
+def _take(section: SectionState, id_: str) -> Item | Unmade | None:
+    """Remove an item from its section, made or not; None when it was not there."""
+    item = section.items.get(id_)
+    if type(item) is tuple:
+        del section.items[id_]
+        section.tokens -= item[0]
+        return item
+    return section.remove(id_)
+
+
+def _made(section: SectionState, id_: str) -> Item | None:
+    """The section's item `id_` as an `Item`, made now if replay held it unmade."""
+    item = section.items.get(id_)
+    if type(item) is tuple:
+        item = section.items[id_] = _make_item(*item[1:])  # keeps its place
+    return item
+
+
+def make_items(state: MemoryState) -> None:
+    """Make every item replay still holds unmade: after `replay_lines`, before any read."""
+    for session in state.sessions.values():
+        for section in session.sections.values():
+            items = section.items
+            for id_, item in items.items():
+                if type(item) is tuple:
+                    items[id_] = _make_item(*item[1:])
+
+
+def replay_lines(
+    state: MemoryState,
+    lines: Iterable[tuple[int, bytes]],
+    restate: Restater | None = None,
+    sessions_seen: set[tuple[str, str]] | None = None,
+) -> MemoryState:
+    """Replay: fold these lines (`LogReader.lines`' (seq, line) pairs, in order, after
+    `state.seq`) into `state`, adding to `sessions_seen` the (tenant, session) of every record
+    that names one. The items are made once the lines are folded, only those still live: the
+    state is then the one `apply` builds record by record."""
+    loads = orjson.loads
+    for _, line in lines:
+        r = loads(line)
+        apply_line(state, r, restate, REPLAY_HANDLERS)
+        if sessions_seen is not None and r["tenant"] != CONTROL_TENANT:
+            sessions_seen.add((r["tenant"], r["session"]))
+    make_items(state)
+    return state
 
 
 @handles("session.created")
@@ -180,7 +271,7 @@ def _created(state: MemoryState, _: SessionState | None, r: dict, payload: dict)
     seed = payload.get("seed", {})
     for name in order:
         for data in seed.get(name, ()):
-            item = _make_item(r, k, data)
+            item = _make_item(r["seq"], k, r["h"], r["ts"], data)
             item.committed = True
             sections[name].add(item)
             k += 1
@@ -220,11 +311,38 @@ def _added(state: MemoryState, session: SessionState, r: dict, payload: dict) ->
     evicted = payload.get("evicted")
     if evicted:
         _evict(session, section, evicted)
+    seq, h, ts = r["seq"], r["h"], r["ts"]
     for k, data in enumerate(payload["items"]):
-        section.add(_make_item(r, k, data))
+        section.add(_make_item(seq, k, h, ts, data))
+    _note_added(session, r, payload)
+
+
+@replays("item.added")
+def _added_unmade(state: MemoryState, session: SessionState, r: dict, payload: dict) -> None:
+    """`_added` for replay: the items are held unmade (see `Unmade`)."""
+    section = session.sections.get(r["section"])
+    if section is None:
+        return
+    if section.order is not None:  # not a replay's state: make the items as the live path does
+        _added(state, session, r, payload)
+        return
+    evicted = payload.get("evicted")
+    if evicted:
+        _evict(session, section, evicted)
+    items, seq, h, ts = section.items, r["seq"], r["h"], r["ts"]
+    for k, data in enumerate(payload["items"]):
+        tokens = data["tokens"]
+        items[str(seq) if k == 0 else f"{seq}.{k}"] = (tokens, seq, k, h, ts, data)  # item_id
+        section.tokens += tokens
+    _note_added(session, r, payload)
+
+
+def _note_added(session: SessionState, r: dict, payload: dict) -> None:
     session.version = r["seq"]
-    session.touch(r["section"])
-    if r["section"] == "messages":
+    name = r["section"]
+    if name not in session.touched:  # `session.touch`, inlined: once per added record
+        session.touched.append(name)
+    if name == "messages":
         session.messages += len(payload["items"])
         for k, data in enumerate(payload["items"]):
             if data.get("role") == "user":
@@ -240,7 +358,7 @@ def _updated(state: MemoryState, session: SessionState, r: dict, payload: dict) 
     if section is None:
         return
     _evict(session, section, payload.get("evicted", ()))
-    item = section.items.get(payload["id"])
+    item = _made(section, payload["id"])
     if item is None:
         session.version = r["seq"]
         return
@@ -305,7 +423,7 @@ def _read(state: MemoryState, session: SessionState, r: dict, payload: dict) -> 
         if section is None:
             continue
         for id_ in ids:
-            item = section.items.get(id_)
+            item = _made(section, id_)
             if item is not None:
                 item.reads += 1
                 item.last_use = r["seq"]
@@ -326,7 +444,7 @@ def _committed(state: MemoryState, session: SessionState, r: dict, payload: dict
         if section is None:
             continue
         for id_ in ids:
-            item = section.items.get(id_)
+            item = _made(section, id_)
             if item is not None:
                 item.committed = True
     session.version = r["seq"]
