@@ -57,8 +57,8 @@ _KEEP_TS_DECREASES = 10_000
 # writes them), then `_FIXED` (fixed width: three hashes and the salt), the payload and `}`.
 _HEAD = b'{"v":1,"seq":%d,"ts":'
 _FIXED = ',"prev":"{}","h":"{}","pd":"{}","salt":"{}","payload":'
-_PAYLOAD_KEY_BYTES = len('","payload":')
-_SALT_TO_END = 32 + _PAYLOAD_KEY_BYTES
+_PAYLOAD_KEY_BYTES = len('","payload":')  # after the salt's 32 hex digits, ending `_FIXED`
+_SALT_TO_END = 32 + _PAYLOAD_KEY_BYTES  # from the salt's first digit to the end of `_FIXED`
 _FIXED_BYTES = len(_FIXED.format("0" * 64, "0" * 64, "0" * 64, "0" * 32))
 _NAMES = re.compile(rb'"tenant":"([^"]*)","session":"([^"]*)","section":"([^"]*)","type":"([^"]*)"')
 _sha256 = hashlib.sha256
