@@ -8,6 +8,7 @@ It imports nothing outside `eventstore`, so it starts fast and runs without the 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -37,7 +38,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--json", action="store_true", help="print the report as one JSON object")
     parser.add_argument(
-        "--jobs", type=_positive, default=1, metavar="N", help="verify segments in N processes"
+        "--jobs",
+        type=_jobs,
+        default=1,
+        metavar="N",
+        help="verify segments in N processes; `all` for one per usable core",
     )
     parser.add_argument(
         "--non-strict",
@@ -68,6 +73,14 @@ def run(args: argparse.Namespace) -> int:
     return report.exit_code
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity), not merely the machine's count."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # no sched_getaffinity on this platform
+        return os.cpu_count() or 1
+
+
 def _read_vkey(value: str) -> str:
     if not value.startswith("@"):
         return value
@@ -78,7 +91,9 @@ def _read_vkey(value: str) -> str:
         raise OSError(f"cannot read the vkey file {path}: {exc}") from None
 
 
-def _positive(text: str) -> int:
+def _jobs(text: str) -> int:
+    if text == "all":
+        return usable_cores()
     try:
         value = int(text)
     except ValueError:

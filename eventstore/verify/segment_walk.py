@@ -11,8 +11,10 @@ a failure is called.
 
 from __future__ import annotations
 
+import binascii
 import hashlib
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,7 +43,6 @@ from ..record import (
     REDACTION,
     SEGMENT_OPEN,
     SEGMENT_SEAL,
-    encode_line,
     genesis,
     identifier_bytes,
     pack_seq_ts,
@@ -52,6 +53,14 @@ from .report import Restart, TsDecrease
 _IDENTIFIER_CACHE_MAX = 4096
 _CHUNK_LEAVES = 256  # leaves hashed level by level before they enter the compact range
 _KEEP_TS_DECREASES = 10_000
+# A canonical event line is `_HEAD`, ts, `,` and the identifiers (as `record.identifier_bytes`
+# writes them), then `_FIXED` (fixed width: three hashes and the salt), the payload and `}`.
+_HEAD = b'{"v":1,"seq":%d,"ts":'
+_FIXED = ',"prev":"{}","h":"{}","pd":"{}","salt":"{}","payload":'
+_PAYLOAD_KEY_BYTES = len('","payload":')  # after the salt's 32 hex digits, ending `_FIXED`
+_SALT_TO_END = 32 + _PAYLOAD_KEY_BYTES  # from the salt's first digit to the end of `_FIXED`
+_FIXED_BYTES = len(_FIXED.format("0" * 64, "0" * 64, "0" * 64, "0" * 32))
+_NAMES = re.compile(rb'"tenant":"([^"]*)","session":"([^"]*)","section":"([^"]*)","type":"([^"]*)"')
 _sha256 = hashlib.sha256
 # What the hot path's parse and rebuild may raise: each sends the line the full way.
 _NOT_FAST = (
@@ -129,7 +138,7 @@ class SegmentWalk:
         self.range = CompactRange()
         self.chunk = min(_CHUNK_LEAVES, self.size)
         self.leaves: list[bytes] = []
-        self.idents: dict[tuple[str, str, str, str], bytes] = {}  # valid event identifiers
+        self.idents: dict[bytes, bytes] = {}  # identifiers as in a line -> preimage bytes
         # Local tree sizes whose roots the stitcher needs: pins, the checkpoint file, the seal.
         self.queries = {
             k - self.base for k in plan.queries if self.base < k < self.base + self.size
@@ -176,6 +185,7 @@ class SegmentWalk:
         idents, queries = self.idents, self.queries
         leaves, chunk = self.leaves, self.chunk
         loads, dumps, sha256, pack = orjson.loads, orjson.dumps, _sha256, pack_seq_ts
+        fromhex, head, fixed = binascii.unhexlify, _HEAD.__mod__, _FIXED.format
         sorted_strict, leaf_rec = SORTED_STRICT, LEAF_PREFIX
         expected_prev, prev_bytes, last_ts = self.expected_prev, self.prev_bytes, self.last_ts
         offset = 0
@@ -195,25 +205,30 @@ class SegmentWalk:
                     break
             else:
                 body = raw[:-1]
+                seq = base + line_no - 1
+                # The canonical event line, cut at fixed separators instead of parsed into a
+                # dict: only the payload is parsed. Whatever is cut must equal what is rebuilt
+                # from the computed hashes, so a line the cuts misread simply goes the full way.
                 try:
-                    obj = loads(body)
-                    seq, ts, prev, h, pd = obj["seq"], obj["ts"], obj["prev"], obj["h"], obj["pd"]
-                    names = (obj["tenant"], obj["session"], obj["section"], obj["type"])
-                    salt, payload = obj["salt"], obj["payload"]
-                    ident = idents.get(names) or self._event_identifiers(names)
-                    salt_bytes = bytes.fromhex(salt)
-                    pb = dumps(payload, option=sorted_strict)  # refuses ints beyond ±(2**53-1)
+                    start = head(seq)
+                    cut = body.find(b',"tenant":"', len(start))
+                    ts_raw = body[len(start) : cut]
+                    ts = int(ts_raw)
+                    names_end = body.find(b',"prev":"', cut)
+                    names_raw = body[cut + 1 : names_end]
+                    ident = idents.get(names_raw) or self._event_identifiers(names_raw)
+                    fixed_end = names_end + _FIXED_BYTES
+                    salt_raw = body[fixed_end - _SALT_TO_END : fixed_end - _PAYLOAD_KEY_BYTES]
+                    salt_bytes = fromhex(salt_raw)
+                    pb = body[fixed_end:-1]
+                    payload = loads(pb)
                     fast = (
                         ident is not None
-                        and len(obj) == 12
-                        and type(seq) is int
-                        and seq == base + line_no - 1
-                        and prev == expected_prev
-                        and type(ts) is int
+                        and body.startswith(start)
+                        and body[-1] == 125  # b"}"
+                        and b"%d" % ts == ts_raw
                         and -INT_LIMIT < ts < INT_LIMIT
-                        and encode_line(seq, ts, *names, prev, h, pd, salt, pb) == body
-                        and salt_bytes.hex() == salt
-                        and len(salt_bytes) == 16
+                        and dumps(payload, option=sorted_strict) == pb  # also ints ≤ 2**53-1
                         and not needs_jcs(pb, payload)
                     )
                 except _NOT_FAST:
@@ -224,7 +239,11 @@ class SegmentWalk:
                     digest = sha256(
                         leaf_rec + prev_bytes + pack(seq, ts) + ident + pd_bytes
                     ).digest()
-                    fast = pd_bytes.hex() == pd and digest.hex() == h
+                    h = digest.hex()
+                    fast = (
+                        body[names_end:fixed_end]
+                        == fixed(expected_prev, h, pd_bytes.hex(), salt_bytes.hex()).encode()
+                    )
                 if fast:
                     if ts < last_ts:  # type: ignore[operator]  # line 1 came before: not None
                         self._ts_decrease(seq, last_ts, ts)  # type: ignore[arg-type]
@@ -375,13 +394,25 @@ class SegmentWalk:
             result.first_prev = obj["prev"]
         self._accept(seq, obj["ts"], checked.h, obj["h"])
 
-    def _event_identifiers(self, names: tuple[str, str, str, str]) -> bytes | None:
-        """The preimage bytes of four valid event identifiers, cached; None if not all valid."""
+    def _event_identifiers(self, names_raw: bytes) -> bytes | None:
+        """The preimage bytes of four valid event identifiers, given as they stand in a canonical
+        line (`"tenant":"...",...,"type":"..."`); cached. None unless the bytes are exactly that
+        form of four valid identifiers and the tenant is not the control tenant."""
+        match = _NAMES.fullmatch(names_raw)
+        if match is None:
+            return None
+        try:
+            names = tuple(value.decode() for value in match.groups())
+        except UnicodeDecodeError:
+            return None
         if names[0] == CONTROL_TENANT or not all(is_identifier(value) for value in names):
+            return None
+        ident, in_line = identifier_bytes(*names)
+        if in_line != names_raw:
             return None
         if len(self.idents) >= _IDENTIFIER_CACHE_MAX:
             self.idents.clear()
-        ident = self.idents[names] = identifier_bytes(*names)[0]
+        self.idents[names_raw] = ident
         return ident
 
     def _accept(self, seq: int, ts: int, digest: bytes, h: str) -> None:
