@@ -136,13 +136,10 @@ class CommandRunner:
                 and ticket.decision.durable_at is not None
             ):
                 await asyncio.to_thread(self._writer.wait_for, ticket.decision.durable_at)
-            if spec.result_blocks:
-                return await asyncio.to_thread(spec.result, self, ticket.record, ticket.decision)
-            return spec.result(self, ticket.record, ticket.decision)
-        record = await asyncio.to_thread(self._replayed, outcome)
-        if spec.result_blocks:
-            return await asyncio.to_thread(spec.result, self, record, None)
-        return spec.result(self, record, None)
+            return await self._result_async(spec, ticket.record, ticket.decision)
+        return await self._result_async(
+            spec, await asyncio.to_thread(self._replayed, outcome), None
+        )
 
     def append(self, decide: Decide) -> Record | None:
         """The primitive under every command: run `decide(state)` under the lock, append the
@@ -175,6 +172,15 @@ class CommandRunner:
         (see the module's docstring). Each ticket ends with its outcome or its error; returns
         the groups appended, in log order, with their pending appends."""
         appended: list[tuple[Pending, list[Ticket]]] = []
+        try:
+            self._decide_each(tickets, appended)
+        except BaseException as exc:  # not one command's error: no ticket may be left unanswered
+            for ticket in tickets:
+                if ticket.outcome is None and ticket.error is None and not _needs_no_record(ticket):
+                    ticket.decided, ticket.error = True, exc
+        return appended
+
+    def _decide_each(self, tickets: list[Ticket], appended: list) -> None:
         group = Group()
         for ticket in tickets:
             if group.entries and not group.admits(ticket):
@@ -204,7 +210,6 @@ class CommandRunner:
                 group = Group()
         if group.entries:
             self._append_group(group, appended)
-        return appended
 
     def _replay_seq(self, ticket: Ticket) -> bool:
         """An idempotency key seen before: the ticket's outcome is the seq of the record the
@@ -291,6 +296,13 @@ class CommandRunner:
 
     # ---- after the decision --------------------------------------------------------------------
 
+    async def _result_async(self, spec: CommandSpec, record: Record | None, decision):
+        """The spec's result step, on a worker thread when it does I/O."""
+        blocks = spec.result_blocks
+        if blocks if type(blocks) is bool else blocks(decision):  # type: ignore[operator]
+            return await asyncio.to_thread(spec.result, self, record, decision)
+        return spec.result(self, record, decision)
+
     def _finish(self, spec: CommandSpec, ticket: Ticket):
         """The caller's result once the ticket's records are durable (threads)."""
         outcome = ticket.outcome
@@ -351,6 +363,11 @@ def _logged(record: Record, payload: object) -> Record:
         record.seq, record.ts, record.tenant, record.session, record.section, record.type,
         record.prev, record.h, record.pd, record.salt, payload, record.redacted, record.line,
     )  # fmt: skip
+
+
+def _needs_no_record(ticket: Ticket) -> bool:
+    """Decided, and its decision appends nothing: answered already."""
+    return ticket.decided and (ticket.decision is None or not ticket.decision.records)
 
 
 def _settle(ticket: Ticket) -> None:
