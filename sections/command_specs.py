@@ -13,7 +13,8 @@ A spec runs in up to three steps:
   append and what the caller gets besides), or None when no record is needed;
 - `result`, once the records are durable: builds what the caller gets. With `result_blocks` it
   does I/O (reads contents back from the log, redacts, summarizes) and the async runner runs it
-  on a worker thread. An idempotent retry calls it with the first call's record and no decision,
+  on a worker thread; `result_blocks` may instead be a function of the decision that says
+  whether this result does (a read whose contents are all inline needs no thread). An idempotent retry calls it with the first call's record and no decision,
   so the result of a command with an idempotency type depends on the record alone.
 
 The functions here reach the memory only through its public methods (sections/memory.py).
@@ -51,7 +52,11 @@ class CommandSpec:
     idempotency_type: str | None = None  # None: the command takes no idempotency key
     result: Result = lambda _memory, record, _decision: record  # noqa: E731
     prepare: Prepare | None = None
-    result_blocks: bool = False
+    result_blocks: bool | Callable[[Decision | None], bool] = False
+    # The decision reads only the command's own session and its records change only that
+    # session: concurrent commands on distinct sessions may then be decided against one state
+    # and appended together (sections/runner.py). Anything else is decided alone.
+    session_local: bool = False
 
 
 def _decided(_memory: Memory, _record: Record | None, decision: Decision | None) -> Any:
@@ -121,12 +126,14 @@ def _ended(memory: Memory, record: Record | None, _decision: Decision | None) ->
     return record  # type: ignore[return-value]
 
 
-ADD_ITEMS = CommandSpec("add_items", _add_items, "item.added", _added)
-UPDATE_ITEM = CommandSpec("update_item", _update_item, "item.updated")
-REMOVE_ITEMS = CommandSpec("remove_items", _remove_items, "item.removed")
-CONFIGURE_SECTION = CommandSpec("configure_section", _configure_section, "section.configured")
-COMMIT = CommandSpec("commit", _commit, "section.committed")
-END_TURN = CommandSpec("end_turn", _end_turn, "turn.ended")
+ADD_ITEMS = CommandSpec("add_items", _add_items, "item.added", _added, session_local=True)
+UPDATE_ITEM = CommandSpec("update_item", _update_item, "item.updated", session_local=True)
+REMOVE_ITEMS = CommandSpec("remove_items", _remove_items, "item.removed", session_local=True)
+CONFIGURE_SECTION = CommandSpec(
+    "configure_section", _configure_section, "section.configured", session_local=True
+)
+COMMIT = CommandSpec("commit", _commit, "section.committed", session_local=True)
+END_TURN = CommandSpec("end_turn", _end_turn, "turn.ended", session_local=True)
 END_SESSION = CommandSpec("end_session", _end_session, "session.ended", _ended, result_blocks=True)
 DELETE_SESSION = CommandSpec("delete_session", _delete_session, "session.deleted")
 
@@ -220,7 +227,14 @@ def _filled(memory: Memory, _record: Record | None, decision: Decision | None) -
     return memory.fill(decision.result)  # type: ignore[union-attr, arg-type]
 
 
-READ_ITEMS = CommandSpec("read_items", _read_items, result=_filled, result_blocks=True)
+def _fill_reads(decision: Decision | None) -> bool:
+    """Whether `_filled` reads the log: some content is kept there (see `Memory.fill`)."""
+    return any(view.content is None for view in decision.result)  # type: ignore[union-attr]
+
+
+READ_ITEMS = CommandSpec(
+    "read_items", _read_items, result=_filled, result_blocks=_fill_reads, session_local=True
+)
 
 
 # Reads that return content without naming items (time travel, summaries, live channels) leave

@@ -227,6 +227,21 @@ def _new_item(
     batch: list[dict] = (),  # type: ignore[assignment]
 ) -> dict:
     """Check one item's fields and return its record form, with its token count."""
+    # Content alone, the common add, has no other field to check or copy.
+    item = {"content": data["content"]} if len(data) == 1 and "content" in data else _fields(data)
+    group = data.get("group") or default_group(config.name, item, existing, batch)
+    if group is not None:
+        item["group"] = group
+    tokens = count_input(counter, data["content"])
+    tool_calls = data.get("tool_calls")
+    if tool_calls:
+        tokens += count_input(counter, tool_calls)
+    item["tokens"] = tokens
+    return item
+
+
+def _fields(data: dict) -> dict:
+    """An item's fields checked and in record form, without its group and token count."""
     unknown = set(data) - _ITEM_FIELDS
     if unknown:
         raise InvalidInput(f"unknown item fields {sorted(unknown)}")
@@ -264,13 +279,6 @@ def _new_item(
     extra = {k: data[k] for k in ("name", "tool_calls", "tool_call_id") if data.get(k) is not None}
     if extra:
         item["extra"] = extra
-    group = data.get("group") or default_group(config.name, item, existing, batch)
-    if group is not None:
-        item["group"] = group
-    tokens = count_input(counter, data["content"])
-    if tool_calls:
-        tokens += count_input(counter, tool_calls)
-    item["tokens"] = tokens
     return item
 
 
@@ -296,16 +304,22 @@ def add_items(
     # Items in one batch that share a group join each other, not an existing one twice.
     incoming = sum(i["tokens"] for i in new)
     units = frozenset(i["group"] for i in new if "group" in i)
-    newcomers: dict[str, float] = {}
-    for k, i in enumerate(new):
-        unit = i.get("group", f"#new.{k}")
-        newcomers[unit] = max(newcomers.get(unit, i.get("priority", 0)), i.get("priority", 0))
+    newcomers = _newcomers(new) if section.config.policy == "priority" else None  # only it competes
     victims = choose_victims(section, incoming, units, newcomers=newcomers)
     payload = base_payload(session, idem)
     payload["items"] = new
     if victims:
         payload["evicted"] = [{"id": v.id, "reason": section.config.policy} for v in victims]
     return Command(session.tenant, session.id, section_name, "item.added", payload)
+
+
+def _newcomers(new: list[dict]) -> dict[str, float]:
+    """The units an add brings, each with its highest priority."""
+    newcomers: dict[str, float] = {}
+    for k, i in enumerate(new):
+        unit = i.get("group", f"#new.{k}")
+        newcomers[unit] = max(newcomers.get(unit, i.get("priority", 0)), i.get("priority", 0))
+    return newcomers
 
 
 def update_item(

@@ -35,6 +35,18 @@ def unit_rank(policy: str, members: Iterable[Item]) -> tuple:
     """The rank of a unit under `policy`: lowest leaves first. Ranks of different units never
     tie, since each ends with (or is) a member's unique (seq, k)."""
     members = list(members)
+    if len(members) == 1:  # an ungrouped item, nearly every unit: the same ranks, read directly
+        m = members[0]
+        if policy == "fifo":
+            return (m.order,)
+        if policy == "lifo":
+            return (-m.order[0], -m.order[1])
+        if policy == "lru":
+            return (m.last_use, m.order)
+        if policy == "lfu":
+            return (m.reads, m.last_use, m.order)
+        if policy == "priority":
+            return (m.priority, m.order)
     oldest = min(m.order for m in members)
     if policy == "fifo":
         return (oldest,)

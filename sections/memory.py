@@ -164,6 +164,7 @@ class Memory(CommandRunner):
             raise InvalidInput("dedup_window_us must be a non-negative integer of microseconds")
         self.dedup_window_us = dedup_window_us
         self._lock = threading.Lock()
+        self._init_batches()
         self._decision_ts = 0  # the ts of the record being decided: valid under _lock
         self._snapshot_lock = threading.Lock()
         self._failed: BaseException | None = None
