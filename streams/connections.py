@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import os
 import resource
+import weakref
 from dataclasses import dataclass
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
@@ -182,19 +183,24 @@ def guarded_protocol(
 
 
 class BodyWriter:
-    """Writes chunks of a started chunked response body straight to the transport."""
+    """Writes chunks of a started chunked response body straight to the transport.
 
-    __slots__ = ("cycle",)
+    It holds its request cycle weakly: the scope holds the writer and the cycle the scope, and
+    a strong reference would make every GET request a reference cycle, garbage that only the
+    collector frees."""
+
+    __slots__ = ("_cycle",)
 
     def __init__(self, cycle: RequestResponseCycle) -> None:
-        self.cycle = cycle
+        self._cycle = weakref.ref(cycle)
 
     def ready(self) -> bool:
         """True when a chunk written now goes out in order without waiting: the app has sent
         the response start (chunked), not the end, and the transport is open and not paused."""
-        cycle = self.cycle
+        cycle = self._cycle()
         return (
-            cycle.response_started
+            cycle is not None
+            and cycle.response_started
             and not cycle.response_complete
             and cycle.chunked_encoding is True
             and not cycle.disconnected
@@ -204,17 +210,26 @@ class BodyWriter:
 
     def write(self, body: bytes) -> None:
         """One chunk, framed as uvicorn frames `http.response.body` (call only when ready)."""
-        if body:
-            self.cycle.transport.write(b"%x\r\n%s\r\n" % (len(body), body))
+        cycle = self._cycle()
+        if body and cycle is not None:
+            cycle.transport.write(b"%x\r\n%s\r\n" % (len(body), body))
 
 
 class FrameWriter:
-    """Writes text frames to an accepted WebSocket, several in one transport write."""
+    """Writes text frames to an accepted WebSocket, several in one transport write. It holds
+    the protocol weakly, as `BodyWriter` its cycle: the protocol holds the scope that holds it."""
 
-    __slots__ = ("protocol",)
+    __slots__ = ("_protocol",)
 
     def __init__(self, protocol: WebSocketsSansIOProtocol) -> None:
-        self.protocol = protocol
+        self._protocol = weakref.ref(protocol)
+
+    @property
+    def protocol(self) -> WebSocketsSansIOProtocol:
+        protocol = self._protocol()
+        if protocol is None:  # the connection is gone and so is its app
+            raise ClientDisconnected()
+        return protocol
 
     @property
     def raw(self) -> bool:
@@ -224,9 +239,10 @@ class FrameWriter:
 
     def ready(self) -> bool:
         """True when frames written now go out without waiting (open, not paused)."""
-        p = self.protocol
+        p = self._protocol()
         return (
-            p.handshake_complete
+            p is not None
+            and p.handshake_complete
             and not p.close_sent
             and not p.disconnected
             and p.initial_response is None
