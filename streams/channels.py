@@ -12,6 +12,12 @@ replica has every partition's hub. Stream traces (`stream.opened`/`closed`, long
 `polled`) are appended to the tenant's partition only where this replica leads it; elsewhere
 they are skipped and counted (`ledgermem_stream_traces_skipped_total`), since a trace must never
 hold up or refuse a stream on a replica that cannot append (docs/scale-out-replicas.md).
+
+Where the server offers a writer to the connection (streams/connections.py: `BODY_WRITER`,
+`FRAME_WRITER`), the SSE and WebSocket adapters hand their subscription a `LiveWriter`, so the
+hub writes live records to a waiting subscriber at publish time, and a WebSocket batch goes out
+as one transport write of frames encoded once per record, instead of an ASGI message per frame.
+Without one (another ASGI server) they fall back to plain ASGI messages.
 """
 
 from __future__ import annotations
@@ -37,9 +43,10 @@ from eventstore.jcs import loads_strict
 from sections import command_specs as specs
 
 from .auth import Principal
+from .connections import BODY_WRITER, FRAME_WRITER, BodyWriter, FrameWriter
 from .errors import ApiError, error_response
 from .fanout_errors import FanoutError, HubClosed, TooManySubscribers
-from .hub import EncodedRecord, Hub, Slot, Subscription
+from .hub import Delivery, EncodedRecord, Hub, Slot, Subscription, ws_text_frame
 from .responses import dumps
 from .routing import RawRoute
 from .service import NotLeaderHere
@@ -275,6 +282,73 @@ def parse_subscribe_frame(text: str | None) -> tuple[int, dict[str, list[str]], 
     return after, fields, frame.get("partition")
 
 
+# ---- writing -----------------------------------------------------------------------------------
+
+
+class EventStream(EventSourceResponse):
+    """sse-starlette's response. A send without a timeout skips the `move_on_after(None)`
+    cancel scope sse-starlette opens around each send, which cancels nothing and was about a
+    seventh of an SSE delivery's CPU (docs/benchmarks.md, "Where the time goes")."""
+
+    async def _send_with_timeout(self, send: Send, message) -> None:  # type: ignore[override]
+        if self.send_timeout is None:
+            await send(message)
+        else:
+            await super()._send_with_timeout(send, message)
+
+
+class _SseLive:
+    """The hub's writes to an SSE subscriber: the records' events as one body chunk."""
+
+    __slots__ = ("body", "frame")
+
+    def __init__(self, body: BodyWriter, frame) -> None:
+        self.body, self.frame = body, frame
+
+    def ready(self) -> bool:
+        return self.body.ready()
+
+    def write(self, items: list[EncodedRecord]) -> None:
+        frame = self.frame
+        self.body.write(b"".join([frame(item) for item in items]))
+
+
+class _WebSocketLive:
+    """The hub's writes to a WebSocket subscriber: the records' frames, one transport write."""
+
+    __slots__ = ("frames",)
+
+    def __init__(self, frames: FrameWriter) -> None:
+        self.frames = frames
+
+    def ready(self) -> bool:
+        return self.frames.ready()
+
+    def write(self, items: list[EncodedRecord]) -> None:
+        _write_frames(self.frames, items)
+
+
+def _caught_up(seq: int) -> bytes:
+    return b'{"control":"caught_up","seq":%d}' % seq
+
+
+def _write_frames(
+    frames: FrameWriter, items: list[EncodedRecord], caught_up: int | None = None
+) -> None:
+    """A WebSocket batch in one write: the caught-up notice, if any, then one text frame per
+    record (wire.md), as the hub encoded them when the connection has no extension."""
+    if frames.raw:
+        data = b"".join([item.ws_frame() for item in items])
+        if caught_up is not None:
+            data = ws_text_frame(_caught_up(caught_up)) + data
+        frames.write_frames(data)
+    else:
+        texts = [item.line for item in items]
+        if caught_up is not None:
+            texts.insert(0, _caught_up(caught_up))
+        frames.write_texts(texts)
+
+
 # ---- the adapters ----------------------------------------------------------------------------
 
 
@@ -383,16 +457,20 @@ class Channels:
             await _error_response(exc)(scope, receive, send)
             return
         frame = EncodedRecord.sse_typed if typed else EncodedRecord.sse
+        body = scope.get("extensions", {}).get(BODY_WRITER)
 
         async def events() -> AsyncIterator[bytes]:
             # Frames are encoded once per record by the hub; sse-starlette passes bytes through.
+            # From the first wait on, the hub writes live records itself while this waits.
+            if body is not None:
+                subscription.writer = _SseLive(body, frame)
             async for delivery in subscription:
                 if delivery.items:
                     yield b"".join([frame(item) for item in delivery.items])
 
         try:
             async with self._traced(principal, subscription, _stream(scope, "sse", where, after)):
-                response = EventSourceResponse(
+                response = EventStream(
                     events(),
                     headers=dict((k.decode(), v.decode()) for k, v in STREAM_HEADERS),
                     ping=self.service.settings.heartbeat_seconds,
@@ -498,9 +576,10 @@ class Channels:
         except (ApiError, FanoutError) as exc:
             await _deny(scope, send, api_error(exc))
             return
+        frames = scope.get("extensions", {}).get(FRAME_WRITER)
         try:
             await send({"type": "websocket.accept"})
-            await self._ws_session(principal, slots, receive, send)
+            await self._ws_session(principal, slots, receive, send, frames)
         except OSError:
             pass  # the client went away
         finally:
@@ -508,7 +587,12 @@ class Channels:
                 slot.release()
 
     async def _ws_session(
-        self, principal: Principal, slots: list[Slot], receive: Receive, send: Send
+        self,
+        principal: Principal,
+        slots: list[Slot],
+        receive: Receive,
+        send: Send,
+        frames: FrameWriter | None,
     ):
         try:
             message = await asyncio.wait_for(receive(), FIRST_FRAME_SECONDS)
@@ -535,12 +619,14 @@ class Channels:
             return
 
         async def pump() -> None:
+            if frames is not None:
+                subscription.writer = _WebSocketLive(frames)
             async for delivery in subscription:
-                if delivery.caught_up is not None:
-                    control = b'{"control":"caught_up","seq":%d}' % delivery.caught_up
-                    await send({"type": "websocket.send", "text": control.decode()})
-                for item in delivery.items:
-                    await send({"type": "websocket.send", "text": item.text()})
+                if frames is not None:
+                    await frames.drained()
+                    _write_frames(frames, delivery.items, delivery.caught_up)
+                else:
+                    await _send_frames(send, delivery)
             await _close(send, WS_GOING_AWAY, "the server is shutting down; resume with after")
 
         try:
@@ -559,6 +645,14 @@ def _stream(
     fields = {k: sorted(getattr(where, k)) for k in FILTER_KEYS if getattr(where, k) is not None}
     address = client if client is not None else client_address(scope or {})
     return {"channel": channel, "client": address, "filter": fields, "after": after}
+
+
+async def _send_frames(send: Send, delivery: Delivery) -> None:
+    """A WebSocket batch as plain ASGI messages, one per frame (a server without FRAME_WRITER)."""
+    if delivery.caught_up is not None:
+        await send({"type": "websocket.send", "text": _caught_up(delivery.caught_up).decode()})
+    for item in delivery.items:
+        await send({"type": "websocket.send", "text": item.text()})
 
 
 async def _close(send: Send, code: int, reason: str) -> None:

@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from .app import create_app
-    from .connections import ConnectionBudget, guarded_protocol
+    from .connections import ConnectionBudget, framed_websocket_protocol, guarded_protocol
     from .service import Service
     from .settings import load_settings
 
@@ -136,6 +136,7 @@ def run(args: argparse.Namespace) -> int:
         ws_ping_timeout=settings.heartbeat_seconds * 2,
         timeout_graceful_shutdown=10,
         http=guarded_protocol(budget, settings.header_timeout, settings.body_timeout),
+        ws=framed_websocket_protocol(),
         backlog=budget.backlog,
         # The service starts and stops around uvicorn (below), not in a lifespan: a failed
         # start-up then reaches us as the exception it is, not as uvicorn's traceback and exit 3.

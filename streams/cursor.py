@@ -209,16 +209,36 @@ class Cursor:
         buffer = self._buffer
         if buffer:
             if len(buffer) <= self.batch:  # the usual case: everything buffered goes
-                items = list(buffer)
-                buffer.clear()
-                self._buffered_bytes = 0
-                self.position = max(items[-1].seq, self._offered)
-            else:
-                items = [buffer.popleft() for _ in range(self.batch)]
-                self._buffered_bytes -= sum(len(item.line) for item in items)
-                self.position = items[-1].seq
+                return self._take_buffer()
+            items = [buffer.popleft() for _ in range(self.batch)]
+            self._buffered_bytes -= sum(len(item.line) for item in items)
+            self.position = items[-1].seq
             return Send(items, "live")
         self.position = max(self.position, self._offered)
         if stop is not None and self.position >= stop:
             return DONE
         return WAIT
+
+    def take_live(self) -> Send | None:
+        """The live `Send` that `next_action` would answer now, when that is all there is to do
+        (no log read, caught-up notice or end pending, the whole buffer fits one batch); else
+        None, and nothing changes. It lets the hub deliver at publish time to a subscriber that
+        sits waiting, with the same effect as waking it to ask `next_action`."""
+        if (
+            self._outbox
+            or self._announce
+            or self.stop_after is not None
+            or self.live_from is None
+            or self.position + 1 < self.live_from
+            or not self._buffer
+            or len(self._buffer) > self.batch
+        ):
+            return None
+        return self._take_buffer()
+
+    def _take_buffer(self) -> Send:
+        items = list(self._buffer)
+        self._buffer.clear()
+        self._buffered_bytes = 0
+        self.position = max(items[-1].seq, self._offered)
+        return Send(items, "live")

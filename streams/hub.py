@@ -6,7 +6,11 @@ waits for a subscriber. On the loop the hub wraps each record once in an `Encode
 channel encodings are built at most once per record and shared by every subscriber, and offers
 the batch to each subscriber's `Cursor` (streams/cursor.py). A `Subscription` drives its cursor:
 it reads the log in a worker thread when the cursor asks, and hands the channel adapters
-(streams/channels.py) batches of encoded records.
+(streams/channels.py) batches of encoded records. An adapter that can write to its connection
+without waiting gives its subscription a `LiveWriter`: then a subscriber that sits waiting is not
+woken at all; the hub writes what it got to its connection, in one callback right after the
+publishes that are ready on the loop (so that when publishes arrive faster than they are written,
+each subscriber still gets them coalesced into one write), as frames encoded once for everybody.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import contextlib
 import logging
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import orjson
 
@@ -36,10 +40,32 @@ SCAN_LIMIT = 16384  # lines examined per log read, so a selective filter still y
 _PREV_KEY = b',"prev":'
 
 
+def ws_text_frame(payload: bytes) -> bytes:
+    """A final, unmasked WebSocket text frame carrying `payload` (RFC 6455 section 5.2), as a
+    server sends it on a connection without extensions: the same bytes for every subscriber."""
+    n = len(payload)
+    if n < 126:
+        return b"\x81%c%s" % (n, payload)
+    if n < 1 << 16:
+        return b"\x81\x7e%s%s" % (n.to_bytes(2, "big"), payload)
+    return b"\x81\x7f%s%s" % (n.to_bytes(8, "big"), payload)
+
+
 class EncodedRecord:
     """One record and its channel encodings, each built at most once and shared by everyone."""
 
-    __slots__ = ("seq", "line", "tenant", "session", "section", "type", "_sse", "_typed", "_text")
+    __slots__ = (
+        "seq",
+        "line",
+        "tenant",
+        "session",
+        "section",
+        "type",
+        "_sse",
+        "_typed",
+        "_text",
+        "_frame",
+    )
 
     def __init__(
         self, seq: int, line: bytes, tenant: str, session: str, section: str, type_: str
@@ -49,6 +75,7 @@ class EncodedRecord:
         self._sse: bytes | None = None
         self._typed: bytes | None = None
         self._text: str | None = None
+        self._frame: bytes | None = None
 
     @classmethod
     def of(cls, record: Record) -> EncodedRecord:
@@ -85,6 +112,13 @@ class EncodedRecord:
             self._text = self.line.decode("utf-8")
         return self._text
 
+    def ws_frame(self) -> bytes:
+        """The whole WebSocket text frame (header and record), for connections that write
+        frames themselves (streams/connections.py)."""
+        if self._frame is None:
+            self._frame = ws_text_frame(self.line)
+        return self._frame
+
     def __repr__(self) -> str:
         return f"EncodedRecord(seq={self.seq})"
 
@@ -93,6 +127,16 @@ class Delivery(NamedTuple):
     items: list[EncodedRecord]
     source: str  # "log", "live", or "" for a control message / a timeout
     caught_up: int | None = None
+
+
+class LiveWriter(Protocol):
+    """Writes records into a subscriber's connection synchronously (a channel adapter's)."""
+
+    def ready(self) -> bool:
+        """True when a write now would go out without waiting (open, not paused)."""
+        ...
+
+    def write(self, items: list[EncodedRecord]) -> None: ...
 
 
 class _NullMetrics:
@@ -133,6 +177,11 @@ class Subscription:
         self._served = {"log": 0, "live": 0}
         self._lag: int | None = None  # records behind the head at the latest send
         self.delivered = cursor.position  # the last seq handed out (the close trace names it)
+        # Set by an adapter that can write to its connection without waiting. Used only while
+        # the adapter's task waits in next() (`_waiter` set): it then holds no batch, so
+        # whatever the hub writes goes after everything the task wrote, in seq order.
+        self.writer: LiveWriter | None = None
+        self._flush_due = False  # in the hub's list of subscribers to write to
 
     @property
     def closed(self) -> bool:
@@ -146,8 +195,39 @@ class Subscription:
                 waiter.set_result(None)
 
     def _offer(self, items: Sequence[EncodedRecord]) -> None:
-        if self.cursor.offer(items):
-            self._wake()
+        if not self.cursor.offer(items):
+            return
+        if self.writer is not None and self._waiter is not None:
+            if not self._flush_due:  # written by the hub's next flush, unless it cannot be
+                self._flush_due = True
+                self.hub._flush_soon(self)
+            return
+        self._wake()
+
+    def _flush(self) -> None:
+        """Write what the cursor holds straight to the connection if the adapter's task still
+        waits (it holds no batch: this goes after all it wrote) and the connection takes it
+        now; otherwise wake the task, which sends it, waiting for the connection if need be."""
+        self._flush_due = False
+        writer = self.writer
+        if writer is not None and self._waiter is not None and not self.closed and writer.ready():
+            send = self.cursor.take_live()
+            if send is not None:
+                self._handed(send)
+                try:
+                    writer.write(send.items)
+                except Exception:  # the records are taken: end it; the client resumes
+                    log.exception("writing live records to a %s subscriber", self.channel)
+                    self._end()
+                return
+        self._wake()
+
+    def _handed(self, send: Send) -> None:
+        """Count a batch going out, by the adapter's task or by the hub's direct write."""
+        self._served[send.source] += len(send.items)
+        if send.items:
+            self.delivered = send.items[-1].seq
+        self._lag = max(0, self.hub.head - self.cursor.position)
 
     def _overflow(self) -> None:
         self.cursor.overflow()
@@ -179,10 +259,7 @@ class Subscription:
             action = cursor.next_action(hub.head)
             kind = type(action)
             if kind is Send:
-                self._served[action.source] += len(action.items)
-                if action.items:
-                    self.delivered = action.items[-1].seq
-                self._lag = max(0, hub.head - cursor.position)
+                self._handed(action)
                 return Delivery(action.items, action.source)
             if kind is ReadLog:
                 await self._read(action)
@@ -254,6 +331,8 @@ class Hub:
         self._pool: ThreadPoolExecutor | None = None
         self._closed = False
         self._reporting: asyncio.TimerHandle | None = None
+        self._flushes: list[Subscription] = []  # waiting subscribers that have records
+        self._flushing: asyncio.Handle | None = None
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -317,6 +396,19 @@ class Hub:
         items = [EncodedRecord.of(record) for record in records]
         for subscription in list(self._subscriptions):
             subscription._offer(items)
+
+    def _flush_soon(self, subscription: Subscription) -> None:
+        self._flushes.append(subscription)
+        if self._flushing is None:
+            # call_soon runs after every callback already ready, publishes included: those
+            # that queued up while the loop was busy reach each subscriber as one write.
+            self._flushing = self._loop.call_soon(self._flush)  # type: ignore[union-attr]
+
+    def _flush(self) -> None:
+        self._flushing = None
+        flushes, self._flushes = self._flushes, []
+        for subscription in flushes:
+            subscription._flush()
 
     def _report(self) -> None:
         served: dict[tuple[str, str], int] = {}
