@@ -15,8 +15,7 @@ every add evicts: the steady state of a conversation.
 Per scenario, over the measured window (after a warm-up): writes/s (requests/s; items/s for a
 batch), latency from the request's first byte to the response's last (p50/p99), the server's
 CPU per write from /proc/<pid>/stat (utime + stime, all threads; the event-loop thread apart),
-the server's CPU per write in each of its threads by name (event loop, writer, verifier,
-search-index applier, asyncio workers), the client's CPU, fdatasyncs and records per fdatasync
+the server's CPU per write by thread (the event loop and the rest), the client's CPU, fdatasyncs and records per fdatasync
 from /metrics, and the machine noise
 (loadavg, CPU idle, the busiest other processes).
 
@@ -161,9 +160,10 @@ def system_share(before: tuple[float, float], after: tuple[float, float]) -> flo
 
 
 def thread_cpu(pid: int) -> dict[str, float]:
-    """CPU seconds of each of a process's threads, summed by thread name (the event loop is the
-    main thread, named like the process; `ledgermem-writer`, `ledgermem-verifier`, the search
-    index's applier, asyncio's worker threads)."""
+    """CPU seconds of a process's threads, summed by the name the kernel knows them by: the main
+    thread (the event loop) apart, the others under their `comm`, which Python 3.11 leaves at
+    the interpreter's name ("python": writer, verifier, search index, workers together; a
+    sampling profiler such as py-spy tells them apart)."""
     names: dict[str, float] = {}
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
