@@ -1,16 +1,16 @@
-"""A response in one write: what uvicorn writes for a request within one event-loop turn goes to
-the socket as one `write`, at the end of that turn.
+"""A response in one write: its head waits for its body, at the latest until the loop turn ends.
 
 uvicorn writes a response's status line and headers when the app sends `http.response.start` and
 the body when it sends `http.response.body`: two `write` calls, so two `send` system calls and,
 with TCP_NODELAY (streams/cli_serve.py), two TCP segments for every small JSON answer, and two
-wake-ups of the client. The app sends both messages in the same loop turn, so holding the bytes
-until the turn ends (`loop.call_soon`) joins them, with no delay a client could see: a streamed
-response's head still leaves in the turn that wrote it, its later chunks in theirs.
+wake-ups of the client. The app sends both messages in the same loop turn, so holding the head
+until the next write (or until the turn ends, `loop.call_soon`) joins them with no delay a client
+could see: a streamed response's head still leaves in the turn that wrote it, and its later
+chunks are written as they come, untouched (the fan-out's writes pay nothing here).
 
 `coalesced(protocol_class)` is the HTTP protocol class with a `TurnTransport` in front of each
-connection's transport. Closing, or anything else asked of the transport, first writes what is
-held, so bytes never pass each other.
+connection's transport, told when a request's headers are in. Closing, or anything else asked of
+the transport, first writes what is held, so bytes never pass each other.
 """
 
 from __future__ import annotations
@@ -19,26 +19,33 @@ import asyncio
 
 
 class TurnTransport:
-    """A transport whose writes within one loop turn go out as one write at the turn's end."""
+    """A transport that holds a response's head (the first write after a request's headers came
+    in) until the next write joins it, or at the latest until the end of the loop turn."""
 
-    __slots__ = ("_transport", "_loop", "_held")
+    __slots__ = ("_transport", "_loop", "_held", "hold_next")
 
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
         self._transport = transport
         self._loop = loop
-        self._held: list[bytes] | None = None
+        self._held: bytes | None = None
+        self.hold_next = False  # set by the protocol when a request's headers are in
 
     def write(self, data: bytes) -> None:
-        if self._held is None:
-            self._held = [data]
+        held = self._held
+        if held is not None:  # the body after its head: one write
+            self._held = None
+            self._transport.write(held + data)
+        elif self.hold_next:
+            self.hold_next = False
+            self._held = data
             self._loop.call_soon(self.flush)
-        else:
-            self._held.append(data)
+        else:  # a stream's later chunks, and anything else: as they come
+            self._transport.write(data)
 
     def flush(self) -> None:
         held, self._held = self._held, None
-        if held and not self._transport.is_closing():
-            self._transport.write(held[0] if len(held) == 1 else b"".join(held))
+        if held is not None and not self._transport.is_closing():
+            self._transport.write(held)
 
     def close(self) -> None:
         self.flush()
@@ -69,6 +76,11 @@ def coalesced(protocol_class: type) -> type:
             super().connection_made(transport)
             if not transport.is_closing():  # not refused at once
                 self.transport = TurnTransport(transport, self.loop)
+
+        def on_headers_complete(self) -> None:
+            super().on_headers_complete()
+            if isinstance(self.transport, TurnTransport):
+                self.transport.hold_next = True
 
         def handle_websocket_upgrade(self) -> None:
             if isinstance(self.transport, TurnTransport):
