@@ -11,12 +11,13 @@ import asyncio
 import re
 from collections.abc import Awaitable, Callable
 
+import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import request_response
+from starlette.types import Receive, Scope, Send
 
-from eventstore.errors import InvalidInput
-from eventstore.jcs import loads_strict
+from eventstore.errors import InvalidInput, LedgerError
 from sections import command_specs as specs
 from sections.command_specs import CommandSpec
 from sections.commands import UPDATABLE
@@ -26,12 +27,15 @@ from sections.session import item_ids
 from sections.views import Extra
 
 from .auth import Principal
-from .errors import ApiError, error_response
-from .responses import json_response, record_json
+from .errors import ApiError, error_response, from_exception
+from .json_body import parse_object, read_body
+from .responses import json_response, record_json, send_json
 from .routing import RawRoute
 from .service import Service
 
 Handler = Callable[[Request], Awaitable[Response]]
+# A lean route's handler: (scope, receive) -> (status, JSON body, headers); see `lean`.
+LeanHandler = Callable[[Scope, Receive], Awaitable[tuple[int, bytes, list[tuple[bytes, bytes]]]]]
 # Writes with bodies larger than this run on a worker thread: encoding megabytes of JSON (JCS) takes
 # long enough to stall every stream and request sharing the event loop.
 LARGE_BODY = 256 * 1024
@@ -59,7 +63,11 @@ async def read_json(request: Request, limit: int, required: bool = True) -> dict
         if required:
             raise ApiError(400, "invalid_input", "a JSON object body is required")
         return {}
-    value = loads_strict(body)
+    return _json_object(body)
+
+
+def _json_object(body: bytes) -> dict:
+    value = parse_object(body)  # loads_strict's answer, through orjson when it is the same
     if type(value) is not dict:
         raise ApiError(400, "invalid_input", "the body must be a JSON object")
     return value
@@ -75,12 +83,26 @@ def _integer(value: str, what: str) -> int:
 
 
 def _if_match(request: Request) -> int | None:
-    value = request.headers.get("if-match")
+    return _expected_version(request.headers.get("if-match"))
+
+
+def _expected_version(value: str | None) -> int | None:
     if value is None:
         return None
     return _integer(
         value.strip().removeprefix("W/").strip('"'), "If-Match (the expected session version)"
     )
+
+
+def _write_headers(scope: Scope) -> tuple[str | None, str | None]:
+    """Idempotency-Key and If-Match from the raw headers (the first of each, as Headers.get)."""
+    key = match = None
+    for name, value in scope["headers"]:
+        if name == b"idempotency-key" and key is None:
+            key = value.decode("latin-1")
+        elif name == b"if-match" and match is None:
+            match = value.decode("latin-1")
+    return key, match
 
 
 def _int_param(request: Request, name: str, default: int | None = None) -> int | None:
@@ -185,8 +207,12 @@ class Api:
         if request is None:
             return await session.memory.run_async(spec, session.tenant, session.id, args)
         key, expected = request.headers.get("idempotency-key"), _if_match(request)
-        if getattr(request.state, "body_bytes", 0) > LARGE_BODY:  # canonicalizing it must
-            return await asyncio.to_thread(  # not stall the event loop
+        size = getattr(request.state, "body_bytes", 0)
+        return await self._command(session, spec, args, key, expected, size)
+
+    async def _command(self, session: Session, spec: CommandSpec, args, key, expected, size: int):
+        if size > LARGE_BODY:  # canonicalizing it must not stall the event loop
+            return await asyncio.to_thread(
                 session.memory.run, spec, session.tenant, session.id, args, key, expected
             )
         return await session.memory.run_async(spec, session.tenant, session.id, args, key, expected)
@@ -233,14 +259,22 @@ class Api:
 
     # -- items
 
-    async def add_items(self, request: Request) -> Response:
-        session = self._session(self.service.principal(request, "write"), request)
-        body = await self._body(request)
-        batch = "items" in body
+    async def add_items(self, scope: Scope, receive: Receive):
+        """POST .../items, a lean route (`lean`): the hot write path, with no Starlette request
+        or response. The same checks in the same order as every other write: principal, session,
+        body, Idempotency-Key and If-Match; the answer is the record and the item(s), 201."""
+        p = self.service.principal_of(scope, "write")
+        path = scope["path_params"]
+        session = self.memory(p).session(path["session"], tenant=p.tenant, create=False)
+        body = await read_body(scope, receive, self.service.settings.max_body_bytes)
+        if not body.strip():
+            raise ApiError(400, "invalid_input", "a JSON object body is required")
+        value = _json_object(body)
+        batch = "items" in value
         if batch:
-            if set(body) != {"items"} or type(body["items"]) is not list:
+            if set(value) != {"items"} or type(value["items"]) is not list:
                 raise ApiError(400, "invalid_input", 'a batch is {"items": [item, ...]}')
-            items = body["items"]
+            items = value["items"]
             if len(items) > self.service.settings.max_batch_items:
                 raise ApiError(
                     413,
@@ -248,17 +282,19 @@ class Api:
                     f"{len(items)} items; the limit is {self.service.settings.max_batch_items}",
                 )
         else:
-            items = [body]
+            items = [value]
         with self.service.write():
-            added = await self._run(
-                session, specs.ADD_ITEMS, (request.path_params["section"], items), request
-            )
-        content: dict = {"record": record_json(added[0].record)}
+            key, match = _write_headers(scope)
+            args = (path["section"], items)
+            expected = _expected_version(match)
+            added = await self._command(session, specs.ADD_ITEMS, args, key, expected, len(body))
+        content: dict = {"record": orjson.Fragment(added[0].record.line)}
         if batch:
             content["items"] = [a.to_json() for a in added]
         else:
             content["item"] = added[0].to_json()
-        return json_response(content, 201, self._etag(session))
+        etag = b'"%d"' % session.version
+        return 201, orjson.dumps(content), [(b"etag", etag)]
 
     async def get_items(self, request: Request) -> Response:
         session = self._session(self.service.principal(request, "read"), request)
@@ -349,10 +385,35 @@ def _wrap(handler: Handler) -> Callable:
     return request_response(handler)
 
 
+def lean(handler: LeanHandler) -> Callable:
+    """A route as a raw ASGI app: no Starlette `Request` or `Response`, its refusals answered
+    here exactly as the app's exception handlers would (streams/errors.py). Marked `lean`, so
+    the app's express lane (streams/app.py) may call it without the middleware chain."""
+
+    async def endpoint(scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            status, body, headers = await handler(scope, receive)
+        except ApiError as exc:
+            await error_response(exc.status, exc.code, exc.message, exc.headers)(
+                scope, receive, send
+            )
+        except LedgerError as exc:
+            await from_exception(exc)(scope, receive, send)
+        else:
+            await send_json(send, body, status, headers)
+
+    endpoint.lean = True  # type: ignore[attr-defined]
+    return endpoint
+
+
+def is_lean(endpoint: Callable) -> bool:
+    return getattr(endpoint, "lean", False)
+
+
 def routes(service: Service) -> list[RawRoute]:
     api = Api(service)
     s = "/v1/sessions/{session}"
-    table: list[tuple[str, dict[str, Handler]]] = [
+    table: list[tuple[str, dict[str, Callable]]] = [
         ("/v1/sessions", {"GET": api.list_sessions}),
         ("/v1/stats", {"GET": api.tenant_stats}),
         ("/v1/state", {"GET": api.state_at}),
@@ -366,14 +427,14 @@ def routes(service: Service) -> list[RawRoute]:
         (s + "/erase", {"POST": api.erase}),
         (s + "/items", {"GET": api.get_items}),
         (s + "/sections/{section}", {"PUT": api.configure_section}),
-        (s + "/sections/{section}/items", {"POST": api.add_items, "GET": api.get_items}),
+        (s + "/sections/{section}/items", {"POST": lean(api.add_items), "GET": api.get_items}),
         (
             s + "/sections/{section}/items/{item}",
             {"GET": api.get_item, "PATCH": api.update_item, "DELETE": api.remove_item},
         ),
     ]
     return [
-        RawRoute(pattern, {m: _wrap(h) for m, h in endpoints.items()})
+        RawRoute(pattern, {m: h if is_lean(h) else _wrap(h) for m, h in endpoints.items()})
         for pattern, endpoints in table
     ]
 

@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 
 from starlette.requests import HTTPConnection
+from starlette.types import Scope
 
 from .errors import ApiError
 from .replica_sig import HEADERS, ForwardRefused, request_target, verify
@@ -54,7 +55,10 @@ def authenticate(
         return forwarded_principal(conn, replica_secret)
     if not settings.tokens:
         return OPEN
-    given = presented_token(conn)
+    return _token_principal(presented_token(conn), settings)
+
+
+def _token_principal(given: str | None, settings: Settings) -> Principal:
     if given:
         for token in settings.tokens:
             if hmac.compare_digest(token.token.encode(), given.encode()):
@@ -64,6 +68,31 @@ def authenticate(
         "unauthorized",
         "a valid API token is required (Bearer header, token parameter or cookie)",
     )
+
+
+_FORWARDED_NAMES = frozenset(name.encode("latin-1") for name in HEADERS)
+
+
+def authenticate_scope(
+    scope: Scope, settings: Settings, replica_secret: bytes | None = None
+) -> Principal:
+    """`authenticate` from the ASGI scope, for the lean routes (streams/api.py): one pass over
+    the raw headers, no `HTTPConnection`, when the headers alone decide (no forwarding headers;
+    no tokens configured, or an `Authorization: Bearer` one). A token in the query or a cookie,
+    and a forwarded request, take `authenticate` itself, so every answer is the same."""
+    authorization = None
+    for name, value in scope["headers"]:
+        if name in _FORWARDED_NAMES:
+            return authenticate(HTTPConnection(scope), settings, replica_secret)
+        if name == b"authorization" and authorization is None:  # the first, as Headers.get
+            authorization = value
+    if not settings.tokens:
+        return OPEN
+    if authorization is not None:
+        header = authorization.decode("latin-1")
+        if header[:7].lower() == "bearer ":
+            return _token_principal(header[7:].strip(), settings)
+    return _token_principal(presented_token(HTTPConnection(scope)), settings)
 
 
 def is_forwarded(conn: HTTPConnection) -> bool:

@@ -44,6 +44,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from .auth import authenticate, is_forwarded
 from .cluster.routes import NoLeader, Remote, Route
 from .errors import ApiError, error_response
+from .json_body import read_body
 from .replica_sig import request_target, sign
 from .routing import RawRoute, RouteTable
 
@@ -159,7 +160,7 @@ class ForwardToLeader:
                     "this replica cannot forward to the partition's leader: no replica secret is "
                     "configured (LEDGERMEM_REPLICA_SECRET or DATA/keys/replica.secret)",
                 )
-            body = await _read_body(receive, self.service.settings.max_body_bytes, scope)
+            body = await read_body(scope, receive, self.service.settings.max_body_bytes)
         except ApiError as exc:
             await error_response(exc.status, exc.code, exc.message)(scope, receive, send)
             return
@@ -292,27 +293,6 @@ def _error_code(body: bytes) -> str | None:
         return json.loads(body)["error"]["code"]
     except (ValueError, KeyError, TypeError):
         return None
-
-
-async def _read_body(receive: Receive, limit: int, scope: Scope) -> bytes:
-    """The whole body, kept so a refused attempt can be replayed; bounded like the routes'."""
-    for name, value in scope["headers"]:
-        if name == b"content-length" and value.isdigit() and int(value) > limit:
-            raise ApiError(
-                413, "body_too_large", f"the body is {int(value)} bytes; the limit is {limit}"
-            )
-    chunks, size = [], 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise ApiError(400, "client_gone", "the client went away while sending its body")
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            raise ApiError(413, "body_too_large", f"the body exceeds the limit of {limit} bytes")
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks)
 
 
 def _httpx():

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -34,12 +34,15 @@ LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 CORS_METHODS = b"GET, POST, PUT, PATCH, DELETE"
 CORS_MAX_AGE = b"600"
+KEPT_VERDICTS = 256  # Host and Content-Type values whose verdicts are kept (short values only)
 
 
 @dataclass(frozen=True)
 class GuardPolicy:
     hosts: frozenset[str] | None  # the names `Host` may carry; None: any
     origins: frozenset[str]  # foreign origins allowed to call, answered with CORS headers
+    # `passes`: raw Host value -> whether it names the service (bounded, emptied when full)
+    _host_verdicts: dict = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def from_settings(cls, settings) -> GuardPolicy:
@@ -49,6 +52,28 @@ class GuardPolicy:
         else:
             hosts = frozenset(LOOPBACK_NAMES | {host_name(settings.host)} | configured)
         return cls(hosts, frozenset(_origin(o) for o in settings.allowed_origins))
+
+    def passes(self, scope: Scope) -> bool:
+        """Whether `RequestGuard` would hand this request to the app untouched: not refused, and
+        no CORS to add (no `Origin`, or one that is not an allowed foreign origin). Without
+        `Origin` and `Sec-Fetch-Site` only `Host` decides, and its verdict is kept per value."""
+        headers = _headers(scope)
+        if b"origin" not in headers and b"sec-fetch-site" not in headers:
+            host = headers.get(b"host")
+            if self.hosts is None or not host:
+                return True
+            known = self._host_verdicts.get(host)
+            if known is None:
+                known = host_name(host.decode("latin-1")) in self.hosts
+                if len(host) <= 128:
+                    if len(self._host_verdicts) >= KEPT_VERDICTS:
+                        self._host_verdicts.clear()
+                    self._host_verdicts[host] = known
+            return known
+        if request_refusal(scope, self) is not None:
+            return False
+        origin = headers.get(b"origin")
+        return origin is None or _origin(origin.decode("latin-1")) not in self.origins
 
 
 def _is_wildcard(host: str) -> bool:
@@ -72,8 +97,20 @@ def host_name(host: str) -> str:
     return host
 
 
+_HEADERS = "ledgermem.headers"  # scope key: the header map below, built once per request
+
+
 def _headers(scope: Scope) -> dict[bytes, bytes]:
-    return {name: value for name, value in scope.get("headers", ())}
+    """The request's headers by name (the last of repeated ones), built once per request and kept
+    in the scope: the guard, the route's body check and the express lane (streams/app.py) all
+    read it."""
+    raw = scope.get("headers", ())
+    cached = scope.get(_HEADERS)
+    if cached is not None and cached[0] is raw:  # not a copy of the scope given other headers
+        return cached[1]
+    headers = {name: value for name, value in raw}
+    scope[_HEADERS] = (raw, headers)
+    return headers
 
 
 def request_refusal(scope: Scope, policy: GuardPolicy) -> tuple[int, str, str] | None:
@@ -127,6 +164,21 @@ def is_json_media_type(content_type: str) -> bool:
     return True
 
 
+_content_type_verdicts: dict[bytes, bool] = {}
+
+
+def _json_content_type(value: bytes) -> bool:
+    """`is_json_media_type` of a raw header value, its verdict kept per (short) value."""
+    known = _content_type_verdicts.get(value)
+    if known is None:
+        known = is_json_media_type(value.decode("latin-1"))
+        if len(value) <= 128:
+            if len(_content_type_verdicts) >= KEPT_VERDICTS:
+                _content_type_verdicts.clear()
+            _content_type_verdicts[value] = known
+    return known
+
+
 def body_refusal(scope: Scope) -> tuple[int, str, str] | None:
     """Why this request's body is refused: JSON only, and only as `application/json`."""
     headers = _headers(scope)
@@ -135,7 +187,7 @@ def body_refusal(scope: Scope) -> tuple[int, str, str] | None:
     has_body = b"transfer-encoding" in headers or length not in (b"", b"0")
     if not has_body and (content_type is None or scope.get("method") not in BODY_METHODS):
         return None
-    if content_type is not None and is_json_media_type(content_type.decode("latin-1")):
+    if content_type is not None and _json_content_type(content_type):
         return None
     given = content_type.decode("latin-1") if content_type is not None else "none"
     return (

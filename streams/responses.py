@@ -1,9 +1,11 @@
-"""JSON responses through orjson, and the record as raw JSON inside them."""
+"""JSON responses through orjson, and the record as raw JSON inside them; `send_json` answers a
+lean (raw ASGI) route without a `Response` object."""
 
 from __future__ import annotations
 
 import orjson
 from starlette.responses import Response
+from starlette.types import Send
 
 from eventstore.record import Record
 
@@ -34,3 +36,19 @@ def json_response(content: object, status: int = 200, headers: dict | None = Non
 def record_json(record: Record) -> RawJSON:
     """The record exactly as its line in the segment file: a client can check `h` itself."""
     return RawJSON(record.line)
+
+
+JSON_CONTENT_TYPE = (b"content-type", b"application/json")
+
+
+async def send_json(
+    send: Send, body: bytes, status: int = 200, headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    """`json_response(...)` sent straight as its two ASGI messages, for the lean routes: the same
+    status, headers (the given ones, then content-length and content-type, in Starlette's order)
+    and body, without building a `Response`."""
+    raw = [*headers] if headers else []
+    raw.append((b"content-length", b"%d" % len(body)))
+    raw.append(JSON_CONTENT_TYPE)
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": body})

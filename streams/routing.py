@@ -23,6 +23,9 @@ from .errors import error_response
 from .guards import body_refusal
 
 _CACHE = "ledgermem.segments"  # scope key: (the raw path it was split from, its segments)
+# RouteTable keeps the lookup of this many raw paths of at most SEEN_PATH_BYTES (~2 MiB at most).
+SEEN_PATHS = 4096
+SEEN_PATH_BYTES = 256
 
 
 def _segments(raw_path: bytes) -> list[str] | None:
@@ -142,10 +145,25 @@ class RouteTable(BaseRoute):
             n: tuple((positions, keys) for positions, keys in groups.items())
             for n, groups in shapes.items()
         }
+        self._seen: dict[bytes, list[tuple[int, RawRoute, dict[str, str]]]] = {}
 
     def candidates(self, scope: Scope) -> list[tuple[int, RawRoute, dict[str, str]]]:
-        """The routes whose shape matches the request's path (any method), in table order."""
-        segments = path_segments(scope)
+        """The routes whose shape matches the request's path (any method), in table order.
+
+        A function of the raw path alone, so the answer is kept per raw path (a client posts to
+        the same few paths over and over) in a bounded cache, emptied whenever it fills; callers
+        copy the parameters before handing them on."""
+        raw = scope.get("raw_path") or scope["path"].encode()
+        found = self._seen.get(raw)
+        if found is None:
+            found = self._find(path_segments(scope))
+            if len(raw) <= SEEN_PATH_BYTES:
+                if len(self._seen) >= SEEN_PATHS:
+                    self._seen.clear()
+                self._seen[raw] = found
+        return found
+
+    def _find(self, segments: list[str] | None) -> list[tuple[int, RawRoute, dict[str, str]]]:
         if segments is None:
             return []
         groups = self._by_length.get(len(segments))
@@ -173,7 +191,7 @@ class RouteTable(BaseRoute):
         for _, route, params in self.candidates(scope):
             if route.websocket != websocket:
                 continue
-            child = {"path_params": params, "endpoint": route.endpoints, _ROUTE: route}
+            child = {"path_params": dict(params), "endpoint": route.endpoints, ROUTE: route}
             if websocket or scope["method"] in route.endpoints:
                 return Match.FULL, child
             if partial is None:
@@ -183,13 +201,13 @@ class RouteTable(BaseRoute):
         return Match.NONE, {}
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await scope[_ROUTE].handle(scope, receive, send)
+        await scope[ROUTE].handle(scope, receive, send)
 
     def url_path_for(self, name: str, /, **path_params: str):  # pragma: no cover - unused
         raise NotImplementedError
 
 
-_ROUTE = "ledgermem.route"  # scope key: the RawRoute a RouteTable matched
+ROUTE = "ledgermem.route"  # scope key: the RawRoute a RouteTable matched
 
 
 class TableRouter(Router):
@@ -208,7 +226,7 @@ class TableRouter(Router):
             if match is not Match.NONE:
                 if "router" not in scope:
                     scope["router"] = self
-                route = child[_ROUTE]
+                route = child[ROUTE]
                 scope["route"] = route
                 scope.update(child)
                 await route.handle(scope, receive, send)

@@ -24,14 +24,15 @@ import asyncio
 import contextlib
 import logging
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 from starlette.requests import HTTPConnection
+from starlette.types import Scope
 
 from eventstore.writer import Durability
 from sections.memory import Memory
 
-from .auth import Principal, authenticate
+from .auth import Principal, authenticate, authenticate_scope
 from .errors import ApiError
 from .metrics import Metrics
 from .replica_secret import load_replica_secret
@@ -93,6 +94,7 @@ class Service:
         self._healer: asyncio.Task | None = None
         # What signs and checks forwarded requests (streams/replica_secret.py); None: none.
         self.replica_secret: bytes | None = None  # loaded at startup
+        self._in_flight_write = InFlightWrite(self)
 
     @property
     def writer(self):
@@ -244,20 +246,45 @@ class Service:
         principal.require(scope)
         return principal
 
-    @contextlib.contextmanager
-    def write(self) -> Iterator[None]:
-        """Count an in-flight write; refuse new ones once shutdown began."""
+    def principal_of(self, asgi_scope: Scope, scope: str) -> Principal:
+        """`principal` for a raw ASGI route: from the scope's headers (auth.authenticate_scope)."""
+        principal = authenticate_scope(asgi_scope, self.settings, self.replica_secret)
+        principal.require(scope)
+        return principal
+
+    def write(self) -> InFlightWrite:
+        """Count an in-flight write (`with service.write(): ...`); refuse new ones once shutdown
+        began."""
         if not self.accepting:
             raise ApiError(
                 503,
                 "shutting_down",
                 "the service is shutting down; retry against the restarted service",
             )
+        return self._in_flight_write
+
+    def _write_began(self) -> None:
         self._inflight += 1
-        self._idle.clear()
-        try:
-            yield
-        finally:
-            self._inflight -= 1
-            if self._inflight == 0:
-                self._idle.set()
+        if self._inflight == 1:
+            self._idle.clear()
+
+    def _write_ended(self) -> None:
+        self._inflight -= 1
+        if self._inflight == 0:
+            self._idle.set()
+
+
+class InFlightWrite:
+    """`Service.write()`'s context manager: a plain class, one per service, because every write
+    enters it (a generator-based one costs a generator and two frames per request)."""
+
+    __slots__ = ("_service",)
+
+    def __init__(self, service: Service) -> None:
+        self._service = service
+
+    def __enter__(self) -> None:
+        self._service._write_began()
+
+    def __exit__(self, *exc: object) -> None:
+        self._service._write_ended()
