@@ -10,6 +10,7 @@ import asyncio
 import json
 import random
 import threading
+import time
 
 import pytest
 from test_fanout_channels import (
@@ -82,6 +83,9 @@ def test_direct_writes_and_wake_ups_together_deliver_each_record_once_in_order(w
             w = random.Random(4)
             for _ in range(150):
                 writer.append_batch(entries(w.randint(1, 6), w))
+                # Paced over ~0.5 s: subscribers join within 0.2 s and must find live records
+                # to be written to directly; unpaced, a fast writer is done before they join.
+                time.sleep(0.003)
             done.set()
 
         thread = threading.Thread(target=write)
