@@ -31,9 +31,10 @@ from eventstore.record import Record
 
 from . import commands, erase_flow, inject, observations, read_traces, render, summaries
 from .commands import Command, Decision, get_session
+from .item_filter import ItemFilter
 from .observations import TENANT_SESSION, Observation
 from .search import MAX_TIME, Query
-from .state import MemoryState, SessionState, item_id, parse_item_id
+from .state import Item, MemoryState, SessionState, item_id, parse_item_id
 from .views import MAX_TOP_K, Extra, SearchHit, added_views, view_of
 
 if TYPE_CHECKING:
@@ -204,22 +205,26 @@ def _message(memory: Memory, session: SessionState, id_: str) -> object:
 
 
 def _read_items(_memory, state, tenant, session, args, _idem, _expected) -> Decision:
-    section, ids, reader = args
+    section, ids, reader, chosen = args
+    chosen: ItemFilter
     target = get_session(state, tenant, session)
-    views = []
-    reads: dict[str, list[str]] = {}
+    found: list[tuple[str, Item]] = []
     if ids is None:  # whole sections
         for name in [section] if section is not None else list(target.sections):
-            items = list(commands.get_section(target, name).items.values())
-            views.extend(view_of(name, item) for item in items)
-            reads[name] = [item.id for item in items]
+            found.extend((name, item) for item in commands.get_section(target, name).items.values())
+        if chosen.timeline:  # across sections, in the order they were written
+            found.sort(key=lambda pair: pair[1].order)
     else:  # these ids, in this section or wherever they are
         for id_ in ids:
             name = section if section is not None else commands.section_of(target, id_)
-            item = commands.get_item(commands.get_section(target, name), id_)
-            views.append(view_of(name, item))
-            reads.setdefault(name, []).append(item.id)
-    command = commands.read_items(target, reads, reader, "get")
+            found.append((name, commands.get_item(commands.get_section(target, name), id_)))
+    found = chosen.select(found)
+    reads: dict[str, list[str]] = {}
+    for name, item in found:
+        reads.setdefault(name, []).append(item.id)
+    purpose = "events" if chosen.timeline else "get"
+    command = commands.read_items(target, reads, reader, purpose)
+    views = [view_of(name, item) for name, item in found]
     return Decision((command,) if command is not None else (), views, target.version)
 
 

@@ -216,7 +216,13 @@ _ITEM_FIELDS = {
     "name",
     "tool_calls",
     "tool_call_id",
+    "images",
+    "reasoning_details",
+    "agent_calls",
 }
+# Fields kept in an item's `extra`: how a message was said rather than what it says. Every read
+# returns them beside the content; context renders them as an OpenAI-style API expects.
+EXTRA_FIELDS = ("name", "tool_calls", "tool_call_id", "images", "reasoning_details", "agent_calls")
 
 
 def _new_item(
@@ -267,6 +273,10 @@ def _fields(data: dict) -> dict:
         or not all(type(c) is dict and type(c.get("id")) is str for c in tool_calls)
     ):
         raise InvalidInput("tool_calls must be a list of objects, each with a string id")
+    for name in ("images", "agent_calls"):
+        value = data.get(name)
+        if value is not None and type(value) is not list:
+            raise InvalidInput(f"item field {name!r} must be a list")
     for name in ("kind", "role"):
         if data.get(name) is not None:
             item[name] = data[name]
@@ -276,7 +286,7 @@ def _fields(data: dict) -> dict:
         item["priority"] = priority
     if metadata:
         item["metadata"] = metadata
-    extra = {k: data[k] for k in ("name", "tool_calls", "tool_call_id") if data.get(k) is not None}
+    extra = {k: data[k] for k in EXTRA_FIELDS if data.get(k) is not None}
     if extra:
         item["extra"] = extra
     return item

@@ -449,12 +449,24 @@ class Memory(CommandRunner):
         )
 
     def list_sessions(
-        self, tenant: str | None = None, where: dict | None = None, **metadata: object
+        self,
+        tenant: str | None = None,
+        where: dict | None = None,
+        *,
+        since: int | None = None,
+        until: int | None = None,
+        offset: int = 0,
+        limit: int | None = None,
+        **metadata: object,
     ) -> list[dict]:
-        """Sessions of a tenant, filtered by equality on creation metadata (e.g. app=, user=)."""
+        """Sessions of a tenant in creation order, filtered by equality on creation metadata
+        (e.g. app=, user=), by last activity (`since` <= active_ts < `until`, microseconds),
+        then paged by `offset` and `limit`."""
         tenant = tenant or self.tenant
         metadata = {**(where or {}), **metadata}
-        return self.read(lambda state: reads.list_sessions(state, tenant, metadata))  # type: ignore[arg-type]
+        return self.read(
+            lambda state: reads.list_sessions(state, tenant, metadata, since, until, offset, limit)
+        )
 
     def stats(self, tenant: str | None = None, session: str | None = None) -> dict:
         found = self.read(lambda state: reads.stats(state, tenant or self.tenant, session))

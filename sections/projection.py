@@ -108,6 +108,8 @@ def apply_line(
     session = sessions.get(key)
     if session is not None:
         session.last_seq = seq
+        if session.version == seq:  # the handler changed the session's memory
+            session.active_ts = r["ts"]
         idem = payload.get("idem")
         if idem is not None:
             _remember_key(session, idem, seq, r["ts"], type_)
@@ -266,6 +268,7 @@ def _created(state: MemoryState, _: SessionState | None, r: dict, payload: dict)
         sections=sections,
         version=r["seq"],
         last_seq=r["seq"],
+        created_ts=r["ts"],
     )
     k = 0
     seed = payload.get("seed", {})

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from eventstore.errors import InvalidInput
+
 from .commands import get_session
 from .observations import TENANT_SESSION
 from .state import MemoryState, SessionState
@@ -13,6 +15,8 @@ def session_info(session: SessionState) -> dict:
         "session": session.id,
         "metadata": session.metadata,
         "created_seq": session.created_seq,
+        "created_ts": session.created_ts,
+        "active_ts": session.active_ts,
         "version": session.version,
         "turn": session.turn,
         "ended": session.ended_seq is not None,
@@ -33,16 +37,48 @@ def session_sections(state: MemoryState, tenant: str, session_id: str) -> dict:
     }
 
 
-def list_sessions(state: MemoryState, tenant: str, metadata: dict) -> list[dict]:
-    """The tenant's sessions, without the reserved one that holds its tenant-wide observations
-    (reached by name, never listed)."""
-    return [
-        session_info(s)
-        for (t, sid), s in sorted(state.sessions.items())
+def list_sessions(
+    state: MemoryState,
+    tenant: str,
+    metadata: dict,
+    since: int | None = None,
+    until: int | None = None,
+    offset: int = 0,
+    limit: int | None = None,
+) -> list[dict]:
+    """The tenant's sessions in the order they were created, without the reserved one that
+    holds its tenant-wide observations (reached by name, never listed). Filters: equality on
+    creation metadata (a number equals the same number, 3 == 3.0, as in JSON), last activity
+    `since` <= active_ts < `until` (microseconds), then `offset` and `limit`."""
+    for name, value in (("since", since), ("until", until)):
+        if value is not None and type(value) is not int:
+            raise InvalidInput(f"{name} must be an integer time in microseconds")
+    if type(offset) is not int or offset < 0:
+        raise InvalidInput("offset must be a non-negative integer")
+    if limit is not None and (type(limit) is not int or limit < 0):
+        raise InvalidInput("limit must be a non-negative integer")
+    found = [
+        s
+        for (t, sid), s in state.sessions.items()
         if t == tenant
         and sid != TENANT_SESSION
-        and all(s.metadata.get(k) == v for k, v in metadata.items())
+        and all(_equal(s.metadata.get(k, _MISSING), v) for k, v in metadata.items())
+        and (since is None or s.active_ts >= since)
+        and (until is None or s.active_ts < until)
     ]
+    found.sort(key=lambda s: s.created_seq)
+    end = None if limit is None else offset + limit
+    return [session_info(s) for s in found[offset:end]]
+
+
+_MISSING = object()
+
+
+def _equal(have: object, want: object) -> bool:
+    """JSON equality: numbers by value (but a boolean is not a number), anything else exactly."""
+    if type(have) in (int, float) and type(want) in (int, float):
+        return have == want
+    return type(have) is type(want) and have == want
 
 
 def stats(state: MemoryState, tenant: str, session: str | None) -> dict | None:

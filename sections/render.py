@@ -156,9 +156,15 @@ def _text(content: object) -> str:
     return content if isinstance(content, str) else orjson.dumps(content).decode()
 
 
+# The item fields an OpenAI-style chat message carries as they are.
+MESSAGE_FIELDS = ("name", "tool_calls", "tool_call_id")
+
+
 def _message(item: Item, text: str) -> dict:
     message = {"role": item.role or "user", "content": text}
-    message.update(item.extra)
+    extra = item.extra
+    if extra:
+        message.update((k, extra[k]) for k in MESSAGE_FIELDS if k in extra)
     return message
 
 

@@ -17,6 +17,7 @@ from eventstore.errors import InvalidInput
 from . import command_specs as specs
 from . import observations
 from .erase_flow import item_ids
+from .item_filter import ItemFilter
 from .views import Extra
 
 if TYPE_CHECKING:
@@ -103,9 +104,29 @@ def _session_command(*, idempotency_key: str | None = None, expected_version: in
     return (), idempotency_key, expected_version
 
 
-def _get(section: str | None = None, ids: list[str] | None = None, *, reader: str = "agent"):
-    """Items of a section (or of every section), oldest first. Leaves an `items.read` record."""
-    return (section, ids, reader), None, None
+def _get(section: str | None = None, ids: list[str] | None = None, *, reader: str = "agent",
+         **filters: object):  # fmt: skip
+    """Items of a section (or of every section, section by section), oldest first. Filters:
+    kind (event types), role, since/until (microseconds), recent=N (the newest N), offset,
+    limit (sections/item_filter.py). Leaves an `items.read` record of what it returns."""
+    return (section, ids, reader, _filter(filters)), None, None
+
+
+def _events(types: list[str] | str | None = None, *, reader: str = "agent", **filters: object):
+    """The session's timeline: items with an event type, across sections in the order they
+    were written, of these `types` (all when None). Filters: role, since/until, recent, offset,
+    limit. Leaves an `items.read` record (purpose "events") of what it returns."""
+    return (None, None, reader, _filter({**filters, "kind": types}, timeline=True)), None, None
+
+
+def _filter(filters: dict, timeline: bool = False) -> ItemFilter:
+    unknown = set(filters) - {"kind", "role", "since", "until", "recent", "offset", "limit"}
+    if unknown:
+        raise InvalidInput(f"unknown filters {sorted(unknown)}")
+    return ItemFilter.of(
+        filters.get("kind"), filters.get("role"), filters.get("since"), filters.get("until"),
+        filters.get("recent"), filters.get("offset", 0), filters.get("limit"), timeline,
+    )  # fmt: skip
 
 
 def _assemble(budget: int = 8000, sections: list[str] | None = None, *, reader: str = "agent",
@@ -162,6 +183,7 @@ class Session:
     end, end_async = _twins(specs.END_SESSION, _session_command)  # then its summary
     delete, delete_async = _twins(specs.DELETE_SESSION, _session_command)
     get, get_async = _twins(specs.READ_ITEMS, _get)
+    events, events_async = _twins(specs.READ_ITEMS, _events)
     assemble, assemble_async = _twins(specs.ASSEMBLE_CONTEXT, _assemble)
     context, context_async = _twins(specs.ASSEMBLE_CONTEXT, _assemble, _second)
     erase_items, erase_items_async = _twins(specs.ERASE_ITEMS, _erase)

@@ -25,7 +25,7 @@ from eventstore.atomic import fsync_dir, write_atomically
 from eventstore.filemodes import make_dir
 from eventstore.reader import LogReader
 
-FORMAT = "ledgermem.snapshot/2"  # 2: items carry `ts`
+FORMAT = "ledgermem.snapshot/3"  # 2: items carry `ts`; 3: sessions carry their times
 KEEP = 2
 log = logging.getLogger("ledgermem.snapshot")
 

@@ -163,6 +163,10 @@ class SessionState:
     touched: list[str] = field(default_factory=list)  # sections written, in first-write order
     summary: dict | None = None  # the newest `session.summarized`, and where it is
     summary_at: tuple[int, str] | None = None  # (seq, h)
+    # Times (record `ts`, microseconds): of `session.created`, and of the record at `version`,
+    # the last change to the session's memory (reads are not activity). Retention ranks by it.
+    created_ts: int = 0
+    active_ts: int = 0
 
     def touch(self, section: str) -> None:
         if section not in self.touched:
@@ -186,6 +190,8 @@ class SessionState:
             "touched": self.touched,
             "summary": self.summary,
             "summary_at": list(self.summary_at) if self.summary_at else None,
+            "created_ts": self.created_ts,
+            "active_ts": self.active_ts,
             "sections": {name: s.to_json() for name, s in self.sections.items()},
         }
 
@@ -210,6 +216,7 @@ class SessionState:
             messages=data["messages"], first_user=data["first_user"], last_user=data["last_user"],
             touched=data["touched"], summary=data["summary"],
             summary_at=tuple(data["summary_at"]) if data["summary_at"] else None,
+            created_ts=data["created_ts"], active_ts=data["active_ts"],
         )  # fmt: skip
 
 

@@ -30,14 +30,20 @@ class ItemView:
     seq: int
     h: str
     content_seq: int  # the record holding the current content
+    # name, tool_calls, tool_call_id, images, reasoning_details, agent_calls: those it has
+    extra: dict = field(default_factory=dict)
+    ts: int = 0  # when its content was set (the record's ts, microseconds)
     record: Record | None = field(default=None, compare=False, repr=False)  # set on writes
 
     def to_json(self) -> dict:
-        return {
+        data = {
             "id": self.id, "section": self.section, "content": self.content, "tokens": self.tokens,
             "kind": self.kind, "role": self.role, "tags": list(self.tags), "priority": self.priority,
             "metadata": self.metadata, "group": self.group, "seq": self.seq, "h": self.h,
+            "ts": self.ts,
         }  # fmt: skip
+        data.update(self.extra)
+        return data
 
 
 def view_of(section: str, item: Item) -> ItemView:
@@ -45,6 +51,7 @@ def view_of(section: str, item: Item) -> ItemView:
     return ItemView(
         item.id, section, item.content, item.tokens, item.kind, item.role, item.tags,
         item.priority, dict(item.metadata), item.group, item.seq, item.h, item.content_seq,
+        dict(item.extra), item.ts,
     )  # fmt: skip
 
 
@@ -66,6 +73,8 @@ def added_views(record: Record) -> list[ItemView]:
             record.seq,
             record.h,
             record.seq,
+            data.get("extra", {}),
+            record.ts,
             record,
         )
         for k, data in enumerate(record.payload["items"])

@@ -22,6 +22,7 @@ from sections import command_specs as specs
 from sections.command_specs import CommandSpec
 from sections.commands import UPDATABLE
 from sections.config import SETTINGS
+from sections.item_filter import NO_FILTER
 from sections.memory import Memory, Session
 from sections.session import item_ids
 from sections.views import Extra
@@ -299,14 +300,14 @@ class Api:
     async def get_items(self, request: Request) -> Response:
         session = self._session(self.service.principal(request, "read"), request)
         ids = request.query_params.getlist("id") or None
-        args = (request.path_params.get("section"), ids, _reader(request))
+        args = (request.path_params.get("section"), ids, _reader(request), NO_FILTER)
         views = await self._run(session, specs.READ_ITEMS, args)
         return json_response({"items": [v.to_json() for v in views]}, headers=self._etag(session))
 
     async def get_item(self, request: Request) -> Response:
         session = self._session(self.service.principal(request, "read"), request)
         path = request.path_params
-        args = (path["section"], [path["item"]], _reader(request))
+        args = (path["section"], [path["item"]], _reader(request), NO_FILTER)
         views = await self._run(session, specs.READ_ITEMS, args)
         return json_response(views[0].to_json(), headers=self._etag(session))
 

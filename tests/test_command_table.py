@@ -19,7 +19,7 @@ RUNNERS = ("sync", "async", "http")
 
 def _shape(result) -> object:
     """What must agree between runners: record types and sections, payload and item fields,
-    without what depends on where in the log the command landed (seqs, ids, hashes)."""
+    without what depends on where in the log the command landed (seqs, ids, hashes, times)."""
     if isinstance(result, (list, tuple)):
         return [_shape(r) for r in result]
     if isinstance(result, str):  # an erased item's id
@@ -27,7 +27,7 @@ def _shape(result) -> object:
     if isinstance(result, ItemView):
         result = result.to_json()
     if isinstance(result, dict) and "type" not in result:  # an item, or a message
-        return {k: v for k, v in result.items() if k not in ("id", "seq", "h")}
+        return {k: v for k, v in result.items() if k not in ("id", "seq", "h", "ts")}
     if isinstance(result, dict):  # a record's JSON
         return (result["type"], result["section"], sorted(result.get("payload") or {}))
     return (result.type, result.section, sorted(result.payload or {}))
