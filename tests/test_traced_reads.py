@@ -297,13 +297,16 @@ def _call(data, server, client, path, method, params, finding) -> None:
 
         asyncio.run(asyncio.wait_for(one(), 20))
         if channel != "longpoll":  # its closing trace follows the disconnection: wait for it
-            _wait_for(
+            closed = _wait_for(
                 lambda: [
                     r
                     for r in _traces(data, after, channel)
                     if r.payload["stream"]["after"] == after and "last" in r.payload["stream"]
                 ]
             )
+            # In the file is not yet durable: wait until the head the next case starts from
+            # covers it, or that case would count this trace as its own.
+            _wait_for(lambda: _head(client) >= closed[-1].seq)
         return
     if method == "post":
         answer = client.post(url, json={"budget": 1000})
