@@ -156,14 +156,23 @@ async def resume_until_done(
     `url_of()` gives the server's current URL, which changes when the server restarts."""
     got: list[bytes] = []
     cursor = after
+    # Patience doubles after a connection that delivered nothing, as a real client backs off:
+    # 200 clients reconnecting every second to a server that a loaded machine slows down would
+    # otherwise spend it on connections given up before their first record (each traced twice),
+    # and make no progress at all. Any delivery resets it.
+    patience = 1.0
     while True:
         target = last_seq()
         if target is not None and (target == -1 or (got and seq_of(got[-1]) >= target)):
             return got
         wanted = rng.randint(1, 25)
         stream = records(channel, url_of(), cursor, filters)
+        before = len(got)
         try:
-            async with contextlib.aclosing(stream), asyncio.timeout(0.5 + rng.random()):
+            async with (
+                contextlib.aclosing(stream),
+                asyncio.timeout(patience * (0.5 + rng.random())),
+            ):
                 async for record in stream:
                     got.append(record)
                     cursor = seq_of(record)
@@ -174,6 +183,7 @@ async def resume_until_done(
             pass  # a disconnect while idle
         except GONE:
             await asyncio.sleep(0.1)  # the server is gone or restarting
+        patience = 1.0 if len(got) > before else min(patience * 2, 8.0)
 
 
 # ---- the exact bytes ---------------------------------------------------------------------------
