@@ -28,6 +28,7 @@ from eventstore.errors import BadKey, InvalidInput
 from eventstore.identifiers import CONTROL_TENANT, check_identifier, is_identifier
 from eventstore.layout import DataDir
 from eventstore.record import Record
+from sections.compaction import compacted_content
 from sections.config import MemoryConfig
 from sections.errors import SessionExists
 from sections.memory import Memory
@@ -248,6 +249,9 @@ def _logged_content(item: Item, records: dict[int, Record]) -> object:
     payload = record.payload
     if record.type == "item.updated":
         return payload["set"]["content"]  # type: ignore[index]
+    found, content = compacted_content(payload.get("compacted") or {}, item.id)  # type: ignore[union-attr]
+    if found:  # a summary or a cut tool output (docs/compaction.md)
+        return content
     if "items" in payload:  # type: ignore[operator]
         items = payload["items"]  # type: ignore[index]
     else:

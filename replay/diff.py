@@ -44,7 +44,17 @@ def _departures(records: Iterable[Record], payload_of) -> dict[tuple[str, str, s
                     "reason": victim["reason"],
                     "seq": record.seq,
                 }
-        elif kind in ("item.removed", "items.erased", "turn.ended", "sections.cleared"):
+        compacted = payload.get("compacted")
+        if isinstance(compacted, dict):  # replaced by a summary, which took the first one's id
+            summary = compacted.get("summary") or {}
+            for id_ in compacted.get("replaced", ()):
+                if id_ != summary.get("id"):
+                    gone[(*key, id_)] = {
+                        "why": "compacted",
+                        "reason": compacted.get("reason"),
+                        "seq": record.seq,
+                    }
+        if kind in ("item.removed", "items.erased", "turn.ended", "sections.cleared"):
             ids = payload.get("items") if kind != "turn.ended" else payload.get("cleared")
             why = {
                 "item.removed": "removed",

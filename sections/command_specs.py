@@ -29,7 +29,17 @@ from typing import TYPE_CHECKING, Any
 from eventstore.errors import InvalidInput, WriterClosed
 from eventstore.record import Record
 
-from . import commands, erase_flow, inject, observations, read_traces, render, summaries
+from . import (
+    commands,
+    compaction,
+    erase_flow,
+    facts,
+    inject,
+    observations,
+    read_traces,
+    render,
+    summaries,
+)
 from .commands import Command, Decision, get_session
 from .item_filter import ItemFilter
 from .observations import TENANT_SESSION, Observation
@@ -78,7 +88,18 @@ def _one(command: Command) -> Decision:
 def _add_items(memory, state, tenant, session, args, idem, expected) -> Decision:
     section, items = args
     target = get_session(state, tenant, session)
-    return _one(commands.add_items(target, section, items, memory.counter, idem, expected))
+    return _one(
+        commands.add_items(
+            target,
+            section,
+            items,
+            memory.counter,
+            idem,
+            expected,
+            memory.content_of,
+            memory.summarizer,
+        )  # fmt: skip
+    )
 
 
 def _update_item(memory, state, tenant, session, args, idem, expected) -> Decision:
@@ -127,7 +148,27 @@ def _ended(memory: Memory, record: Record | None, _decision: Decision | None) ->
     return record  # type: ignore[return-value]
 
 
+def _compact_for_payload(memory, state, tenant, session, args, idem, expected) -> Decision:
+    section, target_bytes, budget, names, summarizer = args
+    target = get_session(state, tenant, session)
+    command, outcome = commands.compact_for_payload_error(
+        target, section, target_bytes, budget, names, memory.content_of, memory.counter,
+        summarizer or memory.summarizer, idem, expected,
+    )  # fmt: skip
+    return Decision((command,) if command is not None else (), outcome, target.version)
+
+
+def _compaction(_memory: Memory, record: Record | None, decision: Decision | None) -> dict:
+    if record is None:  # it fitted already: nothing was appended
+        return decision.result  # type: ignore[union-attr]
+    return commands.compaction_outcome(record.seq, record.payload)  # type: ignore[union-attr, arg-type]
+
+
 ADD_ITEMS = CommandSpec("add_items", _add_items, "item.added", _added, session_local=True)
+COMPACT_FOR_PAYLOAD = CommandSpec(
+    "compact_for_payload_error", _compact_for_payload, "section.compacted", _compaction,
+    session_local=True,
+)  # fmt: skip
 UPDATE_ITEM = CommandSpec("update_item", _update_item, "item.updated", session_local=True)
 REMOVE_ITEMS = CommandSpec("remove_items", _remove_items, "item.removed", session_local=True)
 CONFIGURE_SECTION = CommandSpec(
@@ -194,7 +235,7 @@ def _message(memory: Memory, session: SessionState, id_: str) -> object:
     """A message's content: live, or from the record that added it (None if erased)."""
     section = session.sections.get("messages")
     item = section.items.get(id_) if section is not None else None
-    if item is not None:
+    if item is not None and not compaction.is_summary(item):  # a summary took over its id
         return memory.content_of(item)
     seq = parse_item_id(id_)[0]
     memory.writer.wait_for(seq)
@@ -298,25 +339,35 @@ def _ranked_observations(memory: Memory, tenant: str, session: str, args: tuple)
             top_k=extra.observations,
         )
         hits = [(h.session, h.id) for h in memory.search_index.search(tenant, query)]
-    return budget, sections, reader, extra, hits
+    fact_hits = []
+    if extra.query and extra.facts:  # closed facts match too: ask for more than are wanted
+        query = Query(extra.query[: inject.QUERY_CHARS], sessions=(TENANT_SESSION,),
+                      sections=(facts.SECTION,), top_k=min(MAX_TOP_K, 4 * extra.facts))  # fmt: skip
+        fact_hits = [h.id for h in memory.search_index.search(tenant, query)]
+    return budget, sections, reader, extra, hits, fact_hits
 
 
 def _assemble(memory, state, tenant, session_id, args, _idem, _expected) -> Decision:
-    budget, sections, reader, extra, hits = args
+    budget, sections, reader, extra, hits, fact_hits = args
     extra: Extra
     session = get_session(state, tenant, session_id)
     injection = None
-    if extra.observations or extra.summaries:
+    if extra.observations or extra.summaries or extra.facts:
         pool = inject.observation_pool(state, tenant, session_id)
         chosen = inject.choose_observations(pool, hits, extra.observations)
         recent = summaries.recent(state, tenant, session_id, extra.summaries)
         settings = {"observations": extra.observations, "summaries": extra.summaries,
                     "observation_chars": extra.observation_chars}  # fmt: skip
+        if extra.facts:
+            settings["facts"] = extra.facts
+        known = inject.choose_facts(
+            state, tenant, session_id, fact_hits, memory.decision_ts, extra.facts
+        )
         limit = budget
         while True:  # the injected block, rendered, within the budget: fewer lines until it is
             injection = inject.build(
                 chosen, recent, extra.observation_chars, memory.content_of, memory.counter,
-                limit, settings,
+                limit, settings, known,
             )  # fmt: skip
             over = render.tokens_of(injection.messages, memory.counter) - budget
             if over <= 0:
@@ -471,7 +522,7 @@ ERASE_SESSION = CommandSpec(
 )
 
 SPECS = (
-    ADD_ITEMS, UPDATE_ITEM, REMOVE_ITEMS, CONFIGURE_SECTION, COMMIT, END_TURN, END_SESSION,
+    ADD_ITEMS, COMPACT_FOR_PAYLOAD, UPDATE_ITEM, REMOVE_ITEMS, CONFIGURE_SECTION, COMMIT, END_TURN, END_SESSION,
     DELETE_SESSION, CREATE_SESSION, GET_OR_CREATE_SESSION, READ_ITEMS, READ_STATE, READ_SUMMARIES,
     TRACE_STREAM, ASSEMBLE_CONTEXT, SEARCH, OBSERVE, ERASE_ITEMS, ERASE_SESSION,
 )  # fmt: skip

@@ -9,12 +9,14 @@ what the caller gets besides it travels in a `Decision` (sections/command_specs.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+import orjson
 
 from eventstore.errors import InvalidInput
 from eventstore.identifiers import check_identifier
 
-from . import render
+from . import compaction, render
 from .config import (
     SESSION_SECTION,
     SETTINGS,
@@ -23,6 +25,7 @@ from .config import (
     refuse_untraced,
 )
 from .errors import (
+    CannotCompact,
     ImmutableSection,
     ItemNotFound,
     SectionNotFound,
@@ -299,7 +302,12 @@ def add_items(
     counter: TokenCounter,
     idem: str | None = None,
     expected_version: int | None = None,
+    content_of: render.ContentOf | None = None,
+    summarizer: compaction.Summarizer = compaction.digest,
 ) -> Command:
+    """The `item.added` record. A section with compaction that the add takes past its
+    threshold is compacted first, in the same record (`compacted`, sections/compaction.py):
+    the policy evicts only what still does not fit the budget after that."""
     _check_version(session, expected_version)
     section = get_section(session, section_name)
     check_open(session)
@@ -315,9 +323,23 @@ def add_items(
     incoming = sum(i["tokens"] for i in new)
     units = frozenset(i["group"] for i in new if "group" in i)
     newcomers = _newcomers(new) if section.config.policy == "priority" else None  # only it competes
-    victims = choose_victims(section, incoming, units, newcomers=newcomers)
+    config = section.config
+    compacted = None
+    room = section
+    if config.compacts and section.tokens + incoming > config.compact_at_tokens:
+        if content_of is None:
+            raise TypeError("compacting a section needs content_of")
+        found = compaction.plan(
+            section, compaction.Settings.of(config), config.compact_at_tokens - incoming,
+            content_of, counter, summarizer, "threshold", new,
+        )  # fmt: skip
+        if found is not None:
+            compacted, room = found.compacted, found.trial
+    victims = choose_victims(room, incoming, units, newcomers=newcomers)
     payload = base_payload(session, idem)
     payload["items"] = new
+    if compacted is not None:
+        payload["compacted"] = compacted
     if victims:
         payload["evicted"] = [{"id": v.id, "reason": section.config.policy} for v in victims]
     return Command(session.tenant, session.id, section_name, "item.added", payload)
@@ -463,6 +485,110 @@ def assemble_context(
     return Command(
         session.tenant, session.id, SESSION_SECTION, "context.assembled", payload
     ), messages
+
+
+def context_bytes(
+    session: SessionState,
+    names: list[str] | None,
+    budget: int,
+    content_of: render.ContentOf,
+    counter: TokenCounter,
+) -> int:
+    """The bytes of the messages `assemble_context` would render now (serialized as compact
+    JSON, as a model API is sent them), without injected observations or summaries."""
+    chosen, _ = render.choose(session, names, budget, content_of, counter)
+    return len(orjson.dumps(render.render(chosen, content_of)))
+
+
+def compact_for_payload_error(
+    session: SessionState,
+    section_name: str,
+    target_bytes: int,
+    budget: int,
+    names: list[str] | None,
+    content_of: render.ContentOf,
+    counter: TokenCounter,
+    summarizer: compaction.Summarizer,
+    idem: str | None = None,
+    expected_version: int | None = None,
+) -> tuple[Command | None, dict]:
+    """The `section.compacted` record that makes what `context(budget, names)` renders fit
+    `target_bytes`, and the outcome; no record when it fits already. Compaction is tried
+    gentlest first: the section's own settings, then fewer protected rounds (down to one), then
+    tool outputs in the tail cut too, ever shorter. CannotCompact when none fits."""
+    _check_version(session, expected_version)
+    section = get_section(session, section_name)
+    check_open(session)
+    _check_writable(section, session)
+    if type(target_bytes) is not int or target_bytes <= 0:
+        raise InvalidInput("target_bytes must be a positive integer")
+    if type(budget) is not int or budget <= 0:
+        raise InvalidInput("the context budget must be a positive number of tokens")
+    for name in names or ():
+        get_section(session, name)
+
+    def size(trial: SectionState, contents: render.ContentOf = content_of) -> int:
+        sections = {**session.sections, section_name: trial}
+        return context_bytes(replace(session, sections=sections), names, budget, contents,
+                             counter)  # fmt: skip
+
+    before = size(section)
+    outcome = {"compacted": False, "seq": None, "bytes_before": before, "bytes_after": before}
+    if before <= target_bytes:
+        return None, outcome
+    config = section.config
+    attempts = [
+        compaction.Settings(keep, config.compact_tool_chars)
+        for keep in range(config.compact_keep_turns, 0, -1)
+    ]
+    limit = config.compact_tool_chars
+    while limit >= compaction.MIN_TOOL_CHARS:
+        attempts.append(compaction.Settings(1, limit, cut_tail=True))
+        limit //= 2
+    summaries: dict[tuple, str] = {}  # a span is summarized once, however many attempts see it
+
+    def remembered(messages: list[dict], max_tokens: int) -> str:
+        key = (orjson.dumps(messages), max_tokens)
+        if key not in summaries:
+            summaries[key] = summarizer(messages, max_tokens)
+        return summaries[key]
+
+    remembered.name = compaction.summarizer_name(summarizer)  # type: ignore[attr-defined]
+    for settings in attempts:
+        found = compaction.plan(
+            section, settings, None, content_of, counter, remembered, "payload_error"
+        )
+        if found is None:
+            continue
+        after = size(found.trial, found.content_of(content_of))
+        if after <= target_bytes:
+            payload = base_payload(session, idem)
+            payload.update({"compacted": found.compacted, "target_bytes": target_bytes,
+                            "bytes_before": before, "bytes_after": after})  # fmt: skip
+            command = Command(session.tenant, session.id, section_name, "section.compacted",
+                              payload)  # fmt: skip
+            return command, compaction_outcome(None, payload)
+    raise CannotCompact(
+        f"no compaction of section {section_name!r} makes the context ({before} bytes) fit "
+        f"{target_bytes} bytes: what is left is protected (the instruction, system messages, "
+        "the last round) or not in this section; nothing was written"
+    )
+
+
+def compaction_outcome(seq: int | None, payload: dict) -> dict:
+    """What `compact_for_payload_error` answers, from its record alone (a retry has only it):
+    the record's seq, sizes before and after, and how many items were replaced and cut (which
+    ones, and the summary, are in the record)."""
+    return {
+        "compacted": True,
+        "seq": seq,
+        "bytes_before": payload["bytes_before"],
+        "bytes_after": payload["bytes_after"],
+        "tokens_before": payload["compacted"]["tokens_before"],
+        "tokens_after": payload["compacted"]["tokens_after"],
+        "replaced": len(payload["compacted"].get("replaced", ())),
+        "truncated": len(payload["compacted"]["truncated"]),
+    }
 
 
 # ---- turns, commits, restarts -----------------------------------------------------------------

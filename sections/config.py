@@ -21,9 +21,15 @@ log = logging.getLogger("ledgermem.config")
 POLICIES = ("fifo", "lifo", "lru", "lfu", "priority", "refuse", "none")
 LIFETIMES = ("turn", "process", "commit", "durable")
 SESSION_SECTION = "_session"  # reserved: records of commands that span sections
+# Compaction (docs/compaction.md): off unless `compact_at_tokens` is set; the other two apply
+# only then. Written into records only when set, so configs without it keep their old bytes.
+COMPACTION_SETTINGS = ("compact_at_tokens", "compact_keep_turns", "compact_tool_chars")
 SETTINGS = frozenset(
-    ("budget_tokens", "policy", "lifetime", "mutable", "searchable", "audit_reads")
-)
+    ("budget_tokens", "policy", "lifetime", "mutable", "searchable", "audit_reads",
+     *COMPACTION_SETTINGS)
+)  # fmt: skip
+DEFAULT_KEEP_TURNS = 1  # MARSYS's `grace_recent_messages`: at least the last assistant round
+DEFAULT_TOOL_CHARS = 4000  # about MARSYS's 1200-token `max_tool_message_tokens`
 
 
 @dataclass(frozen=True)
@@ -37,6 +43,10 @@ class SectionConfig:
     # Every read leaves a record, whatever the config says: kept as a field because old logs
     # wrote it, but only true is accepted (from_json turns an old record's false into true).
     audit_reads: bool = True
+    # Compaction instead of eviction once the section holds more than this (None: never).
+    compact_at_tokens: int | None = None
+    compact_keep_turns: int = DEFAULT_KEEP_TURNS  # assistant rounds kept whole at the end
+    compact_tool_chars: int = DEFAULT_TOOL_CHARS  # tool outputs longer than this are cut first
 
     def __post_init__(self) -> None:
         if not is_identifier(self.name) or self.name.startswith("_"):
@@ -64,15 +74,34 @@ class SectionConfig:
                 f"section {self.name!r}: policy 'none' never evicts, so it needs an unbounded budget "
                 "or an immutable section"
             )
+        self._check_compaction()
         if not self.audit_reads:
             raise ConfigError(
                 f"section {self.name!r}: audit_reads cannot be false: every read leaves a "
                 "record; remove the setting"
             )
 
+    def _check_compaction(self) -> None:
+        at = self.compact_at_tokens
+        for name in COMPACTION_SETTINGS:
+            value = getattr(self, name)
+            if (value is not None or name != "compact_at_tokens") and (
+                type(value) is not int or value <= 0
+            ):
+                raise ConfigError(f"section {self.name!r}: {name} must be a positive integer")
+        if at is not None and self.budget_tokens is not None and at > self.budget_tokens:
+            raise ConfigError(
+                f"section {self.name!r}: compact_at_tokens ({at}) must not exceed budget_tokens "
+                f"({self.budget_tokens}): compaction runs before the budget evicts"
+            )
+
+    @property
+    def compacts(self) -> bool:
+        return self.compact_at_tokens is not None
+
     def to_json(self) -> dict:
         # Written out rather than dataclasses.asdict, which deep-copies and is slow in replay.
-        return {
+        data = {
             "budget_tokens": self.budget_tokens,
             "policy": self.policy,
             "lifetime": self.lifetime,
@@ -80,6 +109,9 @@ class SectionConfig:
             "searchable": self.searchable,
             "audit_reads": self.audit_reads,
         }
+        if self.compacts:
+            data.update((name, getattr(self, name)) for name in COMPACTION_SETTINGS)
+        return data
 
     @classmethod
     def from_json(cls, name: str, data: dict) -> SectionConfig:
@@ -153,7 +185,7 @@ class MemoryConfig:
             if base is None:
                 by_name[name] = SectionConfig.from_json(name, changes)
             else:
-                unknown = set(changes) - set(base.to_json())
+                unknown = set(changes) - SETTINGS
                 if unknown:
                     raise ConfigError(f"section {name!r}: unknown settings {sorted(unknown)}")
                 by_name[name] = replace(base, **changes)

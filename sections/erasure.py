@@ -34,6 +34,8 @@ def restate(payload: dict, keep_session_metadata: bool = False) -> dict:
             k: ({**v, "text": None} if k in ("first_user", "last_user") and v else v)
             for k, v in out["summary"].items()
         }
+    if isinstance(out.get("compacted"), dict):  # item.added or section.compacted
+        out["compacted"] = _strip_compaction(out["compacted"])
     if "set" in out:
         out["set"] = {
             k: (None if k == "content" else v)
@@ -41,6 +43,27 @@ def restate(payload: dict, keep_session_metadata: bool = False) -> dict:
             if k not in ("tags", "metadata")
         }
     return out
+
+
+def _strip_compaction(compacted: dict) -> dict:
+    """A compaction without the texts it wrote: the summary's and the cut tool outputs'."""
+    out = dict(compacted)
+    if isinstance(out.get("summary"), dict):
+        out["summary"] = _strip_item(out["summary"])
+    out["truncated"] = [{**cut, "content": None} for cut in out.get("truncated", ())]
+    return out
+
+
+def compaction_ids(payload: dict) -> set[str]:
+    """The items whose content a compaction record set: its summary and its cut tool outputs.
+    Erasing the record's content erases them too, as a batch's items go together."""
+    compacted = payload.get("compacted")
+    if not isinstance(compacted, dict):
+        return set()
+    ids = {cut["id"] for cut in compacted.get("truncated", ())}
+    if isinstance(compacted.get("summary"), dict):
+        ids.add(compacted["summary"]["id"])
+    return ids
 
 
 def _strip_item(item: dict) -> dict:
@@ -76,11 +99,15 @@ def records_holding(
     """The seqs of records holding personal data of `ids`, and the full set of ids they hold.
 
     Grows to a fixed point: a batch record pulls in its other items, and their updates (any that
-    set content, tags or metadata).
+    set content, tags or metadata); a compaction record, the summary and the cut tool outputs
+    it wrote.
     """
     ids = set(ids)
+    # Summaries and cut tool outputs: their content is in the compaction record (added to
+    # `seqs` by `_holds`), not in the record their id names, which is not pulled in for them.
+    derived: set[str] = set()
     while True:
-        seqs = {int(i.split(".")[0]) for i in ids}
+        seqs = {int(i.split(".")[0]) for i in ids - derived}
         for record, payload in chain:
             if _holds(record, payload, ids):
                 seqs.add(record.seq)
@@ -90,14 +117,22 @@ def records_holding(
             if record.seq in seqs
             for k in range(len(added_items(record, payload)))
         }
-        if held <= ids:
+        rewritten = {i for r, p in chain if r.seq in seqs for i in compaction_ids(p)}
+        if held <= ids and rewritten <= ids:
             return seqs, ids
-        ids |= held
+        derived |= rewritten - ids - held
+        ids |= held | rewritten
 
 
 def _holds(record: Record, payload: dict, ids: set[str]) -> bool:
     """Whether a record other than an add holds personal data of `ids`: an update setting their
-    content, tags or metadata, or a session summary quoting them."""
+    content, tags or metadata, a session summary quoting them, or a compaction whose summary
+    was made from them or that set their content."""
+    compacted = payload.get("compacted")
+    if isinstance(compacted, dict) and ids & (
+        set(compacted.get("replaced", ())) | compaction_ids(payload)
+    ):
+        return True
     if record.type == "item.updated":
         return payload["id"] in ids and bool(set(payload["set"]) & set(PERSONAL_FIELDS))
     if record.type == "session.summarized":

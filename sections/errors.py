@@ -9,6 +9,16 @@ class MemoryError_(LedgerError):  # noqa: N801 - `MemoryError` is a builtin
     """Base class of the memory model's errors."""
 
 
+class NeedsPreparation(Exception):  # noqa: N818 - a request to the runner, not a failure
+    """Raised by a decision, under the memory's lock, that needs slow work done first (a
+    runtime's summarizer, which may call a model): the runner calls `prepare()` outside the
+    lock, then decides the command again. It never reaches the caller."""
+
+    def __init__(self, prepare) -> None:
+        super().__init__("work to do outside the memory's lock first")
+        self.prepare = prepare
+
+
 class ConfigError(InvalidInput):
     """A section configuration that cannot work, e.g. policy `none` on a bounded section."""
 
@@ -71,3 +81,13 @@ class VersionConflict(MemoryError_):
         )
         self.expected = expected
         self.actual = actual
+
+
+class SummarizerFailed(MemoryError_):
+    """A compaction's summarizer raised or returned bad output: the command that needed the
+    summary is refused and nothing is appended (docs/compaction.md)."""
+
+
+class CannotCompact(Refused):
+    """`compact_for_payload_error` found no compaction that makes the context fit the bytes
+    asked for (what is left is protected, or not compactable): nothing is appended."""

@@ -16,6 +16,7 @@ from eventstore.reader import LogReader
 from eventstore.record import Record
 
 from . import checkpoints, inject, render
+from .compaction import compacted_content
 from .errors import NotFound
 from .projection import replay_lines
 from .snapshot import Snapshot, newest_snapshot, read_snapshot, snapshot_paths
@@ -150,6 +151,11 @@ class History:
         if record.type == "item.updated":
             return record.payload["set"]["content"]
         payload = record.payload
+        compacted = payload.get("compacted")
+        if compacted:  # a summary or a cut tool output; the added items are under "items"
+            found, content = compacted_content(compacted, id_)
+            if found:
+                return content
         if "items" in payload:
             items = payload["items"]
         else:

@@ -4,6 +4,8 @@
 conversation: the top N observations for the query (the session's own and the tenant's, ranked by
 BM25, then backfilled newest first when the search finds fewer than N), each truncated to a set
 number of characters, and the summaries of the M sessions of the tenant that ended most recently.
+`facts=K` adds the K facts valid at the assembly (docs/facts.md: the query's hits, then those of
+this session, then the newest) as a third message between the two.
 They are paid for first out of the budget, and each entry goes into the `context.assembled`
 manifest (marked `inject`), so `context_at` renders them again byte for byte.
 """
@@ -12,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from . import summaries
+from . import facts, summaries
 from .observations import SECTION, TENANT_SESSION
 from .render import Injection
 from .state import Item, MemoryState, SessionState
@@ -42,6 +44,19 @@ def observation_pool(state: MemoryState, tenant: str, session_id: str) -> list[t
     return pool
 
 
+def choose_facts(
+    state: MemoryState, tenant: str, session_id: str, hits: list[str], now: int, limit: int
+) -> list[Item]:
+    """Up to `limit` of the tenant's facts valid `now` (sections/facts.py `choose`)."""
+    if not limit:
+        return []
+    session = state.sessions.get((tenant, TENANT_SESSION))
+    section = session.sections.get(facts.SECTION) if session is not None else None
+    known = {item.id: item for item in facts.facts_items(section)}
+    picked = facts.choose(facts.timeline(known.values()), hits, session_id, now, limit)
+    return [known[id_] for id_ in picked]
+
+
 def choose_observations(
     pool: list[tuple[str, Item]], hits: list[tuple[str, str]], limit: int
 ) -> list[tuple[str, Item]]:
@@ -64,6 +79,7 @@ def build(
     counter: TokenCounter,
     budget: int,
     settings: dict,
+    fact_items: list[Item] = (),  # type: ignore[assignment]
 ) -> Injection:
     """The injected messages that fit `budget`, taken in order, and their manifest entries."""
     out = Injection(settings=settings)
@@ -79,6 +95,18 @@ def build(
                             "id": item.id, "h": item.h, "tokens": tokens})  # fmt: skip
     if lines:
         out.messages.append(block("observations", lines))
+    lines = []
+    for item in fact_items:
+        text = facts.line(item)
+        tokens = counter.count(text)
+        if out.tokens + tokens > budget:
+            break
+        out.tokens += tokens
+        lines.append(text)
+        out.entries.append({"inject": "fact", "session": TENANT_SESSION, "section": facts.SECTION,
+                            "id": item.id, "h": item.h, "tokens": tokens})  # fmt: skip
+    if lines:
+        out.messages.append(block("facts", lines))
     lines = []
     for session in recent:
         text = summaries.line(session.id, session.summary)  # type: ignore[arg-type]
@@ -100,14 +128,17 @@ def replay(
     content_of: Callable[[Item], object],
 ) -> list[dict]:  # fmt: skip
     """The injected messages a manifest's `inject` entries name, from the state at its seq."""
-    observations, recent = [], []
+    observations, known, recent = [], [], []
     for entry in entries:
         session = state.sessions[(tenant, entry["session"])]
-        if entry["inject"] == "observation":
-            item = session.sections[SECTION].items[entry["id"]]
+        if entry["inject"] in ("observation", "fact"):
+            item = session.sections[entry.get("section", SECTION)].items[entry["id"]]
             if item.h != entry["h"]:
-                raise LookupError(f"observation {entry['id']} has changed since")
-            observations.append(observation_line(item, content_of(item), chars))
+                raise LookupError(f"{entry['inject']} {entry['id']} has changed since")
+            if entry["inject"] == "fact":
+                known.append(facts.line(item))
+            else:
+                observations.append(observation_line(item, content_of(item), chars))
         else:
             if session.summary_at != (entry["seq"], entry["h"]):
                 raise LookupError(f"the summary of session {entry['session']} has changed since")
@@ -115,6 +146,8 @@ def replay(
     messages = []
     if observations:
         messages.append(block("observations", observations))
+    if known:
+        messages.append(block("facts", known))
     if recent:
         messages.append(block("recent sessions", recent))
     return messages

@@ -125,7 +125,7 @@ class ItemFilter:
             return found
         kept = [pair for pair in found if self.keeps(pair[1])]
         if self.recent is not None:
-            kept = kept[len(kept) - self.recent :] if self.recent else []
+            kept = kept[max(0, len(kept) - self.recent) :] if self.recent else []
         end = None if self.limit is None else self.offset + self.limit
         return kept[self.offset : end]
 

@@ -32,8 +32,9 @@ from eventstore.record import Record
 from eventstore.store import KeyInfo, open_log
 from eventstore.writer import DEFAULT_SEG_BITS, Durability, LogWriter
 
-from . import command_specs, commands, observations, reads, summaries
+from . import command_specs, commands, fact_specs, observations, reads, summaries
 from .commands import Decision
+from .compaction import Summarizer, checked_summarizer, digest
 from .config import MemoryConfig, load_config
 from .errors import NotFound
 from .history import History
@@ -55,7 +56,7 @@ log = logging.getLogger("ledgermem.memory")
 __all__ = ["Extra", "ItemView", "MAX_TOP_K", "Memory", "SearchHit", "Session"]
 
 
-class Memory(CommandRunner):
+class Memory(CommandRunner, fact_specs.FactCommands):
     """Sessions of typed, budgeted sections, kept as a projection of the signed log."""
 
     def __init__(self) -> None:
@@ -75,11 +76,14 @@ class Memory(CommandRunner):
         snapshot_every: int = SNAPSHOT_EVERY,
         dedup_window_us: int = observations.DEFAULT_WINDOW_US,
         clock: Callable[[], int] = time.time_ns,
+        summarizer: Summarizer = digest,
     ) -> Memory:
-        """The memory of a data directory's own file log (created with its key if new)."""
+        """The memory of a data directory's own file log (created with its key if new).
+        `summarizer` writes the summaries of sections with compaction (docs/compaction.md)."""
         data = DataDir(data_dir)
         self = object.__new__(cls)
         self._configure(data.root, config, counter, tenant, snapshot_every, dedup_window_us)
+        self.summarizer = checked_summarizer(summarizer)
         writer, key = open_log(
             data.root,
             seg_bits=seg_bits,
@@ -102,6 +106,7 @@ class Memory(CommandRunner):
         tenant: str = "default",
         snapshot_every: int = SNAPSHOT_EVERY,
         dedup_window_us: int = observations.DEFAULT_WINDOW_US,
+        summarizer: Summarizer = digest,
     ) -> Memory:
         """The memory of a log that someone else opened: `writer` appends (e.g. a shared store's
         partition, on a PgSink), `log_dir` holds the same log as spec segment files to read from
@@ -114,6 +119,7 @@ class Memory(CommandRunner):
             self._configure(
                 Path(data_dir), config, counter, tenant, snapshot_every, dedup_window_us
             )
+            self.summarizer = checked_summarizer(summarizer)
         except BaseException:
             writer.close()
             raise
@@ -170,6 +176,8 @@ class Memory(CommandRunner):
         self._failed: BaseException | None = None
         self._heal_lock = threading.Lock()
         self.erase_hooks: list[Callable[[], None]] = []  # other projections purge their copies
+        # The runtime's `fn(text) -> [(subject, predicate, object), ...]` for extract_facts.
+        self.fact_extractor: Callable[[str], object] | None = None
 
     @property
     def writer(self):
@@ -527,6 +535,18 @@ class Memory(CommandRunner):
     def summaries(self, tenant: str | None = None, limit: int = 10) -> list[dict]:
         """The newest session summaries of a tenant, newest first. A read: traced."""
         return self.run(command_specs.READ_SUMMARIES, tenant or self.tenant, None, (limit, "agent"))
+
+    # ---- facts: tenant-wide (sections/facts.py, docs/facts.md) ---------------------------------
+
+    # assert_fact, assert_facts, retract_fact, facts and their *_async twins: FactCommands
+
+    def _fact_scope(self, kw: dict) -> tuple[Memory, str, None]:
+        return self, kw.pop("tenant", None) or self.tenant, None
+
+    def erase_facts(self, ids: list[str] | str, *, reason: str, tenant: str | None = None):
+        """Erase facts for good (their statements, through items erasure of `_tenant`)."""
+        holder = Session(self, tenant or self.tenant, observations.TENANT_SESSION)
+        return holder.erase(ids, reason=reason)
 
     def close(self) -> None:
         """Snapshot, then close the log (log.close and the final checkpoint)."""

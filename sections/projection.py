@@ -8,13 +8,22 @@ appended, so live and rebuilt state agree by construction; the tests check it an
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 
 import orjson
 
 from eventstore.record import CONTROL_TENANT, Record
 
 from .config import SectionConfig
-from .state import INLINE_CONTENT_BYTES, Item, MemoryState, SectionState, SessionState, item_id
+from .state import (
+    INLINE_CONTENT_BYTES,
+    Item,
+    MemoryState,
+    SectionState,
+    SessionState,
+    item_id,
+    parse_item_id,
+)
 
 IDEMPOTENCY_WINDOW_US = 24 * 3600 * 1_000_000  # a retry within a day is recognised
 IDEMPOTENCY_MAX_KEYS = 10_000  # per session; the oldest go first
@@ -306,11 +315,58 @@ def _ended(state: MemoryState, session: SessionState, r: dict, payload: dict) ->
     session.version = r["seq"]
 
 
+def apply_compaction(section: SectionState, compacted: dict, seq: int, h: str, ts: int) -> None:
+    """Apply what a compaction decided (docs/compaction.md): cut tool outputs, then put the
+    summary in the place (and under the id) of the oldest item it replaces, dropping the rest.
+    Items are replaced, never changed in place, so a decision can try this on a copy of a
+    section's items (sections/compaction.py) without touching the live ones."""
+    items = section.items
+    for cut in compacted.get("truncated", ()):
+        item = _made(section, cut["id"])
+        if item is None:
+            continue
+        section.tokens += cut["tokens"] - item.tokens
+        items[item.id] = replace(
+            item, content=_inline(cut["content"]), tokens=cut["tokens"], content_seq=seq, h=h,
+            ts=ts, last_use=seq,
+        )  # fmt: skip
+    replaced = compacted.get("replaced")
+    if replaced:
+        summary = compacted["summary"]
+        gone = set(replaced)
+        kept: dict = {}
+        for id_, item in items.items():
+            if id_ not in gone:
+                kept[id_] = item
+                continue
+            section.tokens -= item[0] if type(item) is tuple else item.tokens
+            if id_ == summary["id"]:
+                made = _make_item(*parse_item_id(id_), h, ts, summary)
+                made.content_seq = made.last_use = seq
+                made.committed = summary.get("committed", False)
+                kept[id_] = made
+                section.tokens += made.tokens
+        section.items = kept
+    section.order = None  # derived: rebuilt from the items by the next choice of victims
+
+
+@handles("section.compacted")
+def _compacted(state: MemoryState, session: SessionState, r: dict, payload: dict) -> None:
+    section = session.sections.get(r["section"])
+    if section is not None:
+        apply_compaction(section, payload["compacted"], r["seq"], r["h"], r["ts"])
+    session.version = r["seq"]
+    session.touch(r["section"])
+
+
 @handles("item.added")
 def _added(state: MemoryState, session: SessionState, r: dict, payload: dict) -> None:
     section = session.sections.get(r["section"])
     if section is None:
         return
+    compacted = payload.get("compacted")
+    if compacted:
+        apply_compaction(section, compacted, r["seq"], r["h"], r["ts"])
     evicted = payload.get("evicted")
     if evicted:
         _evict(session, section, evicted)
@@ -326,7 +382,7 @@ def _added_unmade(state: MemoryState, session: SessionState, r: dict, payload: d
     section = session.sections.get(r["section"])
     if section is None:
         return
-    if section.order is not None:  # not a replay's state: make the items as the live path does
+    if section.order is not None or "compacted" in payload:  # the live path's way
         _added(state, session, r, payload)
         return
     evicted = payload.get("evicted")

@@ -50,7 +50,7 @@ from eventstore.writer import Entry, LogWriter, Pending
 from .batching import Group, Ticket
 from .command_specs import CommandSpec
 from .commands import Decision
-from .errors import IdempotencyConflict, NotFound
+from .errors import IdempotencyConflict, NeedsPreparation, NotFound
 from .history import History
 from .projection import apply
 from .search import SearchIndex
@@ -93,14 +93,19 @@ class CommandRunner:
         """Run one command of the table (sections/command_specs.py); returns once durable."""
         if spec.prepare is not None:
             args = spec.prepare(self, tenant, session, args)
-        ticket = self._ticket(spec, tenant, session, args, idempotency_key, expected_version)
-        filed = self._filed
-        filed.append(ticket)
-        with self._lock:
-            if not ticket.decided:  # nobody took it yet: decide everything filed meanwhile
-                self._decide_batch([filed.popleft() for _ in range(len(filed))])
-        if ticket.error is not None:
-            raise ticket.error
+        while True:
+            ticket = self._ticket(spec, tenant, session, args, idempotency_key, expected_version)
+            filed = self._filed
+            filed.append(ticket)
+            with self._lock:
+                if not ticket.decided:  # nobody took it yet: decide everything filed meanwhile
+                    self._decide_batch([filed.popleft() for _ in range(len(filed))])
+            if type(ticket.error) is NeedsPreparation:  # slow work first, outside the lock
+                ticket.error.prepare()
+                continue
+            if ticket.error is not None:
+                raise ticket.error
+            break
         outcome = ticket.outcome
         if type(outcome) is Pending:
             self._wait(outcome.wait)
@@ -119,15 +124,21 @@ class CommandRunner:
         """`run` for asyncio: the same steps; those that read files go to a worker thread."""
         if spec.prepare is not None:
             args = await asyncio.to_thread(spec.prepare, self, tenant, session, args)
-        ticket = self._ticket(spec, tenant, session, args, idempotency_key, expected_version)
         loop = asyncio.get_running_loop()
-        ticket.future = loop.create_future()
-        batch = self._loop_batches.get(loop)
-        if batch is None:
-            batch = self._loop_batches[loop] = []
-            loop.call_soon(self._decide_loop_batch, loop)
-        batch.append(ticket)
-        await ticket.future  # decided, and durable if it appended (raises the ticket's error)
+        while True:
+            ticket = self._ticket(spec, tenant, session, args, idempotency_key, expected_version)
+            ticket.future = loop.create_future()
+            batch = self._loop_batches.get(loop)
+            if batch is None:
+                batch = self._loop_batches[loop] = []
+                loop.call_soon(self._decide_loop_batch, loop)
+            batch.append(ticket)
+            try:
+                await ticket.future  # decided, and durable if it appended (raises its error)
+            except NeedsPreparation as needs:  # slow work first, outside the lock
+                await asyncio.to_thread(needs.prepare)
+                continue
+            break
         outcome = ticket.outcome
         if type(outcome) is Pending or outcome is None:
             if (

@@ -423,7 +423,7 @@ class SearchIndex:
 _FOLLOWED = frozenset(
     (
         "session.created", "session.deleted", "session.erased", "section.configured",
-        "item.added", "item.updated", "item.removed", "items.erased", "turn.ended",
+        "section.compacted", "item.added", "item.updated", "item.removed", "items.erased", "turn.ended",
         "sections.cleared",
     )
 )  # fmt: skip
@@ -455,7 +455,8 @@ def _changes(state: MemoryState, record: Record, content_of: ContentOf) -> list[
     session = state.sessions.get((tenant, record.session))
     if session is None:
         return []
-    if type_ == "section.configured":  # `searchable` may have changed: index the section anew
+    # `searchable` may have changed, or a compaction replaced and cut items: index it anew
+    if type_ in ("section.configured", "section.compacted") or "compacted" in payload:
         changes: list[Change] = [RemoveWhere(tenant, session.id, record.section)]
         if record.section in session.sections:
             changes.append(Put(_section_docs(session, record.section, content_of)))

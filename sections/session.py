@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 from eventstore.errors import InvalidInput
 
 from . import command_specs as specs
-from . import observations
+from . import fact_specs, observations
+from .compaction import checked_summarizer
 from .erase_flow import item_ids
 from .item_filter import ItemFilter
 from .views import Extra
@@ -136,6 +137,22 @@ def _assemble(budget: int = 8000, sections: list[str] | None = None, *, reader: 
     return (budget, sections, reader, Extra.of(**extra)), None, None  # type: ignore[arg-type]
 
 
+def _compact_for_payload(target_bytes: int, *, section: str = "messages", budget: int = 8000,
+                         sections: list[str] | None = None, summarizer=None,
+                         idempotency_key: str | None = None,
+                         expected_version: int | None = None):  # fmt: skip
+    """After a model call failed with "payload too large": compact `section` until what
+    `context(budget, sections)` renders fits `target_bytes` (compact JSON). Appends one
+    `section.compacted` record, or none when it fits already; CannotCompact when nothing makes
+    it fit. `summarizer` (messages, max_tokens) -> str overrides the memory's for this call.
+    Returns {compacted, seq, bytes_before, bytes_after, tokens_before, tokens_after, replaced,
+    truncated}, the last two counts (docs/compaction.md)."""
+    if summarizer is not None:  # called outside the memory's lock, as the memory's own
+        summarizer = checked_summarizer(summarizer)
+    args = (section, target_bytes, budget, sections, summarizer)
+    return args, idempotency_key, expected_version
+
+
 def _erase(ids: list[str] | str, *, reason: str):
     """Erase items for good: remove them, redact every payload holding their content, tags or
     metadata, purge snapshots. Items no longer live (evicted, removed) can be erased too.
@@ -149,7 +166,7 @@ def _erase_all(*, reason: str):
     return (reason,), None, None
 
 
-class Session:
+class Session(fact_specs.FactCommands):
     """One session's commands. Every write returns once its record is durable."""
 
     def __init__(self, memory: Memory, tenant: str, session_id: str) -> None:
@@ -186,9 +203,19 @@ class Session:
     events, events_async = _twins(specs.READ_ITEMS, _events)
     assemble, assemble_async = _twins(specs.ASSEMBLE_CONTEXT, _assemble)
     context, context_async = _twins(specs.ASSEMBLE_CONTEXT, _assemble, _second)
+    compact_for_payload_error, compact_for_payload_error_async = _twins(
+        specs.COMPACT_FOR_PAYLOAD, _compact_for_payload
+    )
     erase_items, erase_items_async = _twins(specs.ERASE_ITEMS, _erase)
     erase, erase_async = _twins(specs.ERASE_ITEMS, _erase, _second)
     erase_all, erase_all_async = _twins(specs.ERASE_SESSION, _erase_all)
+
+    # -- facts asserted in this session; sources are its item ids (docs/facts.md). The methods
+    # (assert_fact, assert_facts, extract_facts, retract_fact, facts, *_async) are
+    # fact_specs.FactCommands'.
+
+    def _fact_scope(self, _kw: dict) -> tuple[Memory, str, str]:
+        return self.memory, self.tenant, self.id
 
     # -- tenant-wide commands, narrowed to this session
 

@@ -41,7 +41,8 @@ LeanHandler = Callable[[Scope, Receive], Awaitable[tuple[int, bytes, list[tuple[
 # long enough to stall every stream and request sharing the event loop.
 LARGE_BODY = 256 * 1024
 # Context injection (sections/inject.py): observations for a query, recent sessions' summaries.
-CONTEXT_EXTRAS = ("query", "observations", "summaries", "observation_chars")
+CONTEXT_EXTRAS = ("query", "observations", "summaries", "observation_chars", "facts")
+COMPACT_FIELDS = frozenset(("target_bytes", "section", "budget", "sections"))
 STATE_AT_CALLS = (
     1  # replays at once: a second one only shares the GIL (bench/state_at.py); 429 busy
 )
@@ -340,6 +341,26 @@ class Api:
             record, messages = await self._run(session, specs.ASSEMBLE_CONTEXT, args)
         return json_response({"record": record_json(record), "messages": messages})
 
+    async def compact(self, request: Request) -> Response:
+        """POST .../compact {target_bytes, section?, budget?, sections?}: after a "payload too
+        large", compact until the context fits (docs/compaction.md); the server's summarizer."""
+        session = self._writer_session(request)
+        body = _only(await self._body(request), COMPACT_FIELDS, "compaction fields")
+        if "target_bytes" not in body:
+            raise ApiError(
+                400, "invalid_input", "give target_bytes: the bytes the context must fit"
+            )
+        sections = body.get("sections")
+        if sections is not None and (
+            type(sections) is not list or not all(type(x) is str for x in sections)
+        ):
+            raise ApiError(400, "invalid_input", "sections must be a list of section names")
+        section = _string(body, "section") or "messages"
+        args = (section, body["target_bytes"], body.get("budget", 8000), sections, None)
+        with self.service.write():
+            outcome = await self._run(session, specs.COMPACT_FOR_PAYLOAD, args, request)
+        return json_response({"compaction": outcome}, headers=self._etag(session))
+
     async def state_at(self, request: Request) -> Response:
         """Time travel. Each call replays from the nearest snapshot or checkpoint on a worker
         thread; at most STATE_AT_CALLS run at once (the replay holds the GIL in bursts that
@@ -423,6 +444,7 @@ def routes(service: Service) -> list[RawRoute]:
         (s + "/end", {"POST": api.end_session}),
         (s + "/turns/end", {"POST": api.end_turn}),
         (s + "/commit", {"POST": api.commit}),
+        (s + "/compact", {"POST": api.compact}),
         (s + "/context", {"POST": api.context}),
         (s + "/state", {"GET": api.state_at}),
         (s + "/erase", {"POST": api.erase}),

@@ -13,6 +13,7 @@ from eventstore.errors import InvalidInput, LedgerError, StalePosition, WriterCl
 from eventstore.sink import CommitRefused
 from sections.errors import (
     BudgetExceeded,
+    CannotCompact,
     IdempotencyConflict,
     ImmutableSection,
     ItemTooLarge,
@@ -20,6 +21,7 @@ from sections.errors import (
     NotFound,
     SessionEnded,
     SessionExists,
+    SummarizerFailed,
     VersionConflict,
 )
 
@@ -49,6 +51,8 @@ _STATUS: tuple[tuple[type[BaseException], int, str], ...] = (
     (ItemTooLarge, 422, "item_too_large"),
     (NotAdmitted, 422, "not_admitted"),
     (BudgetExceeded, 422, "budget_exceeded"),
+    (CannotCompact, 422, "cannot_compact"),
+    (SummarizerFailed, 422, "summarizer_failed"),
     (InvalidInput, 400, "invalid_input"),
     (WriterClosed, 503, "unavailable"),
 )

@@ -107,9 +107,11 @@ class LeaderRoutes:
 
 
 def leader_routes(service) -> LeaderRoutes:
-    from . import api, search_api
+    from . import api, facts_api, search_api
 
-    return LeaderRoutes(api.routes(service) + search_api.routes(service))
+    return LeaderRoutes(
+        api.routes(service) + search_api.routes(service) + facts_api.routes(service)
+    )
 
 
 def route_kind(route: Route) -> str:

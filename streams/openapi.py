@@ -81,6 +81,27 @@ _OBSERVATION = {
 }  # fmt: skip
 
 
+_FACT = {
+    "type": "object", "required": ["subject", "predicate", "object"],
+    "properties": {
+        "subject": {"type": "string"}, "predicate": {"type": "string"}, "object": {"type": "string"},
+        "sources": {"type": "array", "description": "items it was learned from: {session, id} (item ids on a session's route)"},
+        "valid_from": {"type": "integer", "description": "µs since the epoch; default now"},
+        "metadata": {"type": "object"}, "multi": {"type": "boolean", "description": "a multi-valued predicate: close only the same object"},
+        "facts": {"type": "array", "description": "a batch instead: one record, in order"},
+    },
+}  # fmt: skip
+_FACT_ID = {"name": "fact", "in": "path", "required": True, "schema": {"type": "string"}}
+_FACT_QUERY = [
+    {"name": name, "in": "query", "schema": {"type": "string"}, "description": f"exact {name}"}
+    for name in ("subject", "predicate", "object")
+] + [
+    {"name": "as_of", "in": "query", "schema": {"type": "string"}, "description": "valid at this time (µs or ISO-8601); default now"},
+    {"name": "history", "in": "query", "schema": {"type": "integer", "enum": [0, 1]}, "description": "1: every fact, valid or not"},
+    {"name": "reader", "in": "query", "schema": {"type": "string", "enum": ["agent", "operator"]}},
+]  # fmt: skip
+
+
 def _op(
     summary: str,
     params: list | None = None,
@@ -120,12 +141,15 @@ def document() -> dict:
         "/v1/sessions/{session}/end": {"post": _op("end the session (session.ended)", s + w, write=True)},
         "/v1/sessions/{session}/turns/end": {"post": _op("end the turn: clears turn-lifetime sections", s + w, write=True)},
         "/v1/sessions/{session}/commit": {"post": _op("commit commit-lifetime sections (or {section})", s + w, {"type": "object"}, write=True)},
+        "/v1/sessions/{session}/compact": {"post": _op("after a payload-too-large: compact {section} (messages) until context({budget}, {sections}) fits {target_bytes}; section.compacted", s + w,
+                                                       {"type": "object", "properties": {"target_bytes": {"type": "integer"}, "section": {"type": "string"}, "budget": {"type": "integer"}, "sections": {"type": "array"}}}, write=True)},
         "/v1/sessions/{session}/context": {"post": _op("assemble context within {budget} tokens; records the manifest", s,
                                                        {"type": "object", "properties": {"budget": {"type": "integer"}, "sections": {"type": "array"}, "reader": {"type": "string"},
                                                         "query": {"type": "string", "description": "the prompt: ranks observations"},
                                                         "observations": {"type": "integer", "description": "inject up to N observations"},
                                                         "summaries": {"type": "integer", "description": "inject the M newest session summaries"},
-                                                        "observation_chars": {"type": "integer", "default": 500}}}, write=True)},
+                                                        "observation_chars": {"type": "integer", "default": 500},
+                                                        "facts": {"type": "integer", "description": "inject up to N valid facts: the query's, this session's, the newest"}}}, write=True)},
         "/v1/sessions/{session}/state": {"get": _op("the session as it was at ?at=SEQ", s)},
         "/v1/sessions/{session}/erase": {"post": _op("erase items ({ids, reason}) or the session ({all: true, reason}); admin", s,
                                                      {"type": "object"}, write=True)},
@@ -146,6 +170,16 @@ def document() -> dict:
         "/v1/sessions/{session}/observations": {"post": _op("record an observation in this session", s, _OBSERVATION, "201", write=True)},
         "/v1/summaries": {"get": _op("the newest session summaries (?limit=N)")},
         "/v1/sessions/{session}/summary": {"get": _op("the summary appended when the session ended", s)},
+        "/v1/facts": {
+            "post": _op("assert a fact (or {facts: [...]} in one record): it closes the facts of the same subject and predicate valid at its start; 201", [_IDEM], _FACT, "201", write=True),
+            "get": _op("facts valid now, as_of a time, or every one (history=1); leaves an items.read record (purpose facts)", _FACT_QUERY),
+        },
+        "/v1/facts/{fact}/retract": {"post": _op("end a valid fact at {at} (default now), with {reason}", [_FACT_ID, _IDEM],
+                                                 {"type": "object", "properties": {"at": {"type": "integer"}, "reason": {"type": "string"}}}, write=True)},
+        "/v1/sessions/{session}/facts": {
+            "post": _op("assert a fact learned from this session: sources are its item ids", s + [_IDEM], _FACT, "201", write=True),
+            "get": _op("the facts asserted in this session or learned from its items", s + _FACT_QUERY),
+        },
         "/v1/stats": {"get": _op("the tenant's totals")},
         "/v1/state": {"get": _op("every session of the tenant at ?at=SEQ")},
         "/v1/log/checkpoint": {"get": _op("the newest signed checkpoint (C2SP signed note), as text")},

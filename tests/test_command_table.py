@@ -74,6 +74,11 @@ WRITES = {
         lambda item: ("POST", "/end", None),
         "record",
     ),
+    "compact_for_payload_error": (  # on the conversation `_prepared` adds for it
+        lambda item: ("compact_for_payload_error", (1500,), {"budget": 100_000}),
+        lambda item: ("POST", "/compact", {"target_bytes": 1500, "budget": 100_000}),
+        "compaction",
+    ),
     "delete_session": (
         lambda item: ("delete", (), {}),
         lambda item: ("DELETE", "", None),
@@ -151,6 +156,12 @@ def _prepared(mem: Memory, name: str, via: str) -> tuple[str, str]:
     session = f"{name}/{via}"
     s = mem.session(session)
     s.add("findings", "first finding")
+    if name == "compact_for_payload_error":  # something to compact
+        s.add("messages", "the task", role="user")
+        for n in range(4):
+            call = {"id": f"c{n}", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+            s.add("messages", f"step {n}", role="assistant", tool_calls=[call])
+            s.add("messages", "out " * 300, role="tool", tool_call_id=f"c{n}")
     return session, s.add("findings", "the target", tags=["x"]).id
 
 

@@ -101,7 +101,9 @@ def _shape(response: httpx.Response) -> tuple:
         body = {
             "keys": sorted(body),
             "record": sorted(body["record"]),
-            "items": [{k: v for k, v in i.items() if k not in ("id", "seq", "h", "ts")} for i in items],
+            "items": [
+                {k: v for k, v in i.items() if k not in ("id", "seq", "h", "ts")} for i in items
+            ],
         }
     return response.status_code, names, response.headers.get("allow"), body
 

@@ -2,31 +2,14 @@
 
 from __future__ import annotations
 
-import httpx
 import pytest
-from server import Server
-
-A = {"Authorization": "Bearer tok-a"}
-B = {"Authorization": "Bearer tok-b"}
+from helpers.tenant_server import A, B, head, two_tenants
 
 
 @pytest.fixture(scope="module")
 def client(tmp_path_factory):
-    root = tmp_path_factory.mktemp("search-http")
-    config = root / "settings.toml"
-    config.write_text(
-        '[[tokens]]\ntoken = "tok-a"\ntenant = "acme"\nscopes = ["read", "write", "admin"]\n'
-        '[[tokens]]\ntoken = "tok-b"\ntenant = "globex"\nscopes = ["read", "write"]\n'
-    )
-    with (
-        Server(root / "data", "--config", str(config)) as server,
-        httpx.Client(base_url=server.url, timeout=30) as client,
-    ):
+    with two_tenants(tmp_path_factory.mktemp("search-http")) as client:
         yield client
-
-
-def head(client: httpx.Client) -> int:
-    return client.get("/readyz").json()["head"]
 
 
 def add(client, session, section, content, headers=A, **fields) -> str:

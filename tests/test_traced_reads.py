@@ -125,6 +125,9 @@ def live(tmp_path_factory):
             "/v1/sessions/ended/sections/messages/items", json={"content": "hello", "role": "user"}
         )
         assert client.post("/v1/sessions/ended/end").status_code == 200
+        fact = {"subject": "target", "predicate": "margin", "object": "12%"}
+        fact["sources"] = [finding["item"]["id"]]
+        assert client.post(f"/v1/sessions/{S}/facts", json=fact).status_code == 201
         yield data, server, client, finding["item"]["id"], before_delete
 
 
@@ -254,6 +257,8 @@ READS = {  # operation -> (how to call it, the purpose of the read record it mus
     ("/v1/state", "get"): ({"at": "HEAD"}, "state"),
     ("/v1/sessions/{session}/state", "get"): ({"at": "HEAD"}, "state"),
     ("/v1/sessions/{session}/context", "post"): ({}, "context"),
+    ("/v1/facts", "get"): ({}, "facts"),
+    ("/v1/sessions/{session}/facts", "get"): ({}, "facts"),
     ("/v1/stream/sse", "get"): ({}, "stream"),
     ("/v1/stream/ws", "get"): ({}, "stream"),
     ("/v1/stream/jsonl", "get"): ({}, "stream"),

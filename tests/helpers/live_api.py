@@ -14,7 +14,7 @@ import uvicorn
 from starlette.applications import Starlette
 
 from sections.memory import Memory
-from streams import api, search_api
+from streams import api, facts_api, search_api
 from streams.errors import EXCEPTION_HANDLERS
 from streams.service import Service
 from streams.settings import Settings
@@ -49,7 +49,9 @@ class LiveApi:
             await self.service.shutdown()
 
         app = Starlette(
-            routes=api.routes(self.service) + search_api.routes(self.service),
+            routes=api.routes(self.service)
+            + search_api.routes(self.service)
+            + facts_api.routes(self.service),
             exception_handlers=EXCEPTION_HANDLERS,
             lifespan=lifespan,
         )

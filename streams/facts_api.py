@@ -1,0 +1,104 @@
+"""Facts over HTTP (sections/facts.py, docs/facts.md).
+
+    POST /v1/facts                             assert a fact, or {"facts": [...]} in one record
+    GET  /v1/facts?subject=&predicate=&object=&as_of=&history=1
+    POST /v1/facts/{fact}/retract              {"at", "reason"}: end a valid fact
+    POST /v1/sessions/{session}/facts          sources are that session's item ids
+    GET  /v1/sessions/{session}/facts          the facts asserted in it or learned from its items
+
+`as_of`, `valid_from` and `at` are microseconds since the epoch; `as_of` may also be ISO-8601.
+Reads leave an `items.read` record (purpose "facts") on the tenant's session `_tenant`.
+"""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from eventstore.errors import InvalidInput
+from eventstore.timestamps import parse_time
+from sections import fact_specs
+from sections.fact_specs import HOLDER
+
+from .api import Api, Handler, _reader, _wrap
+from .responses import json_response, record_json
+from .routing import RawRoute
+from .service import Service
+
+RETRACT_FIELDS = frozenset(("at", "reason"))
+
+
+def _key(request: Request) -> str | None:
+    """`Idempotency-Key`: a retry answers with the first call's record (remembered on `_tenant`)."""
+    return request.headers.get("idempotency-key")
+
+
+class FactsApi(Api):
+    def _scope(self, request: Request):
+        """The principal and the session named in the path (404 if unknown), or None."""
+        p = self.service.principal(request, "read" if request.method == "GET" else "write")
+        session = request.path_params.get("session")
+        if session is not None:
+            self._session(p, request)
+        return p, session
+
+    async def assert_facts(self, request: Request) -> Response:
+        p, session = self._scope(request)
+        body = await self._body(request)
+        batch = "facts" in body
+        if batch and set(body) != {"facts"}:
+            raise InvalidInput('give one fact, or {"facts": [...]} alone')
+        given = body["facts"] if batch else [body]
+        args = fact_specs.assert_many(given)[0]
+        with self.service.write():
+            record, made = await self.memory(p).run_async(
+                fact_specs.ASSERT_FACTS, p.tenant, HOLDER, (session, *args), _key(request)
+            )
+        answer = {"facts": [f.to_json() for f in made]} if batch else {"fact": made[0].to_json()}
+        return json_response({**answer, "record": record_json(record)}, 201)
+
+    async def read_facts(self, request: Request) -> Response:
+        p, session = self._scope(request)
+        params = request.query_params
+        unknown = set(params) - {"subject", "predicate", "object", "as_of", "history", "reader",
+                                 "token"}  # fmt: skip
+        if unknown:
+            raise InvalidInput(f"unknown query parameters {sorted(unknown)}")
+        history = params.get("history", "0")
+        if history not in ("0", "1", "true", "false"):
+            raise InvalidInput("history must be 1 or 0")
+        as_of = parse_time(params["as_of"]) if params.get("as_of") else None
+        args = fact_specs.query(
+            params.get("subject"), params.get("predicate"), params.get("object"),
+            as_of=as_of, include_history=history in ("1", "true"), reader=_reader(request),
+        )[0]  # fmt: skip
+        with self.service.write():  # a read: it appends its trace
+            found = await self.memory(p).run_async(
+                fact_specs.READ_FACTS, p.tenant, HOLDER, (session, *args)
+            )
+        return json_response({"facts": [f.to_json() for f in found]})
+
+    async def retract(self, request: Request) -> Response:
+        p, _ = self._scope(request)
+        body = await self._body(request, required=False)
+        unknown = set(body) - RETRACT_FIELDS
+        if unknown:
+            raise InvalidInput(f"unknown retract fields {sorted(unknown)}")
+        args = fact_specs.retract(
+            request.path_params["fact"], at=body.get("at"), reason=body.get("reason")
+        )[0]
+        with self.service.write():
+            record, fact = await self.memory(p).run_async(
+                fact_specs.RETRACT_FACT, p.tenant, HOLDER, (None, *args), _key(request)
+            )
+        return json_response({"fact": fact.to_json(), "record": record_json(record)})
+
+
+def routes(service: Service) -> list[RawRoute]:
+    api = FactsApi(service)
+    table: list[tuple[str, dict[str, Handler]]] = [
+        ("/v1/facts", {"POST": api.assert_facts, "GET": api.read_facts}),
+        ("/v1/facts/{fact}/retract", {"POST": api.retract}),
+        ("/v1/sessions/{session}/facts", {"POST": api.assert_facts, "GET": api.read_facts}),
+    ]
+    return [RawRoute(p, {m: _wrap(h) for m, h in endpoints.items()}) for p, endpoints in table]

@@ -1,0 +1,217 @@
+"""MARSYS's conversation memories over ledgermem (sections/adapters/marsys.py), walked through
+MARSYS's own documented examples (docs/concepts/memory.md of rezaho/MARSYS: "ConversationMemory",
+"Message Addition Examples", "ManagedConversationMemory"), end to end on a real memory.
+
+Each step checks what MARSYS documents (ids from add, message dicts in LLM format, reset keeping
+the system prompt, compaction within the threshold) and what ledgermem adds: the calls are
+records, reads leave `items.read` records, and everything replays (rebuild == live, reopen).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import orjson
+import pytest
+
+from eventstore.errors import InvalidInput
+from eventstore.file_sink import Durability
+from sections.adapters.marsys import (
+    ConversationMemory,
+    ManagedConversationMemory,
+    ManagedMemoryConfig,
+)
+from sections.errors import ItemNotFound
+from sections.memory import Memory
+
+
+@pytest.fixture
+def mem(tmp_path):
+    memory = Memory.open(tmp_path / "data", durability=Durability.UNSAFE_NO_FSYNC)
+    yield memory
+    memory.close()
+
+
+def _types(mem: Memory, session: str) -> list[str]:
+    return [r.type for r in mem.reader.records() if r.session == session]
+
+
+def test_the_documented_conversation_memory_example(mem, tmp_path):
+    # Create memory with optional system prompt
+    memory = ConversationMemory(description="You are a helpful assistant", memory=mem,
+                                session_id="demo")  # fmt: skip
+    # Add a message
+    message_id = memory.add(role="user", content="Hello")
+    assert isinstance(message_id, str)
+    # Or add a Message object directly (a dict, or any object with MARSYS's attributes)
+    msg = {"role": "assistant", "content": "Hi there!"}
+    second = memory.add(message=msg)
+    assert second != message_id
+
+    everything = [
+        {"role": "system", "content": "You are a helpful assistant"},
+        {"role": "user", "content": "Hello"},
+        {"role": "assistant", "content": "Hi there!"},
+    ]
+    assert memory.retrieve_all() == everything
+    assert memory.retrieve_recent(n=5) == everything
+    assert memory.retrieve_recent(n=1) == everything[-1:]
+    assert memory.retrieve_recent(n=0) == []
+    assert memory.get_messages() == everything
+
+    assert memory.retrieve_by_id(message_id) == {"role": "user", "content": "Hello"}
+    assert memory.retrieve_by_id("no-such-id") is None
+    assert memory.retrieve_by_role("user", n=3) == [{"role": "user", "content": "Hello"}]
+    memory.update(second, content="Hi! How can I help?")
+    assert memory.retrieve_by_id(second)["content"] == "Hi! How can I help?"
+    assert memory.remove_by_id(message_id) is True
+    assert memory.remove_by_id(message_id) is False
+    memory.reset_memory()  # Clears all except system message
+    assert memory.retrieve_all() == everything[:1]
+
+    types = _types(mem, "demo")
+    assert types[:3] == ["session.created", "item.added", "item.added"]
+    assert types.count("items.read") >= 8 and "item.updated" in types and "item.removed" in types
+    assert mem.rebuild().state_hash() == mem.state_hash()
+
+    again = ConversationMemory(description="You are a helpful assistant", memory=mem,
+                               session_id="demo")  # fmt: skip
+    assert again.retrieve_all() == everything[:1]  # the description is not added twice
+
+
+def test_the_documented_message_addition_examples(mem):
+    memory = ConversationMemory(memory=mem, session_id="tools")
+    memory.add(role="user", content="Analyze the quarterly sales data")
+    memory.add(role="assistant", content="I'll analyze the data for you.")
+    call = {"id": "call_123", "type": "function",
+            "function": {"name": "analyze_sales", "arguments": '{"quarter": "Q4"}'}}  # fmt: skip
+    memory.add(role="assistant", content=None, tool_calls=[call])
+    result = memory.add(role="tool", content='{"total_sales": 1500000, "growth": "15%"}',
+                        tool_call_id="call_123", name="analyze_sales")  # fmt: skip
+    assert memory.retrieve_all()[2:] == [
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "content": '{"total_sales": 1500000, "growth": "15%"}',
+         "tool_call_id": "call_123", "name": "analyze_sales"},
+    ]  # fmt: skip
+    views = mem.session("tools", create=False).get("messages", [result], reader="operator")
+    assert views[0].group == "call:call_123"  # the result joined its call: never split
+
+    # The shape MARSYS's Message.to_llm_dict gives: dict content as JSON, images as parts
+    memory.add(role="tool", content={"rows": 3}, tool_call_id="call_123")
+    assert memory.retrieve_recent(1) == [
+        {"role": "tool", "content": '{"rows":3}', "tool_call_id": "call_123"}
+    ]
+    memory.add(role="user", content="What is in this chart?", images=["https://x.test/c.png"])
+    assert memory.retrieve_recent(1)[0]["content"] == [
+        {"type": "text", "text": "What is in this chart?"},
+        {"type": "image_url", "image_url": {"url": "https://x.test/c.png"}},
+    ]
+
+
+def test_bad_input_is_refused_with_nothing_appended(mem):
+    memory = ConversationMemory(memory=mem, session_id="bad")
+    kept = memory.add(role="user", content="hello")
+    size = mem.writer.size
+    with pytest.raises(InvalidInput):
+        memory.add(content="no role")
+    with pytest.raises(InvalidInput):
+        memory.add(message={"content": "no role"})
+    with pytest.raises(InvalidInput):
+        memory.add(role="user", content="x", tool_calls="not a list")
+    with pytest.raises(InvalidInput):
+        memory.update(kept, name="renamed")  # how a message was said stays as added
+    with pytest.raises(ItemNotFound):
+        memory.update("12345", content="x")
+    with pytest.raises(ItemNotFound):
+        memory.update("12345")
+    memory.update(kept)  # nothing to change: no record
+    with pytest.raises(InvalidInput):
+        memory.retrieve_recent("2")
+    assert mem.writer.size == size
+
+
+def _long_task(memory, rounds: int) -> None:
+    memory.add(role="user", content="Research the market and write the report.")
+    for n in range(rounds):
+        call = {
+            "id": f"c{n}",
+            "type": "function",
+            "function": {"name": "search", "arguments": "{}"},
+        }
+        memory.add(role="assistant", content=f"searching, step {n}", tool_calls=[call])
+        memory.add(role="tool", content=f"page {n}\n" + "text " * 400, tool_call_id=f"c{n}",
+                   name="search")  # fmt: skip
+
+
+def test_the_documented_managed_memory_example_compacts_within_the_threshold(mem):
+    config = ManagedMemoryConfig(threshold_tokens=2000, max_tool_message_tokens=100)
+    memory = ManagedConversationMemory(config=config, memory=mem, session_id="managed")
+    memory.add(role="user", content="Hello")  # usage is identical to ConversationMemory
+    assert memory.get_messages() == [{"role": "user", "content": "Hello"}]
+    _long_task(memory, rounds=20)
+
+    messages = memory.get_messages()
+    assert messages[0] == {"role": "user", "content": "Hello"}  # the original instruction stays
+    summaries = [m for m in messages if m["content"].startswith("[Summary of")]
+    assert len(summaries) == 1
+    calls = {c["id"] for m in messages for c in m.get("tool_calls", ())}
+    answered = {m["tool_call_id"] for m in messages if m["role"] == "tool"}
+    assert calls == answered  # no call without its result, no result without its call
+    assert messages[-1]["tool_call_id"] == "c19"
+    section = mem.read(lambda s: s.sessions[("default", "managed")].sections["messages"])
+    assert section.tokens <= config.threshold_tokens and section.evictions == 0
+    assert mem.rebuild().state_hash() == mem.state_hash()
+
+
+def test_compact_for_payload_error_shrinks_what_the_model_is_sent(mem):
+    config = ManagedMemoryConfig(threshold_tokens=100_000)  # never reached here
+    seen = []
+
+    def summarizer(messages, max_tokens):
+        seen.append(len(messages))
+        return f"{len(messages)} messages of searching"
+
+    memory = ManagedConversationMemory(config=config, memory=mem, session_id="payload",
+                                       summarizer=summarizer)  # fmt: skip
+    _long_task(memory, rounds=10)
+    before = len(orjson.dumps(memory.get_messages()))
+    assert asyncio.run(memory.compact_for_payload_error()) is True  # MARSYS's call: smaller
+    after = len(orjson.dumps(memory.get_messages()))
+    assert after < before and seen
+    assert "messages of searching" in orjson.dumps(memory.get_messages()).decode()
+    fitted = asyncio.run(memory.compact_for_payload_error(target_bytes=after // 2))
+    assert fitted is True and len(orjson.dumps(memory.get_messages())) <= after // 2
+    size = mem.writer.size
+    assert asyncio.run(memory.compact_for_payload_error(target_bytes=10)) is False
+    assert mem.writer.size == size  # nothing fits 10 bytes: nothing appended
+    assert "section.compacted" in _types(mem, "payload")
+    assert mem.rebuild().state_hash() == mem.state_hash()
+
+
+def test_message_objects_with_marsys_attributes_are_taken_as_they_are(mem):
+    class ToolCallMsg:  # the shape of MARSYS's, without depending on it
+        def __init__(self, id_, name):
+            self.id, self.name = id_, name
+
+        def to_dict(self):
+            return {"id": self.id, "type": "function",
+                    "function": {"name": self.name, "arguments": "{}"}}  # fmt: skip
+
+    class Message:
+        def __init__(self, role, content=None, **fields):
+            self.role, self.content, self.message_id = role, content, "uuid-ignored"
+            self.__dict__.update(fields)
+
+    memory = ConversationMemory(memory=mem, session_id="objects")
+    memory.add(message=Message("assistant", tool_calls=[ToolCallMsg("call_9", "lookup")],
+                               reasoning_details=[{"type": "thought", "signature": "abc"}]))  # fmt: skip
+    memory.add(message=Message("tool", "found", tool_call_id="call_9", name="lookup"))
+    assert memory.retrieve_all() == [
+        {"role": "assistant", "content": None,
+         "tool_calls": [{"id": "call_9", "type": "function",
+                         "function": {"name": "lookup", "arguments": "{}"}}],
+         "reasoning_details": [{"type": "thought", "signature": "abc"}]},
+        {"role": "tool", "content": "found", "tool_call_id": "call_9", "name": "lookup"},
+    ]  # fmt: skip
+    with pytest.raises(InvalidInput):
+        memory.add(message=Message(None, "no role"))

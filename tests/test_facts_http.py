@@ -1,0 +1,142 @@
+"""Facts through a real `ledgermem serve` with per-tenant tokens: assert, query (as of a time,
+history, by field), retract, the session routes, refusals (400 JSON, nothing appended) and
+tenant isolation."""
+
+from __future__ import annotations
+
+import pytest
+from helpers.tenant_server import A, B, head, two_tenants
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory):
+    with two_tenants(tmp_path_factory.mktemp("facts-http")) as client:
+        yield client
+
+
+def test_assert_query_as_of_and_retract(client):
+    first = client.post(
+        "/v1/facts",
+        json={"subject": "carol", "predicate": "role", "object": "cto", "valid_from": 1000},
+        headers=A,
+    )
+    assert first.status_code == 201, first.text
+    assert first.json()["fact"]["invalid_at"] is None
+    assert first.json()["record"]["type"] == "item.added"
+    batch = client.post(
+        "/v1/facts",
+        json={"facts": [
+            {"subject": "carol", "predicate": "role", "object": "ceo", "valid_from": 2000},
+            {"subject": "dave", "predicate": "role", "object": "cfo"},
+        ]},
+        headers=A,
+    )  # fmt: skip
+    assert batch.status_code == 201, batch.text
+    assert [f["object"] for f in batch.json()["facts"]] == ["ceo", "cfo"]
+    now = client.get("/v1/facts", params={"subject": "carol"}, headers=A).json()["facts"]
+    assert [f["object"] for f in now] == ["ceo"]
+    then = client.get("/v1/facts", params={"subject": "carol", "as_of": 1500}, headers=A)
+    assert [f["object"] for f in then.json()["facts"]] == ["cto"]
+    iso = client.get(
+        "/v1/facts", params={"predicate": "role", "as_of": "1970-01-01T00:00:00.0015Z"}, headers=A
+    )
+    assert [f["object"] for f in iso.json()["facts"]] == ["cto"]
+    history = client.get("/v1/facts", params={"subject": "carol", "history": 1}, headers=A)
+    assert [(f["object"], f["invalid_at"]) for f in history.json()["facts"]] == [
+        ("cto", 2000), ("ceo", None),
+    ]  # fmt: skip
+    by_object = client.get("/v1/facts", params={"object": "cfo"}, headers=A).json()["facts"]
+    assert [f["subject"] for f in by_object] == ["dave"]
+    fact = by_object[0]["id"]
+    retracted = client.post(f"/v1/facts/{fact}/retract", json={"reason": "left"}, headers=A)
+    assert retracted.status_code == 200, retracted.text
+    assert retracted.json()["fact"]["retracted"]["reason"] == "left"
+    assert retracted.json()["record"]["type"] == "item.updated"
+    assert client.get("/v1/facts", params={"subject": "dave"}, headers=A).json()["facts"] == []
+
+
+def test_session_routes_take_item_ids_and_read_what_the_session_taught(client):
+    assert client.put("/v1/sessions/chat", headers=A).status_code == 201
+    added = client.post(
+        "/v1/sessions/chat/sections/messages/items",
+        json={"content": "I work at Initech", "role": "user"},
+        headers=A,
+    )
+    item = str(added.json()["record"]["seq"])
+    made = client.post(
+        "/v1/sessions/chat/facts",
+        json={"subject": "user", "predicate": "works_at", "object": "initech", "sources": [item]},
+        headers=A,
+    )
+    assert made.status_code == 201, made.text
+    assert made.json()["fact"]["sources"] == [{"session": "chat", "id": item}]
+    mine = client.get("/v1/sessions/chat/facts", headers=A).json()["facts"]
+    assert [f["id"] for f in mine] == [made.json()["fact"]["id"]]
+    context = client.post(
+        "/v1/sessions/chat/context",
+        json={"budget": 500, "query": "where does the user work", "facts": 3},
+        headers=A,
+    )
+    assert "user works_at initech" in context.json()["messages"][0]["content"]
+    missing = client.get("/v1/sessions/nope/facts", headers=A)
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
+
+
+@pytest.mark.parametrize(
+    "method,path,body,params",
+    [
+        ("POST", "/v1/facts", {"subject": "", "predicate": "p", "object": "o"}, None),
+        ("POST", "/v1/facts", {"subject": "s", "predicate": "p"}, None),
+        ("POST", "/v1/facts", {"subject": "s", "predicate": "p", "object": "o", "valid_from": "x"}, None),
+        ("POST", "/v1/facts", {"subject": "s", "predicate": "p", "object": "o", "sources": [{"session": "chat", "id": "9999"}]}, None),
+        ("POST", "/v1/facts", {"facts": [], "subject": "s"}, None),
+        ("POST", "/v1/facts", {"facts": "s"}, None),
+        ("POST", "/v1/facts", {"subject": "s", "predicate": "p", "object": "o", "extra": 1}, None),
+        ("GET", "/v1/facts", None, {"as_of": "yesterday"}),
+        ("GET", "/v1/facts", None, {"as_of": "5", "history": "1"}),
+        ("GET", "/v1/facts", None, {"history": "maybe"}),
+        ("GET", "/v1/facts", None, {"limit": "10"}),
+        ("POST", "/v1/facts/1/retract", {"at": "soon"}, None),
+        ("POST", "/v1/facts/1/retract", {"when": 1}, None),
+    ],
+)  # fmt: skip
+def test_bad_input_is_a_400_json_and_appends_nothing(client, method, path, body, params):
+    client.post("/v1/facts", json={"subject": "x", "predicate": "p", "object": "o"}, headers=A)
+    before = head(client)
+    response = client.request(method, path, json=body, params=params, headers=A)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["code"] == "invalid_input"
+    assert head(client) == before
+
+
+def test_unknown_fact_is_a_404(client):
+    before = head(client)
+    response = client.post("/v1/facts/424242/retract", json={}, headers=A)
+    assert response.status_code == 404 and response.json()["error"]["code"] == "not_found"
+    assert head(client) == before
+
+
+def test_another_tenant_never_sees_facts(client):
+    client.post(
+        "/v1/facts", json={"subject": "secret", "predicate": "is", "object": "kept"}, headers=A
+    )
+    assert client.get("/v1/facts", params={"history": 1}, headers=B).json()["facts"] == []
+    assert client.get("/v1/search", params={"q": "secret kept"}, headers=B).json()["hits"] == []
+    mine = client.get("/v1/facts", params={"subject": "secret"}, headers=A).json()["facts"]
+    retract = client.post(f"/v1/facts/{mine[0]['id']}/retract", json={}, headers=B)
+    assert retract.status_code == 404
+
+
+def test_openapi_lists_the_fact_routes(client):
+    paths = client.get("/openapi.json").json()["paths"]
+    assert {"/v1/facts", "/v1/facts/{fact}/retract", "/v1/sessions/{session}/facts"} <= set(paths)
+
+
+def test_an_idempotency_key_answers_a_retry_with_the_first_record(client):
+    body = {"subject": "retry", "predicate": "is", "object": "safe"}
+    key = {**A, "Idempotency-Key": "fact-1"}
+    first = client.post("/v1/facts", json=body, headers=key)
+    before = head(client)
+    again = client.post("/v1/facts", json=body, headers=key)
+    assert again.status_code == 201 and again.json() == first.json()
+    assert head(client) == before
