@@ -22,6 +22,8 @@ The functions here reach the memory only through its public methods (sections/me
 
 from __future__ import annotations
 
+import hashlib
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -191,23 +193,34 @@ def check_not_reserved(session_id: str) -> None:
         )
 
 
-def _create_session(memory, state, tenant, session, args, _idem, _expected) -> Decision:
+def session_id_for(key: str | None) -> str:
+    """A server-made session id: random, or, for a creation with an idempotency key, derived
+    from the key, so a retry names the same session and finds the key in its `session.created`
+    (32 hex digits either way: an identifier of log-format.md section 2)."""
+    if key is None:
+        return uuid.uuid4().hex
+    return hashlib.sha256(b"ledgermem.session/" + key.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def _create_session(memory, state, tenant, session, args, idem, _expected) -> Decision:
     config, metadata = args
     check_not_reserved(session)
-    return _one(commands.create_session(state, tenant, session, config, memory.counter, metadata))
+    return _one(
+        commands.create_session(state, tenant, session, config, memory.counter, metadata, idem)
+    )
 
 
-def _get_or_create(memory, state, tenant, session, args, idem, expected) -> Decision | None:
+def _get_or_create(memory, state, tenant, session, args, _idem, expected) -> Decision | None:
     if (tenant, session) in state.sessions:
         return None
-    return _create_session(memory, state, tenant, session, args, idem, expected)
+    return _create_session(memory, state, tenant, session, args, None, expected)
 
 
 def _created(_memory: Memory, record: Record | None, _decision: Decision | None) -> tuple:
     return record, record is not None
 
 
-CREATE_SESSION = CommandSpec("create_session", _create_session)
+CREATE_SESSION = CommandSpec("create_session", _create_session, "session.created")
 GET_OR_CREATE_SESSION = CommandSpec("get_or_create_session", _get_or_create, result=_created)
 
 
@@ -392,7 +405,8 @@ ASSEMBLE_CONTEXT = CommandSpec(
 
 
 def search_query(
-    text: object, sessions, sections, tags, since, until, top_k, reader, markers
+    text: object, sessions, sections, tags, since, until, top_k, reader, markers,
+    tenant_observations: bool = False,
 ) -> Query:  # fmt: skip
     """A search's arguments, checked: bad ones raise InvalidInput naming the argument."""
     if not isinstance(text, str) or not text.strip():
@@ -422,6 +436,7 @@ def search_query(
         until,
         top_k,
         (markers[0], markers[1]),
+        ((TENANT_SESSION, observations.SECTION),) if tenant_observations and sessions else (),
     )
 
 
@@ -467,18 +482,24 @@ SEARCH = CommandSpec("search", _search, result=_hits, prepare=_query_index, resu
 
 def _observations_session(memory: Memory, tenant: str, _session: None, args: tuple) -> tuple:
     if args[2]:  # tenant-wide
+        source = args[3]
+        if source is not None:  # refused before `_tenant` is made for it (decide checks again)
+            memory.read(lambda state: commands.check_open(get_session(state, tenant, source)))
         memory.append(lambda state: tenant_session(memory, state, tenant))
     return args
 
 
 def _observe(memory, state, tenant, _session, args, _idem, _expected) -> Decision:
-    obs, session_id, _ = args
+    obs, session_id, _, source = args
     target = get_session(state, tenant, session_id)
     if session_id != TENANT_SESSION:  # the tenant's own session outlives any end()
         commands.check_open(target)
+    if source is not None:  # an ended session writes nothing more, tenant-wide neither
+        commands.check_open(get_session(state, tenant, source))
     command, tier, item = observations.decide(
-        target, obs, memory.decision_ts, memory.dedup_window_us, memory.counter, memory.content_of
-    )
+        target, obs, memory.decision_ts, memory.dedup_window_us, memory.counter,
+        memory.content_of, source,
+    )  # fmt: skip
     return Decision((command,), (session_id, tier, item))
 
 
@@ -497,11 +518,14 @@ OBSERVE = CommandSpec("observe", _observe, result=_observed, prepare=_observatio
 
 def observation_args(
     type: str, title: str, content: str, *, tags: list[str] | tuple[str, ...] = (),
-    topic_key: str | None = None, session: str | None = None,
+    topic_key: str | None = None, session: str | None = None, source: str | None = None,
 ) -> tuple:  # fmt: skip
-    """OBSERVE's arguments: the observation, checked, and the session that will hold it."""
+    """OBSERVE's arguments: the observation, checked, the session that will hold it, whether
+    that is the tenant's, and the session a tenant-wide one came from (`source`)."""
     obs = Observation.of(type, title, content, tags, topic_key)
-    return obs, TENANT_SESSION if session is None else session, session is None
+    if source is not None and (session is not None or not isinstance(source, str)):
+        raise InvalidInput("source names the session a tenant-wide observation came from")
+    return obs, TENANT_SESSION if session is None else session, session is None, source
 
 
 # ---- erasure (sections/erase_flow.py) ---------------------------------------------------------

@@ -173,23 +173,37 @@ class MemoryConfig:
     seed_items: dict[str, tuple[dict, ...]] | None = None  # immutable content, by section
 
     def with_overrides(self, overrides: dict[str, dict] | None) -> MemoryConfig:
-        """Per-session overrides: {section: {setting: value}}; a new name adds a section."""
+        """Per-session overrides: {section: {setting: value, items?: [...]}}; a new name adds a
+        section. `items` seeds the section at creation, in place of the config's items for it
+        (docs/sections.md, "Seeding a session")."""
         if not overrides:
             return self
+        if type(overrides) is not dict:
+            raise ConfigError("sections must be an object: {section: {setting: value}}")
         by_name = {s.name: s for s in self.sections}
+        seeds = dict(self.seed_items or {})
         for name, changes in overrides.items():
             if type(changes) is not dict:
                 raise ConfigError(f"override for section {name!r} must be an object")
             refuse_untraced(name, changes)
+            if "items" in changes:
+                seeds[name] = _seed_items(name, changes["items"])
+                changes = {k: v for k, v in changes.items() if k != "items"}
             base = by_name.get(name)
             if base is None:
                 by_name[name] = SectionConfig.from_json(name, changes)
-            else:
+            elif changes:
                 unknown = set(changes) - SETTINGS
                 if unknown:
                     raise ConfigError(f"section {name!r}: unknown settings {sorted(unknown)}")
                 by_name[name] = replace(base, **changes)
-        return replace(self, sections=tuple(by_name.values()))
+        return replace(self, sections=tuple(by_name.values()), seed_items=seeds or None)
+
+
+def _seed_items(name: str, items: object) -> tuple[dict, ...]:
+    if type(items) not in (list, tuple) or not all(type(i) is dict for i in items):
+        raise ConfigError(f"section {name!r}: items must be a list of item objects")
+    return tuple(items)
 
 
 def load_config(path: str | Path) -> MemoryConfig:
@@ -214,8 +228,4 @@ def load_config(path: str | Path) -> MemoryConfig:
     unknown = set(data) - {"sections"}
     if unknown:
         raise ConfigError(f"{path}: unknown top-level keys {sorted(unknown)}")
-    config = MemoryConfig().with_overrides(
-        {k: {x: y for x, y in v.items() if x != "items"} for k, v in sections.items()}
-    )
-    seeds = {name: tuple(table["items"]) for name, table in sections.items() if "items" in table}
-    return replace(config, seed_items=seeds or None)
+    return MemoryConfig().with_overrides(sections)

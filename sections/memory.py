@@ -443,17 +443,28 @@ class Memory(CommandRunner, fact_specs.FactCommands):
 
     def create_session(
         self,
-        session_id: str,
+        session_id: str | None = None,
         *,
         tenant: str | None = None,
         metadata: dict | None = None,
         sections: dict | None = None,
+        idempotency_key: str | None = None,
     ) -> Record:
-        """Create a session; SessionExists if it is there already."""
+        """Create a session; SessionExists if it is there already. `sections` overrides settings
+        per section and seeds sections with `{"items": [...]}`, immutable ones included
+        (docs/sections.md, "Seeding a session"). Without an id the memory makes one (the
+        record's `session`): random, or derived from `idempotency_key`, so that a retry with
+        the same key answers the first `session.created` and creates nothing."""
         config = self.config.with_overrides(sections)
+        if session_id is None:
+            session_id = command_specs.session_id_for(idempotency_key)
         command_specs.check_not_reserved(session_id)
         return self.run(
-            command_specs.CREATE_SESSION, tenant or self.tenant, session_id, (config, metadata)
+            command_specs.CREATE_SESSION,
+            tenant or self.tenant,
+            session_id,
+            (config, metadata),
+            idempotency_key,
         )
 
     def list_sessions(
@@ -497,17 +508,20 @@ class Memory(CommandRunner, fact_specs.FactCommands):
         top_k: int = 10,
         reader: str = "agent",
         markers: tuple[str, str] = ("[", "]"),
+        tenant_observations: bool = False,
     ) -> tuple[str, None, tuple]:
         q = command_specs.search_query(
-            query, sessions, sections, tags, since, until, top_k, reader, markers
-        )
+            query, sessions, sections, tags, since, until, top_k, reader, markers,
+            tenant_observations,
+        )  # fmt: skip
         return tenant or self.tenant, None, (q, reader)
 
     def search(self, query: str, **options: object) -> list[SearchHit]:
         """BM25 search over the tenant's searchable sections, best first (ties by seq).
 
         Options: tenant, sessions, sections, tags (all of them), the item's time (`since` <= ts
-        < `until`, microseconds), top_k, reader, markers. Hits are reads: each session with hits
+        < `until`, microseconds), top_k, reader, markers; `tenant_observations=True` adds the
+        tenant-wide observations to the `sessions` searched (a session's own search does). Hits are reads: each session with hits
         gets an `items.read` record (purpose "search"), and hits are returned once those are
         durable.
         """
@@ -520,7 +534,8 @@ class Memory(CommandRunner, fact_specs.FactCommands):
         self, type: str, title: str, content: str, *, tenant: str | None = None, **options: object
     ) -> observations.Outcome:
         """Record an observation: tenant-wide, or in `session=`'s own `observations` section.
-        Options: tags, topic_key, session. Deduplicated in one atomic command
+        Options: tags, topic_key, session, source (the session a tenant-wide observation came
+        from: kept in its `metadata.session`; that session must exist and not have ended). Deduplicated in one atomic command
         (sections/observations.py): a revision of the same topic, a duplicate of recent
         identical content, or a new item."""
         args = command_specs.observation_args(type, title, content, **options)  # type: ignore[arg-type]

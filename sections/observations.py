@@ -2,7 +2,8 @@
 
 An observation is an item of the `observations` section: its `kind` is the observation's type,
 its metadata holds the title, the optional topic key and two counters. Scope `session` keeps it in
-the session's own section; scope `tenant` in the reserved session `_tenant`.
+the session's own section; scope `tenant` in the reserved session `_tenant`, with the session it
+came from (if any) in `metadata.session`.
 
 Writing one is a single command decided under the memory's lock, in three tiers:
 1. same `topic_key` in the same scope: an `item.updated` that replaces it and bumps `revision`
@@ -91,8 +92,11 @@ def decide(
     window_us: int,
     counter: TokenCounter,
     content_of: Callable[[Item], object],
+    source: str | None = None,
 ) -> tuple[Command, str, Item | None]:
-    """The one record that writes `obs`, which tier it is, and the observation it touches."""
+    """The one record that writes `obs`, which tier it is, and the observation it touches.
+    `source`: the session a tenant-wide observation came from, kept in `metadata.session` by
+    the write that sets its content (a duplicate keeps the first writer's)."""
     section = commands.get_section(session, SECTION)
     if obs.topic_key is not None:
         for item in section.items.values():
@@ -102,6 +106,9 @@ def decide(
                     "title": obs.title,
                     "revision": item.metadata.get("revision", 1) + 1,
                 }
+                meta.pop("session", None)
+                if source is not None:
+                    meta["session"] = source
                 changes = {
                     "content": obs.content,
                     "kind": obs.type,
@@ -128,5 +135,7 @@ def decide(
     meta = {"title": obs.title, "revision": 1, "duplicates": 0}
     if obs.topic_key is not None:
         meta["topic_key"] = obs.topic_key
+    if source is not None:
+        meta["session"] = source
     data = {"content": obs.content, "kind": obs.type, "tags": list(obs.tags), "metadata": meta}
     return commands.add_items(session, SECTION, [data], counter), "inserted", None

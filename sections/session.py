@@ -220,25 +220,31 @@ class Session(fact_specs.FactCommands):
     # -- tenant-wide commands, narrowed to this session
 
     def search(self, query: str, **options: object) -> list:
-        """Search this session's searchable sections (see `Memory.search`)."""
-        return self.memory.search(query, tenant=self.tenant, sessions=[self.id], **options)
+        """Search this session's searchable sections and the tenant-wide observations, which
+        every session sees (see `Memory.search`)."""
+        return self.memory.search(query, **self._search_scope(), **options)
 
     async def search_async(self, query: str, **options: object) -> list:
-        return await self.memory.search_async(
-            query, tenant=self.tenant, sessions=[self.id], **options
-        )
+        return await self.memory.search_async(query, **self._search_scope(), **options)
+
+    def _search_scope(self) -> dict:
+        return {"tenant": self.tenant, "sessions": [self.id], "tenant_observations": True}
 
     def _observation(self, scope: str) -> dict:
         if scope not in observations.SCOPES:
             raise InvalidInput(f"scope must be one of {', '.join(observations.SCOPES)}")
-        return {"tenant": self.tenant, "session": self.id if scope == "session" else None}
+        if scope == "session":
+            return {"tenant": self.tenant, "session": self.id}
+        return {"tenant": self.tenant, "source": self.id}
 
-    def observe(self, type: str, title: str, content: str, *, scope: str = "session",
+    def observe(self, type: str, title: str, content: str, *, scope: str = "tenant",
                 **options: object) -> observations.Outcome:  # fmt: skip
-        """Record an observation in this session (scope "session") or for the whole tenant."""
+        """Record an observation for the whole tenant (scope "tenant", the default: every
+        session of the tenant sees it, and its `metadata.session` names this one), or in this
+        session's own `observations` section (scope "session")."""
         return self.memory.observe(type, title, content, **self._observation(scope), **options)
 
-    async def observe_async(self, type: str, title: str, content: str, *, scope: str = "session",
+    async def observe_async(self, type: str, title: str, content: str, *, scope: str = "tenant",
                             **options: object) -> observations.Outcome:  # fmt: skip
         where = self._observation(scope)
         return await self.memory.observe_async(type, title, content, **where, **options)

@@ -75,7 +75,7 @@ def test_tier1_same_topic_key_updates_in_place_and_keeps_history(mem):
 def test_topic_keys_are_per_scope(mem):
     s = mem.session("s")
     tenant = mem.observe("pattern", "t", "tenant-wide text", topic_key="k")
-    session = s.observe("pattern", "t", "session text", topic_key="k")
+    session = s.observe("pattern", "t", "session text", topic_key="k", scope="session")
     assert tenant.id != session.id and session.session == "s"
     assert session.tier == "inserted"
     assert [i.content for i in observations(mem, "s")] == ["session text"]
@@ -184,7 +184,7 @@ def test_observations_are_searchable_and_rebuilt_from_the_log(tmp_path, clock):
     mem = Memory.open(tmp_path / "d", clock=clock)
     s = mem.session("s")
     a = mem.observe("architecture", "Event log", "every change is one appended record")
-    b = s.observe("preference", "Style", "plain modules, comments that say why")
+    b = s.observe("preference", "Style", "plain modules, comments that say why", scope="session")
     c = mem.observe(
         "architecture", "Event log", "every change is one appended, hash-chained record"
     )
