@@ -199,7 +199,9 @@ def session_id_for(key: str | None) -> str:
     (32 hex digits either way: an identifier of log-format.md section 2)."""
     if key is None:
         return uuid.uuid4().hex
-    return hashlib.sha256(b"ledgermem.session/" + key.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return hashlib.sha256(b"ledgermem.session/" + key.encode("utf-8", "surrogatepass")).hexdigest()[
+        :32
+    ]
 
 
 def _create_session(memory, state, tenant, session, args, idem, _expected) -> Decision:

@@ -28,7 +28,8 @@ function metadataQuery() {
   const params = new URLSearchParams();
   for (const pair of $("search-meta").value.split(/\s+/).filter(Boolean)) {
     const at = pair.indexOf("=");
-    if (at > 0) params.append(pair.slice(0, at), pair.slice(at + 1));
+    // metadata.KEY: a key named like a paging parameter (limit, offset...) is still metadata
+    if (at > 0) params.append(`metadata.${pair.slice(0, at)}`, pair.slice(at + 1));
   }
   return params;
 }
