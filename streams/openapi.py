@@ -80,6 +80,12 @@ _OBSERVATION = {
     },
 }  # fmt: skip
 
+_OBSERVATION_FROM = {
+    **_OBSERVATION,
+    "properties": {**{k: v for k, v in _OBSERVATION["properties"].items() if k != "session"},
+                   "scope": {"enum": ["tenant", "session"], "default": "tenant"}},
+}  # fmt: skip
+
 
 _FACT = {
     "type": "object", "required": ["subject", "predicate", "object"],
@@ -100,6 +106,37 @@ _FACT_QUERY = [
     {"name": "history", "in": "query", "schema": {"type": "integer", "enum": [0, 1]}, "description": "1: every fact, valid or not"},
     {"name": "reader", "in": "query", "schema": {"type": "string", "enum": ["agent", "operator"]}},
 ]  # fmt: skip
+
+# Issue 16: sessions made by the server, seeded at creation; filtered reads and the timeline.
+_NEW_SESSION = {"type": "object", "properties": {
+    "metadata": {"type": "object"},
+    "sections": {"type": "object", "description": "per section: settings, and items: [item, ...] to seed it (immutable sections too)"},
+}}  # fmt: skip
+_LIST = [
+    {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 0}},
+    {"name": "offset", "in": "query", "schema": {"type": "integer", "minimum": 0}},
+    {"name": "since", "in": "query", "schema": {"type": "string"}, "description": "last activity >= (µs or ISO-8601)"},
+    {"name": "until", "in": "query", "schema": {"type": "string"}, "description": "last activity < (µs or ISO-8601)"},
+]  # fmt: skip
+_READ_FILTERS = [
+    {"name": "role", "in": "query", "schema": {"type": "array", "items": {"type": "string"}}, "style": "form", "explode": True, "description": "may repeat"},
+    {"name": "since", "in": "query", "schema": {"type": "string"}, "description": "content set at >= (µs or ISO-8601)"},
+    {"name": "until", "in": "query", "schema": {"type": "string"}, "description": "content set at < (µs or ISO-8601)"},
+    {"name": "recent", "in": "query", "schema": {"type": "integer", "minimum": 0}, "description": "the newest N of those"},
+    {"name": "offset", "in": "query", "schema": {"type": "integer", "minimum": 0}},
+    {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 0}},
+    {"name": "reader", "in": "query", "schema": {"type": "string", "enum": ["agent", "operator"]}},
+]  # fmt: skip
+
+
+def _types(name: str) -> dict:
+    return {"name": name, "in": "query", "schema": {"type": "array", "items": {"type": "string"}},
+            "style": "form", "explode": True,
+            "description": "event types (user_message, agent_response, tool_call, tool_result, error, ...); may repeat"}  # fmt: skip
+
+
+_ITEM_FILTERS = [_types("kind"), *_READ_FILTERS]
+_EVENT_FILTERS = [_types("type"), *_READ_FILTERS]
 
 
 def _op(
@@ -129,11 +166,12 @@ def document() -> dict:
     s, sec, item = [_SESSION], [_SESSION, _SECTION], [_SESSION, _SECTION, _ITEM]
     w = [_IDEM, _IF_MATCH]
     paths = {
-        "/v1/sessions": {"get": _op("list the tenant's sessions; filter with ?app=&user= (creation metadata)")},
+        "/v1/sessions": {
+            "get": _op("list the tenant's sessions in creation order: ?limit=&offset= page, ?since=&until= bound the last activity; any other parameter (?app=, ?metadata.app=) filters creation metadata", _LIST),
+            "post": _op("create a session with a server-made id: 201, Location; with Idempotency-Key a retry gives the same session", [_IDEM], _NEW_SESSION, "201", write=True),
+        },
         "/v1/sessions/{session}": {
-            "put": _op("get or create a session: 201 created, 200 existed", s,
-                       {"type": "object", "properties": {"metadata": {"type": "object"}, "sections": {"type": "object"}}},
-                       "201", write=True),
+            "put": _op("get or create a session: 201 created, 200 existed", s, _NEW_SESSION, "201", write=True),
             "get": _op("a session, its sections and version (ETag)", s),
             "delete": _op("delete a session", s + w, write=True),
         },
@@ -153,11 +191,12 @@ def document() -> dict:
         "/v1/sessions/{session}/state": {"get": _op("the session as it was at ?at=SEQ", s)},
         "/v1/sessions/{session}/erase": {"post": _op("erase items ({ids, reason}) or the session ({all: true, reason}); admin", s,
                                                      {"type": "object"}, write=True)},
-        "/v1/sessions/{session}/items": {"get": _op("items of every section; leaves an items.read record", s)},
+        "/v1/sessions/{session}/items": {"get": _op("items of every section, filtered; leaves an items.read record", s + _ITEM_FILTERS)},
+        "/v1/sessions/{session}/events": {"get": _op("the session's timeline: items with an event type across sections in write order, each with its type; leaves an items.read record (purpose events)", s + _EVENT_FILTERS)},
         "/v1/sessions/{session}/sections/{section}": {"put": _op("change a section's settings for this session", sec + w, {"type": "object"}, write=True)},
         "/v1/sessions/{session}/sections/{section}/items": {
             "post": _op("add an item (or a batch with {items: [...]})", sec + w, _ITEM_BODY, "201", write=True),
-            "get": _op("items of a section (?id= repeats, ?reader=agent|operator); leaves an items.read record", sec),
+            "get": _op("items of a section (?id= repeats, ?reader=agent|operator), filtered; leaves an items.read record", sec + _ITEM_FILTERS),
         },
         "/v1/sessions/{session}/sections/{section}/items/{item}": {
             "get": _op("one item", item),
@@ -167,7 +206,7 @@ def document() -> dict:
         "/v1/search": {"get": _op("BM25 search of the tenant's searchable sections: {hits: [{session, score, snippet, item}]}; hits leave items.read records", _SEARCH)},
         "/v1/sessions/{session}/search": {"get": _op("search one session", s + _SEARCH)},
         "/v1/observations": {"post": _op("record an observation (tenant-wide, or {session}); dedup: revised 200, duplicate 200, inserted 201", None, _OBSERVATION, "201", write=True)},
-        "/v1/sessions/{session}/observations": {"post": _op("record an observation in this session", s, _OBSERVATION, "201", write=True)},
+        "/v1/sessions/{session}/observations": {"post": _op("record an observation from this session: tenant-wide (metadata.session names this one) unless {scope: session}", s, _OBSERVATION_FROM, "201", write=True)},
         "/v1/summaries": {"get": _op("the newest session summaries (?limit=N)")},
         "/v1/sessions/{session}/summary": {"get": _op("the summary appended when the session ended", s)},
         "/v1/facts": {

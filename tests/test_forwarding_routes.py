@@ -38,6 +38,8 @@ def _scope(method: str, raw_path: bytes, kind: str = "http") -> dict:
         ("GET", b"/v1/sessions/s/state"),
         ("POST", b"/v1/sessions/s/erase"),
         ("GET", b"/v1/sessions/s/items"),
+        ("POST", b"/v1/sessions"),
+        ("GET", b"/v1/sessions/s/events"),
         ("PUT", b"/v1/sessions/s/sections/notes"),
         ("POST", b"/v1/sessions/s/sections/notes/items"),
         ("PATCH", b"/v1/sessions/s/sections/notes/items/i%2F1"),
