@@ -19,7 +19,6 @@ import os
 import sqlite3
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -415,9 +414,8 @@ class Memory(CommandRunner, fact_specs.FactCommands):
         Without an id, a new session gets a generated one (`s.id`)."""
         tenant = tenant or self.tenant
         if session_id is None:
-            session_id = uuid.uuid4().hex
-            self.create_session(session_id, tenant=tenant, metadata=metadata, sections=sections)
-            return Session(self, tenant, session_id)
+            record = self.create_session(tenant=tenant, metadata=metadata, sections=sections)
+            return Session(self, tenant, record.session)
         if create:
             self.get_or_create(session_id, tenant=tenant, metadata=metadata, sections=sections)
         else:
