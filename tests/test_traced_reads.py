@@ -248,6 +248,7 @@ def test_a_long_poll_is_traced_only_when_it_returns_content(live):
 
 READS = {  # operation -> (how to call it, the purpose of the read record it must append)
     ("/v1/sessions/{session}/items", "get"): ({}, "get"),
+    ("/v1/sessions/{session}/events", "get"): ({}, "events"),
     ("/v1/sessions/{session}/sections/{section}/items", "get"): ({}, "get"),
     ("/v1/sessions/{session}/sections/{section}/items/{item}", "get"): ({}, "get"),
     ("/v1/search", "get"): ({"q": "margin"}, "search"),
