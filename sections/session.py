@@ -19,6 +19,7 @@ from . import fact_specs, observations
 from .compaction import checked_summarizer
 from .erase_flow import item_ids
 from .item_filter import ItemFilter
+from .observations import TENANT_SESSION
 from .views import Extra
 
 if TYPE_CHECKING:
@@ -222,20 +223,26 @@ class Session(fact_specs.FactCommands):
     def search(self, query: str, **options: object) -> list:
         """Search this session's searchable sections and the tenant-wide observations, which
         every session sees (see `Memory.search`)."""
-        return self.memory.search(query, **self._search_scope(), **options)
+        return self.memory.search(query, **self._search_scope(options))
 
     async def search_async(self, query: str, **options: object) -> list:
-        return await self.memory.search_async(query, **self._search_scope(), **options)
+        return await self.memory.search_async(query, **self._search_scope(options))
 
-    def _search_scope(self) -> dict:
-        return {"tenant": self.tenant, "sessions": [self.id], "tenant_observations": True}
+    def _search_scope(self, options: dict) -> dict:
+        # tenant_observations=False: this session's own items only
+        return {
+            "tenant_observations": True,
+            **options,
+            "tenant": self.tenant,
+            "sessions": [self.id],
+        }
 
     def _observation(self, scope: str) -> dict:
         if scope not in observations.SCOPES:
             raise InvalidInput(f"scope must be one of {', '.join(observations.SCOPES)}")
         if scope == "session":
             return {"tenant": self.tenant, "session": self.id}
-        return {"tenant": self.tenant, "source": self.id}
+        return {"tenant": self.tenant, "source": None if self.id == TENANT_SESSION else self.id}
 
     def observe(self, type: str, title: str, content: str, *, scope: str = "tenant",
                 **options: object) -> observations.Outcome:  # fmt: skip

@@ -243,6 +243,7 @@ def test_a_sessions_observation_reaches_the_tenant_by_default(mem):
     assert [(h.session, h.item.id, h.item.metadata["session"]) for h in hits] == [
         (TENANT_SESSION, out.id, "a")
     ]
+    assert b.search("NATS", tenant_observations=False) == []  # its own items only
     assert mem.rebuild().state_hash() == mem.state_hash()
 
 

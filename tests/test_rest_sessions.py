@@ -68,6 +68,9 @@ def test_post_makes_a_new_session_with_a_server_made_id(mem, client):
     assert len(set(ids)) == 5
     got = client.get(made[0].headers["location"])
     assert got.status_code == 200 and got.json()["metadata"] == {"app": "ids"}
+    bare = client.post("/v1/sessions")  # no body at all: the defaults
+    assert bare.status_code == 201, bare.text
+    assert bare.json()["session"]["metadata"] == {}
 
 
 def test_a_retry_with_the_same_key_gives_the_same_session_and_appends_nothing(mem, client):
