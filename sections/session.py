@@ -105,6 +105,17 @@ def _session_command(*, idempotency_key: str | None = None, expected_version: in
     return (), idempotency_key, expected_version
 
 
+def _end(messages: list[dict] | None = None, *, idempotency_key: str | None = None,
+         expected_version: int | None = None):  # fmt: skip
+    """End the session; its summary follows. `messages` ([{role, content}], a runtime's
+    transcript) are first added to `messages`, one record, so the summary counts them. With a
+    transcript, `expected_version` is checked against the session before it is added."""
+    if messages is None:
+        return (None, None, None), idempotency_key, expected_version
+    items = specs.transcript_items(messages)
+    return (items, idempotency_key, expected_version), idempotency_key, None
+
+
 def _get(section: str | None = None, ids: list[str] | None = None, *, reader: str = "agent",
          **filters: object):  # fmt: skip
     """Items of a section (or of every section, section by section), oldest first. Filters:
@@ -197,7 +208,7 @@ class Session(fact_specs.FactCommands):
     configure, configure_async = _twins(specs.CONFIGURE_SECTION, _configure)
     commit, commit_async = _twins(specs.COMMIT, _commit)
     end_turn, end_turn_async = _twins(specs.END_TURN, _session_command)
-    end, end_async = _twins(specs.END_SESSION, _session_command)  # then its summary
+    end, end_async = _twins(specs.END_SESSION, _end)  # then its summary
     delete, delete_async = _twins(specs.DELETE_SESSION, _session_command)
     get, get_async = _twins(specs.READ_ITEMS, _get)
     events, events_async = _twins(specs.READ_ITEMS, _events)
