@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from eventstore.errors import InvalidInput
 
+from . import capture, fact_specs, observations
 from . import command_specs as specs
-from . import fact_specs, observations
 from .compaction import checked_summarizer
 from .erase_flow import item_ids
 from .item_filter import ItemFilter
@@ -237,6 +237,21 @@ class Session(fact_specs.FactCommands):
     async def search_async(self, query: str, **options: object) -> list:
         return await self.memory.search_async(
             query, tenant=self.tenant, sessions=[self.id], **options
+        )
+
+    # -- a runtime's tool call through the memory's capture rules (sections/capture.py)
+
+    def tool_call(self, tool: str, args: dict | None = None, output: object = None, *,
+                  call_id: str | None = None) -> dict:  # fmt: skip
+        """Report a tool call and its result: the tool's inject rule traces what a search finds,
+        the first matching save rule makes the result an observation naming the rule. Returns
+        {"injected": {rule, query, seq, found} | None, "saved": {rule, id, tier, ...} | None}."""
+        return capture.report(self.memory, self.tenant, self.id, tool, args, output, call_id)
+
+    async def tool_call_async(self, tool: str, args: dict | None = None, output: object = None,
+                              *, call_id: str | None = None) -> dict:  # fmt: skip
+        return await capture.report_async(
+            self.memory, self.tenant, self.id, tool, args, output, call_id
         )
 
     def _observation(self, scope: str) -> dict:
