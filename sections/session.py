@@ -144,7 +144,8 @@ def _filter(filters: dict, timeline: bool = False) -> ItemFilter:
 def _assemble(budget: int = 8000, sections: list[str] | None = None, *, reader: str = "agent",
               **extra: object):  # fmt: skip
     """The `context.assembled` record and the messages: OpenAI-style, within `budget` tokens.
-    `query=`, `observations=N`, `summaries=M`, `observation_chars=C`: see sections/inject.py."""
+    `query=`, `observations=N`, `summaries=M`, `observation_chars=C`, `facts=K`, `sessions=N`
+    (AgentOps' `<memory:sessions>` block): see sections/inject.py."""
     return (budget, sections, reader, Extra.of(**extra)), None, None  # type: ignore[arg-type]
 
 

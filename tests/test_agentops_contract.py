@@ -200,6 +200,18 @@ def test_ending_with_a_transcript_counts_it_and_composes_the_services_summary(cl
     assert [i["content"] for i in items.json()["items"]] == [m["content"] for m in transcript]
 
 
+def test_our_own_end_takes_a_transcript_too(client):
+    assert client.put("/v1/sessions/v1-ended", headers=A).status_code == 201
+    transcript = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    ended = client.post("/v1/sessions/v1-ended/end", json={"messages": transcript}, headers=A)
+    assert ended.status_code == 200, ended.text
+    assert ended.json()["record"]["type"] == "session.ended"
+    summary = client.get("/v1/sessions/v1-ended/summary", headers=A).json()
+    assert summary["messages"] == 2 and summary["first_user"]["text"] == "hi"
+    bad = client.post("/v1/sessions/v1-ended/end", json={"messages": [{"role": 1}]}, headers=A)
+    assert bad.status_code == 400
+
+
 def test_ending_an_unknown_session_is_a_404_in_the_services_shape(client):
     answer = client.post("/sessions/nobody/end", json={"messages": []}, headers=A)
     assert answer.status_code == 404 and type(answer.json()["error"]) is str
@@ -267,17 +279,26 @@ def test_a_project_is_a_namespace_inside_the_tokens_tenant(client):
 def test_every_call_that_changes_or_shows_memory_is_a_record(client):
     _session(client, "rec", "rec")
     obs = _observe(client, session_id="rec", project="rec", content="recorded").json()["id"]
+    _session(client, "rec-ended", "rec")
+    ended = {"messages": [{"role": "user", "content": "quoted"}]}
+    assert client.post("/sessions/rec-ended/end", json=ended, headers=A).status_code == 200
+    project = {"project": "rec"}
     for call in (
         lambda: client.get(f"/observations/{obs}", headers=A),
         lambda: client.patch(f"/observations/{obs}", json={"tags": ["t"]}, headers=A),
-        lambda: client.get("/observations/recent", params={"project": "rec"}, headers=A),
-        lambda: client.get("/context", params={"project": "rec"}, headers=A),
+        lambda: client.get("/observations/recent", params=project, headers=A),
+        lambda: client.get("/sessions/recent", params=project, headers=A),
+        lambda: client.get("/search", params={"q": "recorded", **project}, headers=A),
+        lambda: client.get("/context", params=project, headers=A),
         lambda: client.get("/timeline", params={"observation_id": obs}, headers=A),
-        lambda: client.get("/export", params={"project": "rec"}, headers=A),
+        lambda: client.get("/export", params=project, headers=A),
     ):
         before = head(client)
         assert call().status_code == 200
         assert head(client) > before
+    before = head(client)
+    assert client.get("/stats", params=project, headers=A).status_code == 200
+    assert head(client) == before  # counts only: no content shown, nothing appended
     reads = client.get(
         "/v1/sessions/_agentops:rec:project/items", headers={**A}
     ).json()  # the holder session is ours to read as well
