@@ -212,6 +212,8 @@ class AgentOpsApi:
         return agentops.observation_json(sid, view, view.content)
 
     async def get_observation(self, request: Request) -> Response:
+        if request.path_params["id"] == "recent":  # one route: PATCH .../recent is then a 405
+            return await self.recent_observations(request)
         return json_response(await self._one(request, "agentops.get"))
 
     async def update_observation(self, request: Request) -> Response:
@@ -552,9 +554,8 @@ def routes(service: Service) -> list[RawRoute]:
         ("/sessions/recent", {"GET": api.recent_sessions}),
         ("/sessions/{id}/end", {"POST": api.end_session}),
         ("/observations", {"POST": api.add_observation}),
-        ("/observations/recent", {"GET": api.recent_observations}),
         (
-            "/observations/{id}",
+            "/observations/{id}",  # GET /observations/recent too (`get_observation`)
             {
                 "GET": api.get_observation,
                 "PATCH": api.update_observation,
