@@ -5,6 +5,7 @@ The model-level half (transcripts, the `<memory:sessions>` block) runs on a `Mem
 
 from __future__ import annotations
 
+import httpx
 import pytest
 from helpers.tenant_server import A, B, head, two_tenants
 from test_search import Clock
@@ -378,3 +379,47 @@ def test_without_the_option_the_context_has_no_sessions_block(mem):
     assert "sessions" not in record.payload["inject"]
     assert not any(e.get("inject") == "session" for e in record.payload["manifest"])
     assert mem.context_at(record.seq) == messages
+
+
+# ---- replay: the contract over HTTP on a test's memory, then rebuilt -----------------------
+
+
+def test_the_contract_replays_the_live_state_and_answers(tmp_path):
+    from helpers.live_api import LiveApi
+
+    memory = Memory.open(tmp_path / "data", seg_bits=6, clock=Clock())
+    api = LiveApi(memory).start()
+    try:
+        with httpx.Client(base_url=api.url, timeout=30) as c:
+            for sid, project in (("a", "web"), ("b", "web"), ("c", "ops")):
+                assert c.post("/sessions", json={"id": sid, "project": project}).status_code == 201
+            for n, (sid, project) in enumerate((("a", "web"), ("b", "web"), ("c", "ops")) * 3):
+                body = {"session_id": sid, "project": project, "type": "learning",
+                        "title": f"t{n % 4}", "content": f"note {n % 5} on rollouts",
+                        "topic_key": "k/1" if n == 4 else None}  # fmt: skip
+                assert c.post("/observations", json=body).status_code == 201
+            c.patch("/observations/" + str(c.get("/observations/recent").json()[0]["id"]),
+                    json={"content": "patched rollout note"})  # fmt: skip
+            dropped = c.get("/observations/recent", params={"project": "ops"}).json()[-1]["id"]
+            assert c.delete(f"/observations/{dropped}").status_code == 204
+            erased = c.get("/observations/recent", params={"project": "web"}).json()[-1]["id"]
+            assert c.delete(f"/observations/{erased}", params={"hard": "true"}).status_code == 204
+            transcript = [
+                {"role": "user", "content": "roll out"},
+                {"role": "assistant", "content": "ok"},
+            ]
+            assert c.post("/sessions/a/end", json={"messages": transcript}).status_code == 200
+            asked = {"project": "web", "query": "rollouts"}
+            before = (c.get("/context", params=asked).json(), c.get("/stats").json())
+    finally:
+        api.stop()
+    assert memory.rebuild().state_hash() == memory.state_hash()
+    memory.close()
+    reopened = Memory.open(tmp_path / "data", seg_bits=6, clock=Clock())
+    api = LiveApi(reopened).start()
+    try:
+        with httpx.Client(base_url=api.url, timeout=30) as c:
+            assert (c.get("/context", params=asked).json(), c.get("/stats").json()) == before
+    finally:
+        api.stop()
+        reopened.close()
