@@ -141,6 +141,54 @@ def _delete_session(_memory, state, tenant, session, _args, idem, expected) -> D
     return _one(commands.delete_session(get_session(state, tenant, session), idem, expected))
 
 
+TRANSCRIPT_KEY = "{}/transcript"  # the transcript's idempotency key, from the end's
+
+
+def transcript_items(messages: object) -> list[dict]:
+    """A transcript given at end (`[{role, content}]`, AgentOps' shape) as `messages` items."""
+    if not isinstance(messages, (list, tuple)) or not messages:
+        raise InvalidInput("messages must be a non-empty list of {role, content} objects")
+    items = []
+    for n, m in enumerate(messages):
+        if type(m) is not dict or set(m) - {"role", "content"}:
+            raise InvalidInput(f"messages[{n}] must be an object of role and content only")
+        role, content = m.get("role"), m.get("content")
+        if type(role) is not str or not role or type(content) is not str:
+            raise InvalidInput(f"messages[{n}]: role must be a non-empty string, content a string")
+        items.append({"content": content, "role": role})
+    return items
+
+
+def _record_transcript(memory: Memory, tenant: str, session: str, args: tuple) -> tuple:
+    """Before the end, outside the lock: the transcript given at end becomes the session's
+    messages (one `item.added`), so they are counted and quoted like any message. Skipped when
+    the session has ended already (a retry is then answered from its first record, a second end
+    refused) or when the end's key shows a retry that already recorded it."""
+    items, idem, expected = args or (None, None, None)
+    if items:
+        key = TRANSCRIPT_KEY.format(idem) if idem is not None else None
+
+        def decide(state: MemoryState) -> Decision | None:
+            target = get_session(state, tenant, session)
+            if target.ended_seq is not None or (key is not None and key in target.idempotency):
+                return None
+            return _one(
+                commands.add_items(
+                    target,
+                    "messages",
+                    items,
+                    memory.counter,
+                    key,
+                    expected,
+                    memory.content_of,
+                    memory.summarizer,
+                )  # fmt: skip
+            )
+
+        memory.append(decide)
+    return args
+
+
 def _ended(memory: Memory, record: Record | None, _decision: Decision | None) -> Record:
     """Append the summary of the session `record` ended, unless it is there already (a retry)."""
     tenant, session = record.tenant, record.session  # type: ignore[union-attr]
@@ -178,7 +226,9 @@ CONFIGURE_SECTION = CommandSpec(
 )
 COMMIT = CommandSpec("commit", _commit, "section.committed", session_local=True)
 END_TURN = CommandSpec("end_turn", _end_turn, "turn.ended", session_local=True)
-END_SESSION = CommandSpec("end_session", _end_session, "session.ended", _ended, result_blocks=True)
+END_SESSION = CommandSpec(
+    "end_session", _end_session, "session.ended", _ended, _record_transcript, result_blocks=True
+)
 DELETE_SESSION = CommandSpec("delete_session", _delete_session, "session.deleted")
 
 
@@ -367,7 +417,7 @@ def _assemble(memory, state, tenant, session_id, args, _idem, _expected) -> Deci
     extra: Extra
     session = get_session(state, tenant, session_id)
     injection = None
-    if extra.observations or extra.summaries or extra.facts:
+    if extra.observations or extra.summaries or extra.facts or extra.sessions:
         pool = inject.observation_pool(state, tenant, session_id)
         chosen = inject.choose_observations(pool, hits, extra.observations)
         recent = summaries.recent(state, tenant, session_id, extra.summaries)
@@ -375,6 +425,9 @@ def _assemble(memory, state, tenant, session_id, args, _idem, _expected) -> Deci
                     "observation_chars": extra.observation_chars}  # fmt: skip
         if extra.facts:
             settings["facts"] = extra.facts
+        if extra.sessions:  # AgentOps' `<memory:sessions>` block (sections/inject.py)
+            settings["sessions"] = extra.sessions
+        agentops = summaries.recent(state, tenant, session_id, extra.sessions)
         known = inject.choose_facts(
             state, tenant, session_id, fact_hits, memory.decision_ts, extra.facts
         )
@@ -384,6 +437,7 @@ def _assemble(memory, state, tenant, session_id, args, _idem, _expected) -> Deci
                 chosen, recent, extra.observation_chars, memory.content_of, memory.counter,
                 limit, settings, known,
             )  # fmt: skip
+            injection = inject.add_sessions(injection, agentops, memory.counter, limit)
             over = render.tokens_of(injection.messages, memory.counter) - budget
             if over <= 0:
                 break
@@ -520,14 +574,16 @@ OBSERVE = CommandSpec("observe", _observe, result=_observed, prepare=_observatio
 
 def observation_args(
     type: str, title: str, content: str, *, tags: list[str] | tuple[str, ...] = (),
-    topic_key: str | None = None, session: str | None = None, source: str | None = None,
+    topic_key: str | None = None, session: str | None = None, source: dict | None = None,
+    from_session: str | None = None,
 ) -> tuple:  # fmt: skip
-    """OBSERVE's arguments: the observation, checked, the session that will hold it, whether
-    that is the tenant's, and the session a tenant-wide one came from (`source`)."""
-    obs = Observation.of(type, title, content, tags, topic_key)
-    if source is not None and (session is not None or not isinstance(source, str)):
-        raise InvalidInput("source names the session a tenant-wide observation came from")
-    return obs, TENANT_SESSION if session is None else session, session is None, source
+    """OBSERVE's arguments: the observation, checked (`source`: where it came from, {str: str}
+    kept in its metadata), the session that will hold it, whether that is the tenant's, and the
+    session a tenant-wide one came from (`from_session`, kept in `metadata.session`)."""
+    obs = Observation.of(type, title, content, tags, topic_key, source)
+    if from_session is not None and (session is not None or not isinstance(from_session, str)):
+        raise InvalidInput("from_session names the session a tenant-wide observation came from")
+    return obs, TENANT_SESSION if session is None else session, session is None, from_session
 
 
 # ---- erasure (sections/erase_flow.py) ---------------------------------------------------------

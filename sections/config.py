@@ -14,6 +14,8 @@ from pathlib import Path
 
 from eventstore.identifiers import is_identifier
 
+from .capture_rules import INJECT_KEY, SAVE_KEY, CaptureRules
+from .capture_rules import load as load_capture_rules
 from .errors import ConfigError
 
 log = logging.getLogger("ledgermem.config")
@@ -171,6 +173,7 @@ class MemoryConfig:
 
     sections: tuple[SectionConfig, ...] = DEFAULT_SECTIONS
     seed_items: dict[str, tuple[dict, ...]] | None = None  # immutable content, by section
+    capture: CaptureRules = CaptureRules()  # declarative capture (sections/capture_rules.py)
 
     def with_overrides(self, overrides: dict[str, dict] | None) -> MemoryConfig:
         """Per-session overrides: {section: {setting: value, items?: [...]}}; a new name adds a
@@ -225,7 +228,12 @@ def load_config(path: str | Path) -> MemoryConfig:
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"cannot read config {path}: {exc}") from None
     sections = data.get("sections", {})
-    unknown = set(data) - {"sections"}
+    unknown = set(data) - {"sections", SAVE_KEY, INJECT_KEY}
     if unknown:
         raise ConfigError(f"{path}: unknown top-level keys {sorted(unknown)}")
-    return MemoryConfig().with_overrides(sections)
+    config = MemoryConfig().with_overrides(sections)
+    try:
+        capture = load_capture_rules(data)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    return replace(config, capture=capture)

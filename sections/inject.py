@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import orjson
+
 from . import facts, summaries
 from .observations import SECTION, TENANT_SESSION
 from .render import Injection
@@ -123,11 +125,65 @@ def build(
     return out
 
 
+# ---- recent sessions as AgentOps' runtime injects them (`sessions=N`) ---------------------------
+# A block of its own, after the others, so the default output (sessions=0) is unchanged.
+
+SESSIONS_OPEN, SESSIONS_CLOSE = "<memory:sessions>", "</memory:sessions>"
+
+
+def session_line(summary: dict) -> str:
+    """`- Session with N messages. Started: "…" — Ended: "…"`, from a `session.summarized`."""
+    parts = [f"- Session with {summary['messages']} messages."]
+    for which, label in (("first_user", "Started"), ("last_user", "Ended")):
+        quoted = summary.get(which)
+        if quoted and quoted.get("text") is not None:
+            said = orjson.dumps(quoted["text"]).decode()  # quotes and newlines escaped
+            parts.append(f"— {label}: {said}" if len(parts) > 1 else f"{label}: {said}")
+    return " ".join(parts)
+
+
+def sessions_block(lines: list[str]) -> dict:
+    return {"role": "system", "content": "\n".join([SESSIONS_OPEN, *lines, SESSIONS_CLOSE])}
+
+
+def add_sessions(
+    out: Injection, recent: list[SessionState], counter: TokenCounter, budget: int
+) -> Injection:
+    """`out` with the `<memory:sessions>` block of `recent` that fits `budget`, taken in order."""
+    lines = []
+    for session in recent:
+        text = session_line(session.summary)  # type: ignore[arg-type]
+        tokens = counter.count(text)
+        if out.tokens + tokens > budget:
+            break
+        out.tokens += tokens
+        lines.append(text)
+        seq, h = session.summary_at  # type: ignore[misc]
+        out.entries.append({"inject": "session", "session": session.id, "seq": seq, "h": h,
+                            "tokens": tokens})  # fmt: skip
+    if lines:
+        out.messages.append(sessions_block(lines))
+    return out
+
+
+def replay_sessions(state: MemoryState, tenant: str, entries: list[dict]) -> list[dict]:
+    """The `<memory:sessions>` block the manifest's `session` entries name, or nothing."""
+    lines = []
+    for entry in entries:
+        session = state.sessions[(tenant, entry["session"])]
+        if session.summary_at != (entry["seq"], entry["h"]):
+            raise LookupError(f"the summary of session {entry['session']} has changed since")
+        lines.append(session_line(session.summary))  # type: ignore[arg-type]
+    return [sessions_block(lines)] if lines else []
+
+
 def replay(
     state: MemoryState, tenant: str, entries: list[dict], chars: int,
     content_of: Callable[[Item], object],
 ) -> list[dict]:  # fmt: skip
     """The injected messages a manifest's `inject` entries name, from the state at its seq."""
+    agentops = replay_sessions(state, tenant, [e for e in entries if e["inject"] == "session"])
+    entries = [e for e in entries if e["inject"] != "session"]
     observations, known, recent = [], [], []
     for entry in entries:
         session = state.sessions[(tenant, entry["session"])]
@@ -150,4 +206,4 @@ def replay(
         messages.append(block("facts", known))
     if recent:
         messages.append(block("recent sessions", recent))
-    return messages
+    return messages + agentops

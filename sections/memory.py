@@ -532,8 +532,10 @@ class Memory(CommandRunner, fact_specs.FactCommands):
         self, type: str, title: str, content: str, *, tenant: str | None = None, **options: object
     ) -> observations.Outcome:
         """Record an observation: tenant-wide, or in `session=`'s own `observations` section.
-        Options: tags, topic_key, session, source (the session a tenant-wide observation came
-        from: kept in its `metadata.session`; that session must exist and not have ended). Deduplicated in one atomic command
+        Options: tags, topic_key, session, source ({str: str} kept in its metadata: where it came
+        from), from_session (the session a tenant-wide observation came from: kept in its
+        `metadata.session`; that session must exist and not have ended). Deduplicated in one
+        atomic command
         (sections/observations.py): a revision of the same topic, a duplicate of recent
         identical content, or a new item."""
         args = command_specs.observation_args(type, title, content, **options)  # type: ignore[arg-type]

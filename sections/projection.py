@@ -403,8 +403,12 @@ def _note_added(session: SessionState, r: dict, payload: dict) -> None:
         session.touched.append(name)
     if name == "messages":
         session.messages += len(payload["items"])
+        roles = session.roles
         for k, data in enumerate(payload["items"]):
-            if data.get("role") == "user":
+            role = data.get("role")
+            if role is not None:
+                roles[role] = roles.get(role, 0) + 1
+            if role == "user":
                 session.last_user = item_id(r["seq"], k)
                 if session.first_user is None:
                     session.first_user = session.last_user

@@ -161,6 +161,7 @@ class SessionState:
     first_user: str | None = None  # ids of the first and last user messages
     last_user: str | None = None
     touched: list[str] = field(default_factory=list)  # sections written, in first-write order
+    roles: dict[str, int] = field(default_factory=dict)  # messages ever added, by role
     summary: dict | None = None  # the newest `session.summarized`, and where it is
     summary_at: tuple[int, str] | None = None  # (seq, h)
     # Times (record `ts`, microseconds): of `session.created`, and of the record at `version`,
@@ -188,6 +189,7 @@ class SessionState:
             "first_user": self.first_user,
             "last_user": self.last_user,
             "touched": self.touched,
+            "roles": self.roles,
             "summary": self.summary,
             "summary_at": list(self.summary_at) if self.summary_at else None,
             "created_ts": self.created_ts,
@@ -214,7 +216,7 @@ class SessionState:
             ended_seq=data["ended_seq"],
             idempotency={k: tuple(v) for k, v in data["idempotency"].items()},
             messages=data["messages"], first_user=data["first_user"], last_user=data["last_user"],
-            touched=data["touched"], summary=data["summary"],
+            touched=data["touched"], roles=data["roles"], summary=data["summary"],
             summary_at=tuple(data["summary_at"]) if data["summary_at"] else None,
             created_ts=data["created_ts"], active_ts=data["active_ts"],
         )  # fmt: skip

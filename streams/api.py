@@ -43,7 +43,7 @@ LeanHandler = Callable[[Scope, Receive], Awaitable[tuple[int, bytes, list[tuple[
 # long enough to stall every stream and request sharing the event loop.
 LARGE_BODY = 256 * 1024
 # Context injection (sections/inject.py): observations for a query, recent sessions' summaries.
-CONTEXT_EXTRAS = ("query", "observations", "summaries", "observation_chars", "facts")
+CONTEXT_EXTRAS = ("query", "observations", "summaries", "observation_chars", "facts", "sessions")
 COMPACT_FIELDS = frozenset(("target_bytes", "section", "budget", "sections"))
 # Query parameters of the reads (`token` is a credential: streams/auth.py).
 LIST_PAGING = frozenset(("limit", "offset", "since", "until"))
@@ -265,7 +265,19 @@ class Api:
         return self._session(self.service.principal(request, "write"), request)
 
     async def end_session(self, request: Request) -> Response:
-        return await self._write(request, self._writer_session(request), specs.END_SESSION)
+        """POST .../end, optionally {"messages": [{role, content}]}: a transcript, recorded as
+        the session's messages before the end, so its summary counts them."""
+        session = self._writer_session(request)
+        body = _only(await self._body(request, required=False) or {"messages": None},
+                     frozenset(("messages",)), "the transcript as messages")  # fmt: skip
+        messages = body["messages"]
+        if messages is None:
+            return await self._write(request, session, specs.END_SESSION)
+        key, expected = request.headers.get("idempotency-key"), _if_match(request)
+        args = (specs.transcript_items(messages), key, expected)
+        with self.service.write():  # `expected` is the transcript's: the end follows it at once
+            record = await self._command(session, specs.END_SESSION, args, key, None, 0)
+        return json_response({"record": record_json(record)}, headers=self._etag(session))
 
     async def end_turn(self, request: Request) -> Response:
         return await self._write(request, self._writer_session(request), specs.END_TURN)

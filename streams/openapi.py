@@ -230,6 +230,14 @@ def document() -> dict:
         "/healthz": {"get": _op("alive")},
         "/readyz": {"get": _op("ready to serve (503 while starting or stopping)")},
         "/metrics": {"get": _op("Prometheus text format")},
+        # issue 17: declarative capture and AgentOps' memory contract (docs/agentops.md)
+        "/v1/sessions/{session}/tool-calls": {"post": _op("report a tool call {tool, args, output, call_id?}: the capture rules trace an inject search and save a matching result as an observation", s, {"type": "object"}, write=True)},
+        **{path: {m: _op(f"AgentOps memory contract: {m.upper()} {path} (docs/agentops.md)", write=m != "get") for m in methods}
+           for path, methods in (("/sessions", ("post",)), ("/sessions/{id}/end", ("post",)), ("/sessions/recent", ("get",)),
+                                 ("/observations", ("post",)), ("/observations/recent", ("get",)),
+                                 ("/observations/{id}", ("get", "patch", "delete")), ("/search", ("get",)), ("/context", ("get",)),
+                                 ("/timeline", ("get",)), ("/stats", ("get",)), ("/export", ("get",)), ("/import", ("post",)),
+                                 ("/health", ("get",)))},
     }  # fmt: skip
     return {
         "openapi": "3.1.0",

@@ -268,7 +268,7 @@ def test_a_revision_names_the_session_that_wrote_it(mem):
 def test_an_observation_from_an_unknown_session_is_refused_with_nothing_appended(mem):
     head = mem.writer.next_seq
     with pytest.raises(SessionNotFound, match="session 'ghost' not found"):
-        mem.observe("learning", "t", "lesson", source="ghost")
-    with pytest.raises(InvalidInput, match="source names the session"):
-        mem.observe("learning", "t", "lesson", session="a", source="b")
+        mem.observe("learning", "t", "lesson", from_session="ghost")
+    with pytest.raises(InvalidInput, match="from_session names the session"):
+        mem.observe("learning", "t", "lesson", session="a", from_session="b")
     assert mem.writer.next_seq == head
