@@ -1,0 +1,430 @@
+"""KAOS's agent memory over ledgermem (docs/adapters/kaos.md).
+
+`LocalMemory` keeps KAOS's async session and event API (axsaucedo/kaos, `agent/memory.py`):
+sessions with an app name and a user id, an agent's timeline of typed events, the conversation
+as "User: ... / Assistant: ..." text, statistics, and `NullMemory` for a memory that is off.
+Every call is a ledgermem command: a session is a ledgermem session (app name and user id in its
+creation metadata), an event is an item of the section `events` whose `kind` is the event type,
+and every read of events leaves an `items.read` record. Nothing here holds state of its own: two
+adapters on the same memory see the same sessions and events, and a reopened memory gives them
+back.
+
+The timeline is `Session.events`: the session's items with an event type across all its
+sections in log order (sections/item_filter.py), so messages added another way (the REST API,
+the MARSYS adapter) show as `user_message` / `agent_response` / `tool_call` / `tool_result`
+events too.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from eventstore.errors import InvalidInput
+
+from .. import command_specs
+from ..errors import ConfigError, SectionNotFound, SessionNotFound
+from ..item_filter import EVENT_TYPES, event_type
+from ..memory import ItemView, Memory
+from ..observations import TENANT_SESSION
+from ..session import Session
+
+EVENTS = "events"  # the section KAOS's events are added to
+EVENT_ID = "event_id"  # the item metadata key that keeps KAOS's id of the event
+CONVERSATION = ("user_message", "agent_response")  # what build_conversation_context renders
+CUSTOM = "custom"  # KAOS's catch-all type; any other string is taken as well
+KNOWN_TYPES = (*EVENT_TYPES, CUSTOM)
+DEFAULT_MAX_SESSIONS = 1000
+DEFAULT_MAX_EVENTS = 500
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _time(ts_us: int) -> datetime:
+    return datetime.fromtimestamp(ts_us / 1_000_000, UTC)
+
+
+@dataclass
+class MemoryEvent:
+    """KAOS's `MemoryEvent`: one entry of a session's timeline."""
+
+    event_id: str
+    timestamp: datetime
+    event_type: str
+    content: Any
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "event_id": self.event_id,
+            "timestamp": self.timestamp.isoformat(),
+            "event_type": self.event_type,
+            "content": self.content,
+            "metadata": self.metadata,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> MemoryEvent:
+        return cls(
+            event_id=data["event_id"],
+            timestamp=datetime.fromisoformat(data["timestamp"]),
+            event_type=data["event_type"],
+            content=data["content"],
+            metadata=dict(data.get("metadata") or {}),
+        )
+
+
+@dataclass
+class SessionMemory:
+    """KAOS's `SessionMemory`: a session with its events (a copy, safe to keep)."""
+
+    session_id: str
+    user_id: str
+    app_name: str
+    events: list[MemoryEvent]
+    created_at: datetime
+    updated_at: datetime
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "session_id": self.session_id,
+            "user_id": self.user_id,
+            "app_name": self.app_name,
+            "events": [e.to_dict() for e in self.events],
+            "created_at": self.created_at.isoformat(),
+            "updated_at": self.updated_at.isoformat(),
+        }
+
+
+def event_of(view: ItemView) -> MemoryEvent:
+    """An item as KAOS's event: its type (kind, or what its role implies), its content, its
+    metadata without the kept KAOS id, which is the event's id (the item id for an item that
+    was not added as a KAOS event), and the time its record was written."""
+    metadata = dict(view.metadata)
+    event_id = metadata.pop(EVENT_ID, None) or view.id
+    return MemoryEvent(event_id, _time(view.ts), event_type(view) or CUSTOM, view.content, metadata)
+
+
+def _check_event(event: MemoryEvent) -> dict:
+    """The item an event becomes; InvalidInput (nothing appended) for what KAOS could not mean."""
+    if not isinstance(event, MemoryEvent):
+        raise InvalidInput("add_event takes a MemoryEvent or (event_type, content, metadata)")
+    if type(event.event_type) is not str or not event.event_type:
+        raise InvalidInput("event_type must be a non-empty string")
+    if type(event.event_id) is not str or not event.event_id:
+        raise InvalidInput("event_id must be a non-empty string")
+    if type(event.metadata) is not dict:
+        raise InvalidInput("metadata must be a dict")
+    if EVENT_ID in event.metadata:
+        raise InvalidInput(f"metadata key {EVENT_ID!r} is the adapter's: it keeps the event id")
+    item = {
+        "content": event.content,
+        "kind": event.event_type,
+        "metadata": {**event.metadata, EVENT_ID: event.event_id},
+    }
+    role = {"user_message": "user", "agent_response": "assistant"}.get(event.event_type)
+    if role is not None:
+        item["role"] = role
+    return item
+
+
+class LocalMemory:
+    """KAOS's `LocalMemory` on a ledgermem `Memory` (one tenant). `max_sessions` and
+    `max_events_per_session` are KAOS's limits (see docs/adapters/kaos.md for what bounds them);
+    `context_limit` is `MEMORY_CONTEXT_LIMIT`, kept for the agent's delegation context.
+    `reader="operator"` makes reads that are traced but do not count as the agent's use (the
+    HTTP debugging endpoints use it)."""
+
+    def __init__(
+        self,
+        max_sessions: int = DEFAULT_MAX_SESSIONS,
+        max_events_per_session: int = DEFAULT_MAX_EVENTS,
+        *,
+        memory: Memory,
+        tenant: str | None = None,
+        context_limit: int = 6,
+        reader: str = "agent",
+    ) -> None:
+        for name, value in (("max_sessions", max_sessions),
+                            ("max_events_per_session", max_events_per_session),
+                            ("context_limit", context_limit)):  # fmt: skip
+            if type(value) is not int or value < 1:
+                raise ConfigError(f"{name} must be a positive integer")
+        if reader not in ("agent", "operator"):
+            raise InvalidInput("reader must be 'agent' or 'operator'")
+        self.memory = memory
+        self.tenant = tenant or memory.tenant
+        self.max_sessions = max_sessions
+        self.max_events_per_session = max_events_per_session
+        self.context_limit = context_limit
+        self.reader = reader
+
+    def _session(self, session_id: str) -> Session:
+        return Session(self.memory, self.tenant, session_id)
+
+    def _sections(self) -> dict[str, dict]:
+        """The section a KAOS session keeps its events in: unbounded in tokens, oldest first."""
+        return {EVENTS: {"budget_tokens": None, "policy": "fifo"}}
+
+    # -- sessions
+
+    async def create_session(
+        self, app_name: str, user_id: str, session_id: str | None = None
+    ) -> str:
+        """A new session (SessionExists if the id is taken: ledgermem never replaces one)."""
+        session_id = session_id or f"session_{uuid.uuid4().hex[:12]}"
+        command_specs.check_not_reserved(session_id)
+        config = self.memory.config.with_overrides(self._sections())
+        metadata = {"app_name": app_name, "user_id": user_id}
+        await self.memory.run_async(
+            command_specs.CREATE_SESSION, self.tenant, session_id, (config, metadata)
+        )
+        return session_id
+
+    async def get_or_create_session(
+        self, session_id: str, app_name: str = "agent", user_id: str = "user"
+    ) -> str:
+        config = self.memory.config.with_overrides(self._sections())
+        metadata = {"app_name": app_name, "user_id": user_id}
+        await self.memory.run_async(
+            command_specs.GET_OR_CREATE_SESSION, self.tenant, session_id, (config, metadata)
+        )
+        return session_id
+
+    async def get_session(self, session_id: str) -> SessionMemory | None:
+        """The session with its events (a read: traced), or None."""
+        try:
+            info = self.memory.session_info(self.tenant, session_id)
+            views = await self._session(session_id).events_async(reader=self.reader)
+        except SessionNotFound:
+            return None
+        metadata = info["metadata"]
+        return SessionMemory(
+            session_id, metadata.get("user_id"), metadata.get("app_name"),
+            [event_of(v) for v in views], _time(info["created_ts"]), _time(info["active_ts"]),
+        )  # fmt: skip
+
+    async def list_sessions(self, user_id: str | None = None) -> list[str]:
+        where = {"user_id": user_id} if user_id else None
+        return [s["session"] for s in self.memory.list_sessions(self.tenant, where)]
+
+    async def delete_session(self, session_id: str) -> bool:
+        """Delete the session (`session.deleted`); False when there is none."""
+        try:
+            await self._session(session_id).delete_async()
+        except SessionNotFound:
+            return False
+        return True
+
+    # -- events
+
+    def create_event(
+        self, event_type: str, content: Any, metadata: dict[str, Any] | None = None
+    ) -> MemoryEvent:
+        """A new event, not yet in any session (no record: `add_event` adds it)."""
+        return MemoryEvent(f"event_{uuid.uuid4().hex[:8]}", _now(), event_type, content,
+                           dict(metadata or {}))  # fmt: skip
+
+    async def add_event(
+        self,
+        session_id: str,
+        event_or_type: MemoryEvent | str,
+        content: Any = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> bool:
+        """Add an event (a MemoryEvent, or its type, content and metadata): one `item.added`.
+        False when the session does not exist, as in KAOS; InvalidInput for a malformed event."""
+        if isinstance(event_or_type, str):
+            if metadata is not None and type(metadata) is not dict:
+                raise InvalidInput("metadata must be a dict")
+            event_or_type = self.create_event(event_or_type, content, metadata)
+        item = _check_event(event_or_type)
+        session = self._session(session_id)
+        try:
+            await session.add_many_async(EVENTS, [item])
+        except SessionNotFound:
+            return False
+        except SectionNotFound:  # a session made another way: give it the events section
+            await session.configure_async(EVENTS, **self._sections()[EVENTS])
+            await session.add_many_async(EVENTS, [item])
+        return True
+
+    async def get_session_events(
+        self, session_id: str, event_types: list[str] | None = None
+    ) -> list[MemoryEvent]:
+        """The session's events in time order, of `event_types` (all when None or empty);
+        [] for an unknown session. A read: traced."""
+        try:
+            views = await self._session(session_id).events_async(
+                event_types or None, reader=self.reader
+            )
+        except SessionNotFound:
+            return []
+        return [event_of(v) for v in views]
+
+    async def recent_events(self, session_id: str, limit: int) -> list[MemoryEvent]:
+        """The session's newest `limit` events, oldest first (what /memory/events pages)."""
+        try:
+            views = await self._session(session_id).events_async(recent=limit, reader=self.reader)
+        except SessionNotFound:
+            return []
+        return [event_of(v) for v in views]
+
+    async def build_conversation_context(self, session_id: str, max_events: int = 20) -> str:
+        """The newest `max_events` user messages and agent responses, one "User: ..." or
+        "Assistant: ..." line each."""
+        if type(max_events) is not int or max_events < 0:
+            raise InvalidInput("max_events must be a non-negative integer")
+        if max_events == 0:
+            return ""
+        try:
+            views = await self._session(session_id).events_async(
+                list(CONVERSATION), recent=max_events, reader=self.reader
+            )
+        except SessionNotFound:
+            return ""
+        speaker = {"user_message": "User", "agent_response": "Assistant"}
+        return "\n".join(f"{speaker[event_type(v)]}: {v.content}" for v in views)
+
+    # -- statistics and retention
+
+    async def get_memory_stats(self) -> dict[str, int]:
+        """Sessions of the tenant, their events (items with an event type) and the average."""
+        counts = self.memory.read(lambda state: _event_counts(state, self.tenant))
+        total = sum(counts)
+        return {
+            "total_sessions": len(counts),
+            "total_events": total,
+            "avg_events_per_session": total // len(counts) if counts else 0,
+        }
+
+    async def cleanup_old_sessions(self, max_age_hours: int = 24) -> int:
+        raise NotImplementedError(
+            "cleanup_old_sessions waits for Memory.cleanup (issue 16, retention): pending"
+        )
+
+    async def close(self) -> None:
+        """Nothing to release: the `Memory` belongs to the caller."""
+
+
+def _event_counts(state, tenant: str) -> list[int]:
+    """Per session of the tenant (the reserved `_tenant` left out): items with an event type."""
+    return [
+        sum(1 for section in s.sections.values() for item in section.items.values()
+            if event_type(item) is not None)  # fmt: skip
+        for (t, sid), s in state.sessions.items()
+        if t == tenant and sid != TENANT_SESSION
+    ]
+
+
+class NullMemory:
+    """KAOS's `NullMemory`: memory turned off. Every call succeeds and nothing is kept (and no
+    record is written)."""
+
+    max_sessions = 0
+    max_events_per_session = 0
+    context_limit = 0
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    async def create_session(self, app_name: str = "", user_id: str = "",
+                             session_id: str | None = None) -> str:  # fmt: skip
+        return session_id or "null-session"
+
+    async def get_or_create_session(self, session_id: str, app_name: str = "agent",
+                                    user_id: str = "user") -> str:  # fmt: skip
+        return session_id
+
+    async def get_session(self, session_id: str) -> None:
+        return None
+
+    async def list_sessions(self, user_id: str | None = None) -> list[str]:
+        return []
+
+    async def delete_session(self, session_id: str) -> bool:
+        return True
+
+    def create_event(self, event_type: str, content: Any,
+                     metadata: dict[str, Any] | None = None) -> MemoryEvent:  # fmt: skip
+        return MemoryEvent(f"event_{uuid.uuid4().hex[:8]}", _now(), event_type, content,
+                           dict(metadata or {}))  # fmt: skip
+
+    async def add_event(self, session_id: str, event_or_type: MemoryEvent | str = "",
+                        content: Any = None, metadata: dict[str, Any] | None = None) -> bool:  # fmt: skip
+        return True
+
+    async def get_session_events(self, session_id: str,
+                                 event_types: list[str] | None = None) -> list[MemoryEvent]:  # fmt: skip
+        return []
+
+    async def recent_events(self, session_id: str, limit: int) -> list[MemoryEvent]:
+        return []
+
+    async def build_conversation_context(self, session_id: str, max_events: int = 20) -> str:
+        return ""
+
+    async def get_memory_stats(self) -> dict[str, int]:
+        return {"total_sessions": 0, "total_events": 0, "avg_events_per_session": 0}
+
+    async def cleanup_old_sessions(self, max_age_hours: int = 24) -> int:
+        return 0
+
+    async def close(self) -> None:
+        pass
+
+
+# -- configuration from the environment, as KAOS's agent server reads it
+
+_TRUE = ("true", "1", "yes", "on")
+_FALSE = ("false", "0", "no", "off")
+
+
+def _int_env(env: Mapping[str, str], name: str, default: int) -> int:
+    value = env.get(name)
+    if value is None or value == "":
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        raise ConfigError(f"{name} must be a positive integer, not {value!r}") from None
+    if number < 1:
+        raise ConfigError(f"{name} must be a positive integer, not {value!r}")
+    return number
+
+
+def memory_from_env(
+    memory: Memory | None = None, env: Mapping[str, str] | None = None
+) -> LocalMemory | NullMemory:
+    """KAOS's memory as its `MEMORY_*` variables describe it: `MEMORY_ENABLED` (false: a
+    `NullMemory`), `MEMORY_TYPE` (`local`: a `LocalMemory` over ledgermem; KAOS's `redis` is
+    refused: the log is the store), `MEMORY_CONTEXT_LIMIT`, `MEMORY_MAX_SESSIONS`,
+    `MEMORY_MAX_SESSION_EVENTS`. Without `memory`, the ledgermem data directory
+    `LEDGERMEM_DATA` is opened (the caller closes `result.memory`). ConfigError for a value
+    that cannot work."""
+    env = os.environ if env is None else env
+    enabled = env.get("MEMORY_ENABLED", "true").strip().lower()
+    if enabled not in _TRUE + _FALSE:
+        raise ConfigError(f"MEMORY_ENABLED must be true or false, not {enabled!r}")
+    if enabled in _FALSE:
+        return NullMemory()
+    kind = env.get("MEMORY_TYPE", "local").strip().lower()
+    if kind != "local":
+        raise ConfigError(f"MEMORY_TYPE {kind!r} is not supported here: use 'local' (ledgermem)")
+    options = {
+        "max_sessions": _int_env(env, "MEMORY_MAX_SESSIONS", DEFAULT_MAX_SESSIONS),
+        "max_events_per_session": _int_env(env, "MEMORY_MAX_SESSION_EVENTS", DEFAULT_MAX_EVENTS),
+        "context_limit": _int_env(env, "MEMORY_CONTEXT_LIMIT", 6),
+    }
+    if memory is None:
+        data = env.get("LEDGERMEM_DATA")
+        if not data:
+            raise ConfigError("LEDGERMEM_DATA must name the ledgermem data directory")
+        memory = Memory.open(data)
+    return LocalMemory(**options, memory=memory)
