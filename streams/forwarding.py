@@ -107,10 +107,13 @@ class LeaderRoutes:
 
 
 def leader_routes(service) -> LeaderRoutes:
-    from . import api, facts_api, search_api
+    from . import api, facts_api, kaos_api, search_api
 
     return LeaderRoutes(
-        api.routes(service) + search_api.routes(service) + facts_api.routes(service)
+        api.routes(service)
+        + search_api.routes(service)
+        + facts_api.routes(service)
+        + kaos_api.routes(service)
     )
 
 

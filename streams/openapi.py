@@ -191,6 +191,9 @@ def document() -> dict:
         "/healthz": {"get": _op("alive")},
         "/readyz": {"get": _op("ready to serve (503 while starting or stopping)")},
         "/metrics": {"get": _op("Prometheus text format")},
+        # KAOS's memory endpoints (streams/kaos_api.py, docs/adapters/kaos.md)
+        "/memory/events": {"get": _op("KAOS: the newest events (?limit=100, max 1000; ?session_id=), oldest first: {agent, events, total}; leaves items.read records (operator)")},
+        "/memory/sessions": {"get": _op("KAOS: the tenant's session ids: {agent, sessions, total}")},
     }  # fmt: skip
     return {
         "openapi": "3.1.0",

@@ -263,12 +263,14 @@ READS = {  # operation -> (how to call it, the purpose of the read record it mus
     ("/v1/stream/ws", "get"): ({}, "stream"),
     ("/v1/stream/jsonl", "get"): ({}, "stream"),
     ("/v1/events", "get"): ({}, "stream"),
+    ("/memory/events", "get"): ({}, "events"),  # KAOS's (streams/kaos_api.py)
 }
 NO_CONTENT = {  # they answer without any item's content, and append nothing
     ("/v1/sessions", "get"), ("/v1/sessions/{session}", "get"),
     ("/v1/sessions/{session}/stats", "get"), ("/v1/stats", "get"),
     ("/v1/log/checkpoint", "get"), ("/v1/log/status", "get"),
     ("/healthz", "get"), ("/readyz", "get"), ("/metrics", "get"),
+    ("/memory/sessions", "get"),  # KAOS's: session ids only
 }  # fmt: skip
 
 

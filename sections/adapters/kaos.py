@@ -102,6 +102,12 @@ class SessionMemory:
         }
 
 
+def _k(item_id: str) -> int:
+    """An item's place in its record (ids are "<seq>" or "<seq>.<k>")."""
+    _, _, k = item_id.partition(".")
+    return int(k) if k else 0
+
+
 def event_of(view: ItemView) -> MemoryEvent:
     """An item as KAOS's event: its type (kind, or what its role implies), its content, its
     metadata without the kept KAOS id, which is the event's id (the item id for an item that
@@ -268,13 +274,34 @@ class LocalMemory:
             return []
         return [event_of(v) for v in views]
 
-    async def recent_events(self, session_id: str, limit: int) -> list[MemoryEvent]:
-        """The session's newest `limit` events, oldest first (what /memory/events pages)."""
-        try:
-            views = await self._session(session_id).events_async(recent=limit, reader=self.reader)
-        except SessionNotFound:
+    async def recent_events(self, limit: int, session_id: str | None = None) -> list[MemoryEvent]:
+        """The newest `limit` events, oldest first: of one session, or of all the tenant's
+        sessions merged in log order (what `GET /memory/events` answers). Sessions are read
+        newest activity first and only while one can still hold a newer event than those found;
+        each read leaves its `items.read` record."""
+        if type(limit) is not int or limit < 0:
+            raise InvalidInput("limit must be a non-negative integer")
+        if limit == 0:
             return []
-        return [event_of(v) for v in views]
+        if session_id is not None:
+            sessions = [session_id]
+        else:
+            found = self.memory.list_sessions(self.tenant)
+            found.sort(key=lambda s: s["active_ts"], reverse=True)
+            sessions = [s["session"] for s in found]
+            active = [s["active_ts"] for s in found]
+        views: list[ItemView] = []
+        for n, sid in enumerate(sessions):
+            if session_id is None and len(views) >= limit:
+                views.sort(key=lambda v: v.seq)
+                if views[-limit].ts > active[n]:
+                    break  # no event of this session or an older one can be among the newest
+            try:
+                views += await self._session(sid).events_async(recent=limit, reader=self.reader)
+            except SessionNotFound:
+                continue
+        views.sort(key=lambda v: (v.seq, _k(v.id)))
+        return [event_of(v) for v in views[-limit:]]
 
     async def build_conversation_context(self, session_id: str, max_events: int = 20) -> str:
         """The newest `max_events` user messages and agent responses, one "User: ..." or
@@ -316,8 +343,12 @@ class LocalMemory:
 def _event_counts(state, tenant: str) -> list[int]:
     """Per session of the tenant (the reserved `_tenant` left out): items with an event type."""
     return [
-        sum(1 for section in s.sections.values() for item in section.items.values()
-            if event_type(item) is not None)  # fmt: skip
+        sum(
+            1
+            for section in s.sections.values()
+            for item in section.items.values()
+            if event_type(item) is not None
+        )  # fmt: skip
         for (t, sid), s in state.sessions.items()
         if t == tenant and sid != TENANT_SESSION
     ]
@@ -364,7 +395,7 @@ class NullMemory:
                                  event_types: list[str] | None = None) -> list[MemoryEvent]:  # fmt: skip
         return []
 
-    async def recent_events(self, session_id: str, limit: int) -> list[MemoryEvent]:
+    async def recent_events(self, limit: int, session_id: str | None = None) -> list[MemoryEvent]:
         return []
 
     async def build_conversation_context(self, session_id: str, max_events: int = 20) -> str:
