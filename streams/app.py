@@ -18,7 +18,7 @@ from starlette.middleware.errors import ServerErrorMiddleware
 from starlette.routing import Match
 from starlette.types import Receive, Scope, Send
 
-from . import api, facts_api, kaos_api, openapi, search_api, status, ui
+from . import api, facts_api, kaos_api, openapi, retention_api, search_api, status, ui
 from .errors import EXCEPTION_HANDLERS
 from .forwarding import ForwardToLeader, LeaderRoutes
 from .guards import GuardPolicy, RequestGuard, body_refusal
@@ -87,6 +87,7 @@ def create_app(settings: Settings, service: Service | None = None) -> Starlette:
     # The routes that need the partition's leader (store mode forwards them to it); the others
     # every replica answers from its own hub and mirror.
     leader_routes = api.routes(service) + search_api.routes(service) + facts_api.routes(service)
+    leader_routes += retention_api.routes(service)
     leader_routes += kaos_api.routes(service)  # KAOS's /memory/* (docs/adapters/kaos.md)
     routes = (
         status.routes(service)

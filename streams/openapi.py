@@ -180,6 +180,8 @@ def document() -> dict:
             "post": _op("assert a fact learned from this session: sources are its item ids", s + [_IDEM], _FACT, "201", write=True),
             "get": _op("the facts asserted in this session or learned from its items", s + _FACT_QUERY),
         },
+        "/v1/cleanup": {"post": _op("admin: remove the tenant's sessions idle longer than {max_age_seconds} (reason max_age; erased from the files with [retention] erase): {removed, reason, erased}", None,
+                                    {"type": "object", "properties": {"max_age_seconds": {"type": "number", "minimum": 0}}}, write=True)},
         "/v1/stats": {"get": _op("the tenant's totals")},
         "/v1/state": {"get": _op("every session of the tenant at ?at=SEQ")},
         "/v1/log/checkpoint": {"get": _op("the newest signed checkpoint (C2SP signed note), as text")},

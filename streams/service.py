@@ -92,6 +92,7 @@ class Service:
         self._idle: asyncio.Event = None  # type: ignore[assignment]
         self._loop: asyncio.AbstractEventLoop | None = None
         self._healer: asyncio.Task | None = None
+        self._expirer: asyncio.Task | None = None  # the TTL's loop, when configured
         # What signs and checks forwarded requests (streams/replica_secret.py); None: none.
         self.replica_secret: bytes | None = None  # loaded at startup
         self._in_flight_write = InFlightWrite(self)
@@ -179,6 +180,8 @@ class Service:
         )
         self.verifier.start()
         self._healer = asyncio.create_task(self._heal_loop())
+        if self.memory.config.session_ttl_seconds is not None:
+            self._expirer = asyncio.create_task(self._ttl_loop())
 
     def begin_shutdown_threadsafe(self) -> None:
         """From a signal handler: refuse new writes and end the streams, right away."""
@@ -224,10 +227,38 @@ class Service:
             self.metrics.head.set(self.writer.size - 1)
             log.warning("the log was reopened; writes are taken again")
 
+    async def _ttl_loop(self) -> None:
+        """Retention's TTL (docs/service.md, "Retention"): at start and then every
+        `ttl_interval_seconds`, remove the sessions of every tenant idle longer than
+        `session_ttl_seconds` (reason `ttl`). A run is a write like any other: none starts once
+        shutdown began, and shutdown waits for the one under way."""
+        config = self.memory.config
+        while not self.closing.is_set():
+            if self.memory.failure is None:  # the heal loop brings it back first
+                try:
+                    with self.write():
+                        removed = await self.memory.expire_sessions_async(
+                            config.session_ttl_seconds
+                        )
+                except ApiError:  # shutting down
+                    return
+                except Exception as exc:  # a failed write: heal, then the next run
+                    log.warning("the TTL cleanup failed (next run in %s s): %s",
+                                config.ttl_interval_seconds, exc)  # fmt: skip
+                else:
+                    if removed:
+                        log.info("TTL: removed %d idle sessions", len(removed))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.closing.wait(), config.ttl_interval_seconds)
+
     async def shutdown(self) -> None:
         self._begin_shutdown()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._idle.wait(), timeout=30)
+        if self._expirer is not None:
+            self._expirer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._expirer
         if self._healer is not None:
             self._healer.cancel()
             with contextlib.suppress(asyncio.CancelledError):

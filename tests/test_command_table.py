@@ -111,6 +111,7 @@ UNKEYED = {  # commands that take no idempotency key
 # routes in test_http_api.py), not through a Session.
 ELSEWHERE = {"create_session", "get_or_create_session", "search", "observe"}
 ELSEWHERE |= {"read_state", "read_summaries", "trace_stream"}  # tests/test_traced_reads.py
+ELSEWHERE |= {"cleanup", "erase_deleted"}  # tests/test_retention.py, test_retention_http.py
 
 
 def test_the_table_is_covered():
