@@ -20,6 +20,7 @@ from helpers.tenant_server import A, B, two_tenants
 from eventstore.errors import InvalidInput
 from eventstore.file_sink import Durability
 from sections.adapters.kaos import LocalMemory, MemoryEvent, NullMemory, memory_from_env
+from sections.config import MemoryConfig
 from sections.errors import ConfigError, SessionExists
 from sections.memory import Memory
 
@@ -30,7 +31,8 @@ def run(coroutine):
 
 @pytest.fixture
 def mem(tmp_path):
-    memory = Memory.open(tmp_path / "data", durability=Durability.UNSAFE_NO_FSYNC)
+    config = MemoryConfig(max_sessions=1000)  # KAOS's default bound, the memory's to keep
+    memory = Memory.open(tmp_path / "data", durability=Durability.UNSAFE_NO_FSYNC, config=config)
     yield memory
     memory.close()
 
@@ -239,9 +241,39 @@ def test_bad_input_is_refused_with_nothing_appended(mem):
         run(memory.build_conversation_context("bad", max_events=-1))
     with pytest.raises(InvalidInput):
         run(memory.recent_events(-1))
-    with pytest.raises(ConfigError):
-        LocalMemory(max_sessions=0, memory=mem)
+    for limits in ({"max_sessions": 0}, {"max_sessions": 10}, {"max_events_per_session": 0}):
+        with pytest.raises(ConfigError):
+            LocalMemory(**limits, memory=mem)  # 10: the memory keeps 1000
     assert mem.writer.size == size
+
+
+def test_kaos_limits_are_ledgermem_retention(tmp_path):
+    now = [1_800_000_000_000_000_000]
+    config = MemoryConfig(max_sessions=2)
+    with Memory.open(tmp_path / "data", config=config, clock=lambda: now[0],
+                     durability=Durability.UNSAFE_NO_FSYNC) as mem:  # fmt: skip
+        memory = LocalMemory(max_sessions=2, max_events_per_session=3, memory=mem)
+        for n in range(5):  # max_events_per_session: the oldest events go, one by one
+            run(memory.add_event(run(memory.get_or_create_session("busy")), "custom", n))
+        assert [e.content for e in run(memory.get_session_events("busy"))] == [2, 3, 4]
+        evicted = [r.payload.get("evicted") for r in mem.reader.records() if r.type == "item.added"]
+        assert [e[0]["reason"] for e in evicted if e] == ["max_items", "max_items"]
+
+        now[0] += 3600 * 10**9
+        run(memory.create_session("agent", "u", "second"))
+        now[0] += 3600 * 10**9
+        run(memory.create_session("agent", "u", "third"))  # max_sessions: the least active goes
+        assert run(memory.list_sessions()) == ["second", "third"]
+        reasons = [r.payload.get("reason") for r in mem.reader.records()
+                   if r.type == "session.deleted"]  # fmt: skip
+        assert reasons == ["max_sessions"]
+
+        now[0] += 1800 * 10**9
+        run(memory.add_event("third", "user_message", "still here"))
+        assert run(memory.cleanup_old_sessions(max_age_hours=1)) == 1  # "second": idle 1.5 h
+        assert run(memory.list_sessions()) == ["third"]
+        assert run(memory.cleanup_old_sessions(max_age_hours=24)) == 0
+        assert mem.rebuild().state_hash() == mem.state_hash()
 
 
 # ---- the memory endpoints, on a real server with two tenants -------------------------------------

@@ -27,6 +27,7 @@ from typing import Any
 from eventstore.errors import InvalidInput
 
 from .. import command_specs
+from ..config import MemoryConfig
 from ..errors import ConfigError, SectionNotFound, SessionNotFound
 from ..item_filter import EVENT_TYPES, event_type
 from ..memory import ItemView, Memory
@@ -141,15 +142,20 @@ def _check_event(event: MemoryEvent) -> dict:
 
 
 class LocalMemory:
-    """KAOS's `LocalMemory` on a ledgermem `Memory` (one tenant). `max_sessions` and
-    `max_events_per_session` are KAOS's limits (see docs/adapters/kaos.md for what bounds them);
-    `context_limit` is `MEMORY_CONTEXT_LIMIT`, kept for the agent's delegation context.
-    `reader="operator"` makes reads that are traced but do not count as the agent's use (the
-    HTTP debugging endpoints use it)."""
+    """KAOS's `LocalMemory` on a ledgermem `Memory` (one tenant).
+
+    KAOS's limits are ledgermem's retention (docs/sections.md, "Retention"):
+    `max_events_per_session` is the `max_items` of the `events` section of the sessions this
+    adapter creates (an add past it evicts the oldest event, in the same record); `max_sessions`
+    is the memory's own `max_sessions` for the tenant, which is configuration of the `Memory`
+    (`MemoryConfig(max_sessions=...)`, `[retention] max_sessions`): left out, it is read from
+    there, and given, it must agree (ConfigError otherwise). `context_limit` is
+    `MEMORY_CONTEXT_LIMIT`, kept for the agent's delegation context. `reader="operator"` makes
+    reads that are traced but do not count as the agent's use (the HTTP endpoints use it)."""
 
     def __init__(
         self,
-        max_sessions: int = DEFAULT_MAX_SESSIONS,
+        max_sessions: int | None = None,
         max_events_per_session: int = DEFAULT_MAX_EVENTS,
         *,
         memory: Memory,
@@ -157,16 +163,23 @@ class LocalMemory:
         context_limit: int = 6,
         reader: str = "agent",
     ) -> None:
-        for name, value in (("max_sessions", max_sessions),
-                            ("max_events_per_session", max_events_per_session),
+        for name, value in (("max_events_per_session", max_events_per_session),
                             ("context_limit", context_limit)):  # fmt: skip
             if type(value) is not int or value < 1:
                 raise ConfigError(f"{name} must be a positive integer")
         if reader not in ("agent", "operator"):
             raise InvalidInput("reader must be 'agent' or 'operator'")
+        tenant = tenant or memory.tenant
+        bound = memory.config.max_sessions_for(tenant)
+        if max_sessions is not None and max_sessions != bound:
+            raise ConfigError(
+                f"max_sessions={max_sessions!r} but the memory keeps {bound} sessions of tenant "
+                f"{tenant!r}: the bound is the memory's (MemoryConfig(max_sessions=...) or "
+                "[retention] max_sessions); open it with that, or leave max_sessions out"
+            )
         self.memory = memory
-        self.tenant = tenant or memory.tenant
-        self.max_sessions = max_sessions
+        self.tenant = tenant
+        self.max_sessions = bound
         self.max_events_per_session = max_events_per_session
         self.context_limit = context_limit
         self.reader = reader
@@ -175,8 +188,10 @@ class LocalMemory:
         return Session(self.memory, self.tenant, session_id)
 
     def _sections(self) -> dict[str, dict]:
-        """The section a KAOS session keeps its events in: unbounded in tokens, oldest first."""
-        return {EVENTS: {"budget_tokens": None, "policy": "fifo"}}
+        """The section a KAOS session keeps its events in: unbounded in tokens, at most
+        `max_events_per_session` events, the oldest evicted first."""
+        return {EVENTS: {"budget_tokens": None, "policy": "fifo",
+                         "max_items": self.max_events_per_session}}  # fmt: skip
 
     # -- sessions
 
@@ -331,10 +346,13 @@ class LocalMemory:
             "avg_events_per_session": total // len(counts) if counts else 0,
         }
 
-    async def cleanup_old_sessions(self, max_age_hours: int = 24) -> int:
-        raise NotImplementedError(
-            "cleanup_old_sessions waits for Memory.cleanup (issue 16, retention): pending"
-        )
+    async def cleanup_old_sessions(self, max_age_hours: float = 24) -> int:
+        """Remove the tenant's sessions with no change for `max_age_hours` (`Memory.cleanup`:
+        a `session.deleted` each, reason `max_age`); how many went."""
+        if type(max_age_hours) not in (int, float):
+            raise InvalidInput("max_age_hours must be a number of hours")
+        removed = await self.memory.cleanup_async(max_age_hours * 3600, tenant=self.tenant)
+        return len(removed)
 
     async def close(self) -> None:
         """Nothing to release: the `Memory` belongs to the caller."""
@@ -437,8 +455,9 @@ def memory_from_env(
     `NullMemory`), `MEMORY_TYPE` (`local`: a `LocalMemory` over ledgermem; KAOS's `redis` is
     refused: the log is the store), `MEMORY_CONTEXT_LIMIT`, `MEMORY_MAX_SESSIONS`,
     `MEMORY_MAX_SESSION_EVENTS`. Without `memory`, the ledgermem data directory
-    `LEDGERMEM_DATA` is opened (the caller closes `result.memory`). ConfigError for a value
-    that cannot work."""
+    `LEDGERMEM_DATA` is opened with `max_sessions` = `MEMORY_MAX_SESSIONS` (1000 by default,
+    as KAOS; the caller closes `result.memory`); with one, `MEMORY_MAX_SESSIONS`, if set, must
+    agree with its bound. ConfigError for a value that cannot work."""
     env = os.environ if env is None else env
     enabled = env.get("MEMORY_ENABLED", "true").strip().lower()
     if enabled not in _TRUE + _FALSE:
@@ -449,13 +468,20 @@ def memory_from_env(
     if kind != "local":
         raise ConfigError(f"MEMORY_TYPE {kind!r} is not supported here: use 'local' (ledgermem)")
     options = {
-        "max_sessions": _int_env(env, "MEMORY_MAX_SESSIONS", DEFAULT_MAX_SESSIONS),
         "max_events_per_session": _int_env(env, "MEMORY_MAX_SESSION_EVENTS", DEFAULT_MAX_EVENTS),
         "context_limit": _int_env(env, "MEMORY_CONTEXT_LIMIT", 6),
     }
-    if memory is None:
+    if memory is None:  # KAOS's default bound unless the variable says otherwise
         data = env.get("LEDGERMEM_DATA")
         if not data:
             raise ConfigError("LEDGERMEM_DATA must name the ledgermem data directory")
-        memory = Memory.open(data)
+        bound = _int_env(env, "MEMORY_MAX_SESSIONS", DEFAULT_MAX_SESSIONS)
+        memory = Memory.open(data, config=MemoryConfig(max_sessions=bound))
+        try:
+            return LocalMemory(**options, memory=memory)
+        except BaseException:
+            memory.close()
+            raise
+    if env.get("MEMORY_MAX_SESSIONS"):  # a memory of the caller's: the bound must agree
+        options["max_sessions"] = _int_env(env, "MEMORY_MAX_SESSIONS", DEFAULT_MAX_SESSIONS)
     return LocalMemory(**options, memory=memory)
