@@ -190,6 +190,32 @@ def test_storing_the_whole_conversation_again_appends_only_what_changed(mem):
     assert mem.rebuild().state_hash() == mem.state_hash()
 
 
+def test_jaf_limits_are_ledgermem_retention(tmp_path):
+    env = {"JAF_LEDGERMEM_DATA": str(tmp_path / "data"), "JAF_MEMORY_MAX_CONVERSATIONS": "2",
+           "JAF_MEMORY_MAX_MESSAGES": "3"}  # fmt: skip
+    provider = _data(run(create_memory_provider_from_env(env)))
+    mem = provider.memory
+    try:
+        conversation = []
+        for n in range(5):  # the engine stores the whole conversation after every turn
+            conversation.append(Message(role="user", content=f"turn {n}"))
+            size = mem.writer.size
+            assert isinstance(run(provider.store_messages("long", conversation)), Success)
+            written = [r.type for r in mem.reader.records(after=size - 1) if r.type != "items.read"]
+            assert written == (["session.created"] if n == 0 else []) + ["item.added"]
+        kept = _data(run(provider.get_conversation("long"))).messages
+        assert [m.content for m in kept] == ["turn 2", "turn 3", "turn 4"]  # the newest 3
+        for name in ("b", "c"):  # max_conversations: the least recently active goes
+            run(provider.store_messages(name, [Message(role="user", content=name)]))
+        assert _data(run(provider.get_conversation("long"))) is None
+        assert [c.conversation_id for c in _data(run(provider.find_conversations()))] == ["c", "b"]
+        assert mem.rebuild().state_hash() == mem.state_hash()
+    finally:
+        run(provider.close())
+    bad = run(create_memory_provider_from_env({**env, "JAF_MEMORY_MAX_MESSAGES": "0"}))
+    assert isinstance(bad, Failure) and isinstance(bad.error, MemoryConnectionError)
+
+
 def test_jaf_message_objects_and_dicts_are_taken_as_they_are(mem):
     class ContentRole(enum.StrEnum):  # the shape of JAF's, without depending on it
         USER = "user"

@@ -34,6 +34,7 @@ import orjson
 from eventstore.errors import InvalidInput, LedgerError
 
 from .. import command_specs
+from ..config import MemoryConfig
 from ..errors import SectionNotFound, SessionNotFound
 from ..memory import ItemView, Memory
 from ..observations import TENANT_SESSION
@@ -303,7 +304,10 @@ def _us(when: datetime) -> int:
 class LedgerMemoryProvider:
     """JAF's `MemoryProvider` on a ledgermem `Memory` (one tenant). `closing`: the memory (or
     the object that owns it, such as a `StoreMemory`) is closed by `close()`; the factory sets
-    it, a caller who passes its own memory keeps it open by default."""
+    it, a caller who passes its own memory keeps it open by default. `max_messages` is JAF's
+    `max_messages_per_conversation`: the `max_items` of the `messages` section of the
+    conversations this provider creates (the oldest go first); JAF's `max_conversations` is the
+    memory's `max_sessions` (the factory opens it so)."""
 
     def __init__(
         self,
@@ -312,19 +316,26 @@ class LedgerMemoryProvider:
         tenant: str | None = None,
         closing: object | None = None,
         store: str = "file",
+        max_messages: int | None = None,
     ) -> None:
+        if max_messages is not None and (type(max_messages) is not int or max_messages < 1):
+            raise InvalidInput("max_messages must be a positive integer")
         self.memory = memory
         self.tenant = tenant or memory.tenant
         self._closing = closing
         self.store = store
+        self.max_messages = max_messages
 
     def _session(self, conversation_id: str) -> Session:
         return Session(self.memory, self.tenant, conversation_id)
 
-    @staticmethod
-    def _sections() -> dict[str, dict]:
-        """A conversation keeps every message (no token budget evicts) and its later metadata."""
-        return {MESSAGES: {"budget_tokens": None}, METADATA: {"budget_tokens": None}}
+    def _sections(self) -> dict[str, dict]:
+        """A conversation keeps its messages (no token budget evicts; at most `max_messages`
+        when set) and its later metadata."""
+        messages: dict = {"budget_tokens": None, "policy": "fifo"}
+        if self.max_messages is not None:
+            messages["max_items"] = self.max_messages
+        return {MESSAGES: messages, METADATA: {"budget_tokens": None}}
 
     # -- writes
 
@@ -342,13 +353,16 @@ class LedgerMemoryProvider:
             session = self._session(conversation_id)
             created = await self._create(conversation_id, metadata)
             stored = [] if created else await self._stored(session)
+            start = self._kept_from(stored, fields)
             same = 0
-            while same < min(len(stored), len(fields)) and stored[same][1] == fields[same]:
+            while same < min(len(stored), len(fields) - start) and (
+                stored[same][1] == fields[start + same]
+            ):
                 same += 1
             if stored[same:]:
                 await session.remove_async(MESSAGES, [view.id for view, _ in stored[same:]])
-            if fields[same:]:
-                await self._add(session, [_item(f) for f in fields[same:]])
+            if fields[start + same :]:
+                await self._add(session, [_item(f) for f in fields[start + same :]])
             if metadata and not created:
                 await self._add_metadata(session, metadata)
         except LedgerError as exc:
@@ -521,6 +535,14 @@ class LedgerMemoryProvider:
 
     # -- the parts
 
+    def _kept_from(self, stored: list[tuple[ItemView, dict]], fields: list[dict]) -> int:
+        """Where the stored messages start in `fields`: 0, or, when `max_messages` evicted the
+        oldest, the place of the first one kept (those before it are not added again)."""
+        if self.max_messages is None or not stored:
+            return 0
+        first = stored[0][1]["message_id"]
+        return next((n for n, f in enumerate(fields) if f["message_id"] == first), 0)
+
     async def _create(self, conversation_id: str, metadata: dict | None) -> bool:
         config = self.memory.config.with_overrides(self._sections())
         _, created = await self.memory.run_async(
@@ -620,7 +642,9 @@ async def create_memory_provider_from_env(env: Mapping[str, str] | None = None) 
     - `JAF_MEMORY_TYPE=postgres`: the shared store `JAF_POSTGRES_CONNECTION_STRING` or
       `LEDGERMEM_STORE` (initialized by `ledgermem init-store`), led for the tenant's partition
       from the data directory above, which holds the store's key (sections/store_memory.py);
-    - `JAF_LEDGERMEM_TENANT` (default `default`) is the tenant.
+    - `JAF_LEDGERMEM_TENANT` (default `default`) is the tenant;
+    - `JAF_MEMORY_MAX_CONVERSATIONS` and `JAF_MEMORY_MAX_MESSAGES`, when set, are the memory's
+      `max_sessions` and the provider's `max_messages` (unset: no bound, nothing evicted).
 
     `redis` and anything else: Failure(MemoryConnectionError), as JAF answers an unsupported
     type; so is a store that cannot be opened."""
@@ -636,6 +660,10 @@ async def create_memory_provider_from_env(env: Mapping[str, str] | None = None) 
             "Factory",
         ))  # fmt: skip
     try:
+        limits = {name: _positive(env, var) for name, var in (
+            ("max_sessions", "JAF_MEMORY_MAX_CONVERSATIONS"),
+            ("max_messages", "JAF_MEMORY_MAX_MESSAGES"))}  # fmt: skip
+        config = MemoryConfig(max_sessions=limits["max_sessions"])
         if kind == "postgres":
             from ..store_memory import StoreMemory
 
@@ -645,13 +673,23 @@ async def create_memory_provider_from_env(env: Mapping[str, str] | None = None) 
                     "JAF_POSTGRES_CONNECTION_STRING (or LEDGERMEM_STORE) must name the store",
                     "Factory",
                 ))  # fmt: skip
-            store = StoreMemory.open(url, data, tenant=tenant)
-            provider = LedgerMemoryProvider(
-                store.memory, tenant=tenant, closing=store, store="postgresql"
-            )
+            store = StoreMemory.open(url, data, tenant=tenant, config=config)
+            provider = LedgerMemoryProvider(store.memory, tenant=tenant, closing=store,
+                                            store="postgresql", max_messages=limits["max_messages"])  # fmt: skip
             return Success(provider)
-        memory = Memory.open(data, tenant=tenant)
+        memory = Memory.open(data, tenant=tenant, config=config)
     except Exception as exc:  # JAF answers a store it cannot open with a Failure
         return Failure(MemoryConnectionError(f"cannot open the {kind} store: {exc}", "Factory",
                                              exc))  # fmt: skip
-    return Success(LedgerMemoryProvider(memory, tenant=tenant, closing=memory))
+    provider = LedgerMemoryProvider(memory, tenant=tenant, closing=memory,
+                                    max_messages=limits["max_messages"])  # fmt: skip
+    return Success(provider)
+
+
+def _positive(env: Mapping[str, str], name: str) -> int | None:
+    value = env.get(name)
+    if not value:
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise InvalidInput(f"{name} must be a positive integer, not {value!r}")
+    return int(value)
