@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import shutil
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -314,3 +315,17 @@ def test_the_factory_opens_the_postgresql_shared_store(pg_url, tmp_path):  # noq
         assert _data(run(again.get_stats())) == seen["stats"]
     finally:
         run(again.close())
+
+
+def test_one_leader_at_a_time_on_the_store(pg_url, tmp_path):  # noqa: F811
+    from sections.store_memory import StoreBusy, StoreMemory
+
+    init_store(pg_url, 1, tmp_path / "data", origin="test.local/jaf-busy")
+    shutil.copytree(tmp_path / "data" / "keys", tmp_path / "other" / "keys")  # a second replica
+    with StoreMemory.open(pg_url, tmp_path / "data") as first:
+        first.memory.session("s").add("messages", "kept", role="user")
+        with pytest.raises(StoreBusy):  # a second process waits for the lease, then gives up
+            StoreMemory.open(pg_url, tmp_path / "other", wait=0.5)
+    with StoreMemory.open(pg_url, tmp_path / "data", wait=0) as again:  # released at close
+        views = again.memory.session("s", create=False).get("messages")
+        assert [v.content for v in views] == ["kept"]
