@@ -256,6 +256,7 @@ def test_jaf_message_objects_and_dicts_are_taken_as_they_are(mem):
 def test_bad_input_is_a_failure_with_nothing_appended(mem):
     provider = LedgerMemoryProvider(mem)
     run(provider.store_messages("kept", [Message(role="user", content="hello")]))
+    mem.observe("decision", "a tenant-wide observation", "kept in the reserved session _tenant")
     size = mem.writer.size
     bad_calls = [
         provider.store_messages("kept", [{"role": "robot", "content": "x"}]),
@@ -267,6 +268,9 @@ def test_bad_input_is_a_failure_with_nothing_appended(mem):
         provider.store_messages("not an id", [Message(role="user", content="x")]),
         provider.get_recent_messages("kept", limit=-1),
         provider.find_conversations(colour="red"),
+        provider.store_messages("_tenant", [Message(role="user", content="x")]),  # reserved
+        provider.delete_conversation("_tenant"),
+        provider.get_conversation("_tenant"),
     ]
     for call in bad_calls:
         answer = run(call)

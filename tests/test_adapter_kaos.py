@@ -217,7 +217,12 @@ def test_configuration_from_kaos_environment_variables(tmp_path):
 def test_bad_input_is_refused_with_nothing_appended(mem):
     memory = LocalMemory(memory=mem)
     run(memory.create_session("agent", "u", "bad"))
+    mem.observe("decision", "a tenant-wide observation", "kept in the reserved session _tenant")
     size = mem.writer.size
+    for call in (memory.get_or_create_session("_tenant"), memory.add_event("_tenant", "error", 1),
+                 memory.delete_session("_tenant"), memory.get_session_events("_tenant")):  # fmt: skip
+        with pytest.raises(InvalidInput):  # the tenant's own session is no KAOS session
+            run(call)
     with pytest.raises(SessionExists):
         run(memory.create_session("agent", "u", "bad"))  # never replaced, never lost
     with pytest.raises(InvalidInput):
@@ -314,7 +319,7 @@ def test_memory_endpoints_answer_kaos_shapes_per_tenant(tmp_path):
                           headers=A).json()["events"] == []  # fmt: skip
 
         head = client.get("/readyz").json()["head"]
-        for params in ({"limit": "x"}, {"limit": -1}, {"since": 1}):
+        for params in ({"limit": "x"}, {"limit": -1}, {"since": 1}, {"session_id": "_tenant"}):
             refused = client.get("/memory/events", params=params, headers=A)
             assert refused.status_code == 400 and refused.json()["error"]["code"] == "invalid_input"
         assert client.get("/memory/events").status_code == 401

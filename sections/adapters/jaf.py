@@ -327,6 +327,9 @@ class LedgerMemoryProvider:
         self.max_messages = max_messages
 
     def _session(self, conversation_id: str) -> Session:
+        """A handle on one of the tenant's sessions; never the reserved `_tenant` (facts and
+        tenant-wide observations), which is no conversation: InvalidInput."""
+        command_specs.check_not_reserved(conversation_id)
         return Session(self.memory, self.tenant, conversation_id)
 
     def _sections(self) -> dict[str, dict]:

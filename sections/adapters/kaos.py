@@ -185,6 +185,9 @@ class LocalMemory:
         self.reader = reader
 
     def _session(self, session_id: str) -> Session:
+        """A handle on one of the tenant's sessions; never the reserved `_tenant` (facts and
+        tenant-wide observations), which is no KAOS session: InvalidInput."""
+        command_specs.check_not_reserved(session_id)
         return Session(self.memory, self.tenant, session_id)
 
     def _sections(self) -> dict[str, dict]:
@@ -211,6 +214,7 @@ class LocalMemory:
     async def get_or_create_session(
         self, session_id: str, app_name: str = "agent", user_id: str = "user"
     ) -> str:
+        command_specs.check_not_reserved(session_id)
         config = self.memory.config.with_overrides(self._sections())
         metadata = {"app_name": app_name, "user_id": user_id}
         await self.memory.run_async(
@@ -220,9 +224,10 @@ class LocalMemory:
 
     async def get_session(self, session_id: str) -> SessionMemory | None:
         """The session with its events (a read: traced), or None."""
+        session = self._session(session_id)
         try:
             info = self.memory.session_info(self.tenant, session_id)
-            views = await self._session(session_id).events_async(reader=self.reader)
+            views = await session.events_async(reader=self.reader)
         except SessionNotFound:
             return None
         metadata = info["metadata"]
