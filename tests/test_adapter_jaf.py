@@ -285,6 +285,8 @@ def test_the_factory_picks_the_file_store_from_the_environment(tmp_path):
     provider = _data(run(create_memory_provider_from_env(env)))
     run(provider.store_messages("c", [Message(role="user", content="kept")]))
     assert isinstance(run(provider.close()), Success)
+    closed = run(provider.health_check())
+    assert isinstance(closed, Failure) and isinstance(closed.error, MemoryConnectionError)
     again = _data(run(create_memory_provider_from_env({**env, "JAF_MEMORY_TYPE": "file"})))
     assert [m.content for m in _data(run(again.get_conversation("c"))).messages] == ["kept"]
     run(again.close())

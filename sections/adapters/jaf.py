@@ -513,6 +513,8 @@ class LedgerMemoryProvider:
 
     async def health_check(self) -> Result:
         """Healthy when the memory takes commands: a consistent read, with its latency."""
+        if self.memory.writer.closed:
+            return Failure(MemoryConnectionError("the memory is closed", PROVIDER))
         started = time.perf_counter()
         try:
             count = len(self.memory.list_sessions(self.tenant))
