@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from eventstore.errors import InvalidInput
 from sections.config import MemoryConfig, load_config
-from sections.errors import BudgetExceeded, ConfigError, ItemTooLarge
+from sections.errors import BudgetExceeded, ConfigError, ItemTooLarge, NotAdmitted
 from sections.memory import Memory
 
 S = 1_000_000_000  # a second of the fake clock, in nanoseconds
@@ -219,6 +219,20 @@ def test_max_items_never_splits_a_group_and_refuse_refuses(tmp_path):
         refusing.add("notes", "c")
     assert mem.writer.size == head and _contents(refusing) == ["a", "b"]
     _same_as_replay(mem, tmp_path / "d")
+
+
+def test_under_priority_the_incoming_items_compete_for_a_place(tmp_path):
+    mem = _open(tmp_path / "d")
+    s = _section(mem, "priority", 2)
+    s.add("notes", "p5", priority=5)
+    s.add("notes", "p3", priority=3)
+    head = mem.writer.size
+    with pytest.raises(NotAdmitted, match=r"2 of 2 items"):
+        s.add("notes", "p1", priority=1)  # it would be the first to leave
+    assert mem.writer.size == head
+    s.add("notes", "new p3", priority=3)  # a tie: the resident leaves
+    assert _contents(s) == ["p5", "new p3"]
+    mem.close()
 
 
 def test_the_token_budget_and_max_items_together(tmp_path):
