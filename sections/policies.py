@@ -221,10 +221,14 @@ def _compete(
         if excess <= 0 and extra <= 0:
             return
     config = section.config
+    full = []
+    if config.budget_tokens is not None:
+        full.append(f"{section.tokens} of {config.budget_tokens} tokens")
+    if config.max_items is not None:
+        full.append(f"{len(section.items)} of {config.max_items} items")
     raise NotAdmitted(
-        f"section {config.name!r} is full ({section.tokens} of {config.budget_tokens} "
-        f"tokens, {len(section.items)} of {config.max_items} items) and its policy is "
-        f"'priority': the incoming item of priority {first[0]} ranks below the residents that "
-        f"would have to leave to make room for its {incoming_tokens} tokens, so it is not "
-        "admitted and nothing was written"
+        f"section {config.name!r} is full ({', '.join(full)}) and its policy is 'priority': "
+        f"the incoming item of priority {first[0]} ranks below the residents that would have "
+        f"to leave to make room for it ({incoming_tokens} tokens), so it is not admitted and "
+        "nothing was written"
     )

@@ -9,10 +9,12 @@ import math
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from eventstore.errors import InvalidInput
 from sections.config import MemoryConfig, load_config
-from sections.errors import BudgetExceeded, ConfigError, ItemTooLarge
+from sections.errors import BudgetExceeded, ConfigError, ItemTooLarge, NotAdmitted
 from sections.memory import Memory
 
 S = 1_000_000_000  # a second of the fake clock, in nanoseconds
@@ -219,6 +221,20 @@ def test_max_items_never_splits_a_group_and_refuse_refuses(tmp_path):
     _same_as_replay(mem, tmp_path / "d")
 
 
+def test_under_priority_the_incoming_items_compete_for_a_place(tmp_path):
+    mem = _open(tmp_path / "d")
+    s = _section(mem, "priority", 2)
+    s.add("notes", "p5", priority=5)
+    s.add("notes", "p3", priority=3)
+    head = mem.writer.size
+    with pytest.raises(NotAdmitted, match=r"2 of 2 items"):
+        s.add("notes", "p1", priority=1)  # it would be the first to leave
+    assert mem.writer.size == head
+    s.add("notes", "new p3", priority=3)  # a tie: the resident leaves
+    assert _contents(s) == ["p5", "new p3"]
+    mem.close()
+
+
 def test_the_token_budget_and_max_items_together(tmp_path):
     """A victim taken while the tokens did not fit has the policy as its reason; one taken only
     for the count, max_items."""
@@ -411,3 +427,104 @@ def test_an_erase_a_crash_interrupted_is_finished_at_open_and_spares_a_new_incar
     again = _open(path, retention_erase=True)  # nothing left to finish: no second erase
     assert len(_records(again, "session.erased")) == 1
     again.close()
+
+
+# ---- properties against a reference model -----------------------------------------------------
+
+_session_steps = st.lists(
+    st.one_of(
+        st.tuples(st.just("create"), st.integers(0, 7)),
+        st.tuples(st.just("touch"), st.integers(0, 7)),
+        st.tuples(st.just("read"), st.integers(0, 7)),
+        st.tuples(st.just("cleanup"), st.integers(0, 40)),
+        st.tuples(st.just("wait"), st.integers(1, 20)),
+    ),
+    min_size=1,
+    max_size=25,
+)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+          HealthCheck.function_scoped_fixture])  # fmt: skip
+@given(steps=_session_steps, limit=st.integers(1, 4))
+def test_sessions_left_are_the_models(tmp_path_factory, steps, limit):
+    """After any mix of creations, activity, reads, waits and cleanups, the live sessions are
+    exactly the reference model's: a creation past `limit` removes the least recently active
+    (a read is not activity), a cleanup those idle longer than its age; replay agrees."""
+    clock = Clock()
+    path = tmp_path_factory.mktemp("model") / "d"
+    mem = _open(path, clock, max_sessions=limit)
+    model: dict[str, tuple[int, int]] = {}  # session -> (last activity ns, order of activity)
+    for n, (op, arg) in enumerate(steps):
+        clock.tick(0.001)
+        name = f"s{arg}"
+        if op == "create" and name not in model:
+            mem.session(name)
+            if len(model) + 1 > limit:
+                for victim in sorted(model, key=model.get)[: len(model) + 1 - limit]:
+                    del model[victim]
+            model[name] = (clock.ns, n)
+        elif op == "touch" and name in model:
+            mem.session(name, create=False).add("messages", "x")
+            model[name] = (clock.ns, n)
+        elif op == "read" and name in model:
+            mem.session(name, create=False).get("messages")
+        elif op == "cleanup":
+            expected = sorted((s for s in model if model[s][0] // 1000 < clock.ns // 1000 - arg
+                               * 1_000_000), key=model.get)  # fmt: skip
+            assert mem.cleanup(arg) == expected
+            for victim in expected:
+                del model[victim]
+        elif op == "wait":
+            clock.tick(arg)
+        assert sorted(_sessions(mem)) == sorted(model)
+    assert mem.rebuild().state_hash() == mem.state_hash()
+    mem.close()
+
+
+_adds = st.lists(
+    st.tuples(
+        st.integers(1, 3),  # items in the add
+        st.sampled_from([None, "g0", "g1", "g2"]),  # the group they join
+        st.integers(1, 12),  # characters of each (tokens: about 4 characters)
+        st.integers(0, 3),  # priority
+    ),
+    min_size=1,
+    max_size=20,
+)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+          HealthCheck.function_scoped_fixture])  # fmt: skip
+@given(adds=_adds, policy=st.sampled_from(["fifo", "lifo", "lru", "lfu", "priority", "refuse"]),
+       max_items=st.integers(1, 6), budget=st.sampled_from([None, 6, 12]))  # fmt: skip
+def test_max_items_holds_and_groups_stay_whole(tmp_path_factory, adds, policy, max_items, budget):
+    """After any adds: the section holds at most max_items items and budget tokens, every
+    refused add appended nothing, an add was refused only by a typed error, every group is
+    whole (all the items ever added to it, or none), and replay agrees."""
+    mem = _open(tmp_path_factory.mktemp("items") / "d")
+    s = mem.session("s", sections={"notes": {"policy": policy, "max_items": max_items,
+                                             "budget_tokens": budget}})  # fmt: skip
+    members: dict[str, set[str]] = {}
+    for count, group, chars, priority in adds:
+        batch = [{"content": "c" * chars, "priority": priority} for _ in range(count)]
+        if group is not None:
+            for item in batch:
+                item["group"] = group
+        head = mem.writer.size
+        try:
+            added = s.add_many("notes", batch)
+        except (BudgetExceeded, ItemTooLarge):
+            assert mem.writer.size == head
+            continue
+        if group is not None:
+            live = {v.id for v in s.get("notes", reader="operator")}
+            members[group] = (members.get(group, set()) & live) | {a.id for a in added}
+        info = mem.session_sections("default", "s")["notes"]
+        assert info["items"] <= max_items
+        assert budget is None or info["tokens"] <= budget
+        live = {v.id for v in s.get("notes", reader="operator")}
+        for group_members in members.values():
+            assert group_members <= live or not (group_members & live)
+    assert mem.rebuild().state_hash() == mem.state_hash()
+    mem.close()

@@ -11,7 +11,10 @@ import httpx
 import pytest
 from server import Server
 
+from eventstore.partitions import partition_of
 from sections.memory import Memory
+from tests.helpers.pg import pg_url  # noqa: F401  (the fixture)
+from tests.helpers.replicas import as_replica, leading, make_replicas, replica, wait_until
 
 A = {"Authorization": "Bearer tok-a"}  # tenant acme, admin
 B = {"Authorization": "Bearer tok-b"}  # tenant globex, read and write only
@@ -172,3 +175,27 @@ def test_the_service_ttl_removes_idle_sessions_and_erases_them(tmp_path):
         assert mem.read(lambda state: state.pending_retention) == {}
     finally:
         mem.close()
+
+
+def test_the_ttl_runs_on_the_partitions_a_replica_leads(pg_url, tmp_path):  # noqa: F811
+    """With a shared store, the TTL runs in every memory the replica leads (two partitions:
+    two tenants that land on different ones are both cleaned)."""
+    _, (data,) = make_replicas(pg_url, tmp_path, 1, partitions=2)
+    config = tmp_path / "memory.toml"
+    config.write_text("[retention]\nsession_ttl_seconds = 1\nttl_interval_seconds = 0.1\n")
+    tenants = ["t0", next(t for t in (f"t{n}" for n in range(1, 50))
+                          if partition_of(t, 2) != partition_of("t0", 2))]  # fmt: skip
+    with replica(data, pg_url, 1.0, "--memory-config", str(config)) as server:
+        wait_until(lambda: leading(server) == {0, 1}, what="the replica to lead both")
+        with httpx.Client(base_url=server.url, timeout=30) as client:
+            for tenant in tenants:
+                headers = as_replica(data, "PUT", "/v1/sessions/idle", tenant)
+                answer = client.put("/v1/sessions/idle", headers=headers)
+                assert answer.status_code == 201, answer.text
+            for tenant in tenants:
+                wait_until(
+                    lambda t=tenant: client.get(
+                        "/v1/sessions/idle", headers=as_replica(data, "GET", "/v1/sessions/idle", t)
+                    ).status_code == 404,
+                    what=f"the TTL to remove {tenant}'s session",
+                )  # fmt: skip
