@@ -14,7 +14,10 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime
 
+import httpx
 import pytest
+from helpers.pg import pg_url  # noqa: F401
+from helpers.replicas import leading, make_replicas, replica, wait_until
 from helpers.tenant_server import A, B, two_tenants
 
 from eventstore.errors import InvalidInput
@@ -324,3 +327,29 @@ def test_memory_endpoints_answer_kaos_shapes_per_tenant(tmp_path):
             assert refused.status_code == 400 and refused.json()["error"]["code"] == "invalid_input"
         assert client.get("/memory/events").status_code == 401
         assert client.get("/readyz").json()["head"] == head  # refusals appended nothing
+
+
+def test_memory_endpoints_on_any_replica_of_a_shared_store(pg_url, tmp_path):  # noqa: F811
+    """In store mode the routes are the partition leader's: the replica that does not lead
+    forwards them, and both answer the same."""
+    _, (a_dir, b_dir) = make_replicas(pg_url, tmp_path, 2)
+    with replica(a_dir, pg_url, 1.0) as a:
+        wait_until(lambda: leading(a) == {0}, what="a to lead")
+        with replica(b_dir, pg_url, 1.0) as b, httpx.Client(timeout=30) as client:
+
+            def put() -> bool:  # forwarded to a, once b knows who leads (503 before)
+                return client.put(f"{b.url}/v1/sessions/chat").status_code in (200, 201)
+
+            wait_until(put, what="b to forward to the leader")
+            items = f"{b.url}/v1/sessions/chat/sections/messages/items"
+            for content, role in (("Hello!", "user"), ("Hi there!", "assistant")):
+                assert (
+                    client.post(items, json={"content": content, "role": role}).status_code == 201
+                )
+            answers = [client.get(f"{r.url}/memory/events").json() for r in (a, b)]
+            assert answers[0] == answers[1]
+            assert [(e["event_type"], e["content"]) for e in answers[0]["events"]] == [
+                ("user_message", "Hello!"), ("agent_response", "Hi there!"),
+            ]  # fmt: skip
+            sessions = client.get(f"{b.url}/memory/sessions").json()
+            assert sessions == {"agent": "default", "sessions": ["chat"], "total": 1}
