@@ -29,7 +29,7 @@ from eventstore.errors import InvalidInput
 from .. import command_specs
 from ..config import MemoryConfig
 from ..errors import ConfigError, SectionNotFound, SessionNotFound
-from ..item_filter import EVENT_TYPES, event_type
+from ..item_filter import event_type
 from ..memory import ItemView, Memory
 from ..observations import TENANT_SESSION
 from ..session import Session
@@ -38,7 +38,6 @@ EVENTS = "events"  # the section KAOS's events are added to
 EVENT_ID = "event_id"  # the item metadata key that keeps KAOS's id of the event
 CONVERSATION = ("user_message", "agent_response")  # what build_conversation_context renders
 CUSTOM = "custom"  # KAOS's catch-all type; any other string is taken as well
-KNOWN_TYPES = (*EVENT_TYPES, CUSTOM)
 DEFAULT_MAX_SESSIONS = 1000
 DEFAULT_MAX_EVENTS = 500
 
