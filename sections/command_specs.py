@@ -35,11 +35,13 @@ from . import (
     commands,
     compaction,
     erase_flow,
+    erasure,
     facts,
     inject,
     observations,
     read_traces,
     render,
+    retention,
     summaries,
 )
 from .commands import Command, Decision, get_session
@@ -257,9 +259,31 @@ def session_id_for(key: str | None) -> str:
 def _create_session(memory, state, tenant, session, args, idem, _expected) -> Decision:
     config, metadata = args
     check_not_reserved(session)
-    return _one(
-        commands.create_session(state, tenant, session, config, memory.counter, metadata, idem)
+    created = commands.create_session(
+        state, tenant, session, config, memory.counter, metadata, idem
     )
+    return Decision((created, *_make_room(memory, state, tenant)))
+
+
+def _make_room(memory: Memory, state: MemoryState, tenant: str) -> list[Command]:
+    """The tenant's `max_sessions`: the least recently active sessions a creation takes past
+    it, each a `session.deleted` (reason `max_sessions`) appended right after the creation."""
+    config = memory.config
+    victims = retention.over_max_sessions(state, tenant, config.max_sessions_for(tenant))
+    return [retention.deletion(s, retention.MAX_SESSIONS, config.retention_erase) for s in victims]
+
+
+def _erases(decision: Decision | None) -> bool:
+    """Whether the decision deleted sessions by retention with `erase`: its erase follows."""
+    return decision is not None and any(
+        c.type == "session.deleted" and c.payload.get("erase") for c in decision.records
+    )
+
+
+def _made(memory: Memory, record: Record | None, decision: Decision | None) -> Record:
+    if _erases(decision):
+        memory.erase_retained()
+    return record  # type: ignore[return-value]
 
 
 def _get_or_create(memory, state, tenant, session, args, _idem, expected) -> Decision | None:
@@ -268,12 +292,67 @@ def _get_or_create(memory, state, tenant, session, args, _idem, expected) -> Dec
     return _create_session(memory, state, tenant, session, args, None, expected)
 
 
-def _created(_memory: Memory, record: Record | None, _decision: Decision | None) -> tuple:
-    return record, record is not None
+def _created(memory: Memory, record: Record | None, decision: Decision | None) -> tuple:
+    return _made(memory, record, decision), record is not None
 
 
-CREATE_SESSION = CommandSpec("create_session", _create_session, "session.created")
-GET_OR_CREATE_SESSION = CommandSpec("get_or_create_session", _get_or_create, result=_created)
+CREATE_SESSION = CommandSpec(
+    "create_session", _create_session, "session.created", result=_made, result_blocks=_erases
+)
+GET_OR_CREATE_SESSION = CommandSpec(
+    "get_or_create_session", _get_or_create, result=_created, result_blocks=_erases
+)
+
+
+# ---- retention (sections/retention.py) --------------------------------------------------------
+
+
+def _cleanup(memory, state, tenant, _session, args, _idem, _expected) -> Decision:
+    """The sessions (of `tenant`, or of every tenant) last active more than `age_us` before this
+    decision's ts, each a `session.deleted` with `reason`; the result names them."""
+    age_us, reason, every_tenant = args
+    cutoff = memory.decision_ts - age_us
+    victims = retention.inactive(state, None if every_tenant else tenant, cutoff)
+    erase = memory.config.retention_erase
+    records = [retention.deletion(s, reason, erase) for s in victims]
+    return Decision(records, [(s.tenant, s.id) for s in victims], state.seq)
+
+
+def _cleaned(memory: Memory, _record: Record | None, decision: Decision | None) -> list:
+    if _erases(decision):
+        memory.erase_retained()
+    return decision.result  # type: ignore[union-attr]
+
+
+def _walk_deleted(memory: Memory, _tenant: str, _session: str, args: tuple) -> tuple:
+    """Outside the lock: the deleted incarnation's records, down its back-links from the
+    deletion (a later incarnation of the same id is not on them)."""
+    (deleted_seq,) = args
+    payload = memory.history.payload_of(memory.record_at(deleted_seq)) or {}
+    head = payload.get("prev_seq")
+    chain = [] if head is None else erasure.session_chain(
+        head, memory.record_at, memory.history.payload_of
+    )  # fmt: skip
+    return deleted_seq, sorted(r.seq for r, _ in chain if r.has_payload)
+
+
+def _erase_deleted(_memory, state, tenant, session, args, _idem, _expected) -> Decision | None:
+    deleted_seq, records = args
+    command = retention.erasure_of_deleted(state, tenant, session, deleted_seq, records)
+    return None if command is None else _one(command)
+
+
+def _redact_deleted(memory: Memory, record: Record | None, decision: Decision | None):
+    if record is None:  # erased already
+        return None
+    return erase_flow.redact_session(memory, record, decision)
+
+
+CLEANUP = CommandSpec("cleanup", _cleanup, result=_cleaned, result_blocks=_erases)
+ERASE_DELETED = CommandSpec(
+    "erase_deleted", _erase_deleted, result=_redact_deleted, prepare=_walk_deleted,
+    result_blocks=True,
+)  # fmt: skip
 
 
 def tenant_session(memory: Memory, state: MemoryState, tenant: str) -> Decision | None:
@@ -607,4 +686,5 @@ SPECS = (
     ADD_ITEMS, COMPACT_FOR_PAYLOAD, UPDATE_ITEM, REMOVE_ITEMS, CONFIGURE_SECTION, COMMIT, END_TURN, END_SESSION,
     DELETE_SESSION, CREATE_SESSION, GET_OR_CREATE_SESSION, READ_ITEMS, READ_STATE, READ_SUMMARIES,
     TRACE_STREAM, ASSEMBLE_CONTEXT, SEARCH, OBSERVE, ERASE_ITEMS, ERASE_SESSION,
+    CLEANUP, ERASE_DELETED,
 )  # fmt: skip

@@ -35,7 +35,7 @@ from .errors import (
     SessionNotFound,
     VersionConflict,
 )
-from .policies import choose_victims
+from .policies import choose_evictions
 from .render import Injection
 from .state import Item, MemoryState, SectionState, SessionState
 from .tokens import TokenCounter, count_input
@@ -198,14 +198,12 @@ def configure_section(
     config = SectionConfig.from_json(name, {**base, **settings})
     payload = base_payload(session, idem)
     payload["config"] = config.to_json()
-    if (
-        section is not None
-        and config.budget_tokens is not None
-        and section.tokens > config.budget_tokens
+    if section is not None and (
+        (config.budget_tokens is not None and section.tokens > config.budget_tokens)
+        or (config.max_items is not None and len(section.items) > config.max_items)
     ):
         trial = SectionState(config, dict(section.items), section.tokens)
-        victims = choose_victims(trial, 0)
-        payload["evicted"] = [{"id": v.id, "reason": config.policy} for v in victims]
+        payload["evicted"] = _evicted(choose_evictions(trial, 0))
     return Command(session.tenant, session.id, name, "section.configured", payload)
 
 
@@ -358,14 +356,20 @@ def add_items(
         )  # fmt: skip
         if found is not None:
             compacted, room = found.compacted, found.trial
-    victims = choose_victims(room, incoming, units, newcomers=newcomers)
+    victims = choose_evictions(room, incoming, units, newcomers=newcomers,
+                               incoming_count=len(new))  # fmt: skip
     payload = base_payload(session, idem)
     payload["items"] = new
     if compacted is not None:
         payload["compacted"] = compacted
     if victims:
-        payload["evicted"] = [{"id": v.id, "reason": section.config.policy} for v in victims]
+        payload["evicted"] = _evicted(victims)
     return Command(session.tenant, session.id, section_name, "item.added", payload)
+
+
+def _evicted(victims: list[tuple[Item, str]]) -> list[dict]:
+    """The record's `evicted`: each victim with its reason (the policy, or `max_items`)."""
+    return [{"id": item.id, "reason": reason} for item, reason in victims]
 
 
 def _newcomers(new: list[dict]) -> dict[str, float]:
@@ -401,11 +405,11 @@ def update_item(
     payload["set"] = dict(changes)
     if "content" in changes:
         payload["tokens"] = checked["tokens"]
-        victims = choose_victims(
+        victims = choose_evictions(
             section, checked["tokens"], frozenset({item.unit}), replacing=item.id
         )
         if victims:
-            payload["evicted"] = [{"id": v.id, "reason": section.config.policy} for v in victims]
+            payload["evicted"] = _evicted(victims)
     return Command(session.tenant, session.id, section_name, "item.updated", payload)
 
 

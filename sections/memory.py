@@ -25,13 +25,14 @@ from pathlib import Path
 from typing import TypeVar
 
 from eventstore.errors import InvalidInput
+from eventstore.identifiers import check_identifier
 from eventstore.layout import DataDir
 from eventstore.reader import LogReader
 from eventstore.record import Record
 from eventstore.store import KeyInfo, open_log
 from eventstore.writer import DEFAULT_SEG_BITS, Durability, LogWriter
 
-from . import command_specs, commands, fact_specs, observations, reads, summaries
+from . import command_specs, commands, fact_specs, observations, reads, retention, summaries
 from .commands import Decision
 from .compaction import Summarizer, checked_summarizer, digest
 from .config import MemoryConfig, load_config
@@ -262,6 +263,7 @@ class Memory(CommandRunner, fact_specs.FactCommands):
             else:
                 purge_snapshots(self.snapshot_dir)
                 self._state.pending_erasures.pop(erase_seq, None)
+        self.erase_retained()  # a retention erase a crash kept from being appended
 
     def _restart(self) -> None:
         """Append what a restart clears (process lifetime) or reverts (commit lifetime), and the
@@ -484,6 +486,51 @@ class Memory(CommandRunner, fact_specs.FactCommands):
         return self.read(
             lambda state: reads.list_sessions(state, tenant, metadata, since, until, offset, limit)
         )
+
+    # ---- retention (sections/retention.py, docs/sections.md "Retention") -----------------------
+
+    def _cleanup_args(self, max_age_seconds: object, tenant: str | None) -> tuple[str, tuple]:
+        tenant = tenant or self.tenant
+        check_identifier("tenant", tenant)
+        return tenant, (retention.max_age_us(max_age_seconds), retention.MAX_AGE, False)
+
+    def cleanup(self, max_age_seconds: float, *, tenant: str | None = None) -> list[str]:
+        """Remove the tenant's sessions whose last activity (`active_ts`) is more than
+        `max_age_seconds` old, each with a `session.deleted` record (reason `max_age`; erased
+        from the files too with `retention_erase`); returns their ids, least recently active
+        first. The reserved session `_tenant` is never removed."""
+        tenant, args = self._cleanup_args(max_age_seconds, tenant)
+        return [sid for _, sid in self.run(command_specs.CLEANUP, tenant, None, args)]
+
+    async def cleanup_async(
+        self, max_age_seconds: float, *, tenant: str | None = None
+    ) -> list[str]:
+        tenant, args = self._cleanup_args(max_age_seconds, tenant)
+        removed = await self.run_async(command_specs.CLEANUP, tenant, None, args)
+        return [sid for _, sid in removed]
+
+    def expire_sessions(self, ttl_seconds: float) -> list[tuple[str, str]]:
+        """The TTL the service applies (`session_ttl_seconds`): `cleanup` over every tenant,
+        reason `ttl`; returns the (tenant, session id) removed."""
+        args = (retention.max_age_us(ttl_seconds), retention.TTL, True)
+        return self.run(command_specs.CLEANUP, self.tenant, None, args)
+
+    async def expire_sessions_async(self, ttl_seconds: float) -> list[tuple[str, str]]:
+        args = (retention.max_age_us(ttl_seconds), retention.TTL, True)
+        return await self.run_async(command_specs.CLEANUP, self.tenant, None, args)
+
+    def erase_retained(self) -> int:
+        """Append the erase of every retention deletion with `erase` whose erase is not in the
+        log yet, and redact (the commands that delete call this once their records are durable;
+        open and heal, for what a crash interrupted). Returns how many were erased."""
+        pending = self.read(
+            lambda state: sorted((seq, t, s) for seq, (t, s, _) in state.pending_retention.items())
+        )
+        done = 0
+        for deleted_seq, tenant, session_id in pending:
+            if self.run(command_specs.ERASE_DELETED, tenant, session_id, (deleted_seq,)):
+                done += 1
+        return done
 
     def stats(self, tenant: str | None = None, session: str | None = None) -> dict:
         found = self.read(lambda state: reads.stats(state, tenant or self.tenant, session))

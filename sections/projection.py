@@ -299,7 +299,11 @@ def redaction_done(state: MemoryState, payload: dict) -> None:
 
 @handles("session.erased")
 def _session_erased(state: MemoryState, _: SessionState | None, r: dict, payload: dict) -> None:
-    state.sessions.pop((r["tenant"], r["session"]), None)
+    deleted = payload.get("deleted_seq")
+    if deleted is None:
+        state.sessions.pop((r["tenant"], r["session"]), None)
+    else:  # retention's erase of an incarnation already deleted: a newer one stays
+        state.pending_retention.pop(deleted, None)
     if payload.get("records"):
         state.pending_erasures[r["seq"]] = payload["records"]
 
@@ -307,6 +311,8 @@ def _session_erased(state: MemoryState, _: SessionState | None, r: dict, payload
 @handles("session.deleted")
 def _deleted(state: MemoryState, _: SessionState | None, r: dict, payload: dict) -> None:
     state.sessions.pop((r["tenant"], r["session"]), None)
+    if payload.get("erase"):  # retention (sections/retention.py): its erase follows
+        state.pending_retention[r["seq"]] = [r["tenant"], r["session"], payload.get("reason", "")]
 
 
 @handles("session.ended")

@@ -458,6 +458,8 @@ def _changes(state: MemoryState, record: Record, content_of: ContentOf) -> list[
     payload = record.payload
     tenant = record.tenant
     if type_ in ("session.deleted", "session.erased"):
+        if "deleted_seq" in payload:  # retention's erase of a deleted incarnation: gone already
+            return []
         return [RemoveWhere(tenant, record.session)]
     session = state.sessions.get((tenant, record.session))
     if session is None:

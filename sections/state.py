@@ -232,6 +232,9 @@ class MemoryState:
     # Erase records whose `redaction` has not been appended yet: erase seq -> seqs to redact.
     # A fact about the log rather than about memory, so it is left out of the state hash.
     pending_erasures: dict[int, list[int]] = field(default_factory=dict)
+    # Retention deletions with `erase` whose `session.erased` is not appended yet (also a fact
+    # about the log, left out of the hash): deletion seq -> [tenant, session, reason].
+    pending_retention: dict[int, list[str]] = field(default_factory=dict)
 
     def to_json(self) -> dict:
         ordered = sorted(self.sessions.items())
@@ -240,12 +243,14 @@ class MemoryState:
             "h": self.h,
             "sessions": [s.to_json() for _, s in ordered],
             "pending_erasures": {str(k): v for k, v in self.pending_erasures.items()},
+            "pending_retention": {str(k): v for k, v in self.pending_retention.items()},
         }
 
     @classmethod
     def from_json(cls, data: dict) -> MemoryState:
         state = cls(seq=data["seq"], h=data["h"])
         state.pending_erasures = {int(k): v for k, v in data.get("pending_erasures", {}).items()}
+        state.pending_retention = {int(k): v for k, v in data.get("pending_retention", {}).items()}
         for s in data["sessions"]:
             session = SessionState.from_json(s)
             state.sessions[(session.tenant, session.id)] = session

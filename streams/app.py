@@ -18,9 +18,9 @@ from starlette.middleware.errors import ServerErrorMiddleware
 from starlette.routing import Match
 from starlette.types import Receive, Scope, Send
 
-from . import agentops_api, api, capture_api, facts_api, openapi, search_api, status, ui
+from . import agentops_api, api, openapi, status, ui
 from .errors import EXCEPTION_HANDLERS
-from .forwarding import ForwardToLeader, LeaderRoutes
+from .forwarding import ForwardToLeader, LeaderRoutes, leader_route_list
 from .guards import GuardPolicy, RequestGuard, body_refusal
 from .routing import ROUTE, TableRouter
 from .service import Service
@@ -86,8 +86,7 @@ def create_app(settings: Settings, service: Service | None = None) -> Starlette:
 
     # The routes that need the partition's leader (store mode forwards them to it); the others
     # every replica answers from its own hub and mirror.
-    leader_routes = api.routes(service) + search_api.routes(service) + facts_api.routes(service)
-    leader_routes += agentops_api.routes(service) + capture_api.routes(service)  # docs/agentops.md
+    leader_routes = leader_route_list(service)
     routes = (
         status.routes(service)
         + agentops_api.health_routes(service)

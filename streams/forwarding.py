@@ -106,12 +106,24 @@ class LeaderRoutes:
         return bool(self._table.candidates(scope))
 
 
-def leader_routes(service) -> LeaderRoutes:
-    from . import api, facts_api, search_api
+def leader_route_list(service) -> list:
+    """The routes that need the partition's leader (store mode forwards them to it): every
+    route that reads or writes a tenant's memory. The app serves these very routes."""
+    from . import agentops_api, api, capture_api, facts_api, kaos_api, retention_api, search_api
 
-    return LeaderRoutes(
-        api.routes(service) + search_api.routes(service) + facts_api.routes(service)
+    return (
+        api.routes(service)
+        + search_api.routes(service)
+        + facts_api.routes(service)
+        + agentops_api.routes(service)  # docs/agentops.md
+        + capture_api.routes(service)
+        + retention_api.routes(service)
+        + kaos_api.routes(service)  # KAOS's /memory/* (docs/adapters/kaos.md)
     )
+
+
+def leader_routes(service) -> LeaderRoutes:
+    return LeaderRoutes(leader_route_list(service))
 
 
 def route_kind(route: Route) -> str:

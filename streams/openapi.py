@@ -219,6 +219,8 @@ def document() -> dict:
             "post": _op("assert a fact learned from this session: sources are its item ids", s + [_IDEM], _FACT, "201", write=True),
             "get": _op("the facts asserted in this session or learned from its items", s + _FACT_QUERY),
         },
+        "/v1/cleanup": {"post": _op("admin: remove the tenant's sessions idle longer than {max_age_seconds} (reason max_age; erased from the files with [retention] erase): {removed, reason, erased}", None,
+                                    {"type": "object", "properties": {"max_age_seconds": {"type": "number", "minimum": 0}}}, write=True)},
         "/v1/stats": {"get": _op("the tenant's totals")},
         "/v1/state": {"get": _op("every session of the tenant at ?at=SEQ")},
         "/v1/log/checkpoint": {"get": _op("the newest signed checkpoint (C2SP signed note), as text")},
@@ -238,6 +240,9 @@ def document() -> dict:
                                  ("/observations/{id}", ("get", "patch", "delete")), ("/search", ("get",)), ("/context", ("get",)),
                                  ("/timeline", ("get",)), ("/stats", ("get",)), ("/export", ("get",)), ("/import", ("post",)),
                                  ("/health", ("get",)))},
+        # KAOS's memory endpoints (streams/kaos_api.py, docs/adapters/kaos.md)
+        "/memory/events": {"get": _op("KAOS: the newest events (?limit=100, max 1000; ?session_id=), oldest first: {agent, events, total}; leaves items.read records (operator)")},
+        "/memory/sessions": {"get": _op("KAOS: the tenant's session ids: {agent, sessions, total}")},
     }  # fmt: skip
     return {
         "openapi": "3.1.0",

@@ -112,6 +112,7 @@ UNKEYED = {  # commands that take no idempotency key
 ELSEWHERE = {"create_session", "get_or_create_session", "search", "observe"}
 ELSEWHERE |= {"read_state", "read_summaries", "trace_stream"}  # tests/test_traced_reads.py
 KEYED_ELSEWHERE = {"create_session"}  # POST /v1/sessions: tests/test_rest_sessions.py
+ELSEWHERE |= {"cleanup", "erase_deleted"}  # tests/test_retention.py, test_retention_http.py
 
 
 def test_the_table_is_covered():

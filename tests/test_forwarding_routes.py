@@ -49,6 +49,8 @@ def _scope(method: str, raw_path: bytes, kind: str = "http") -> dict:
         ("POST", b"/v1/sessions/s/observations"),
         ("GET", b"/v1/summaries"),
         ("GET", b"/v1/sessions/s/summary"),
+        ("GET", b"/memory/events"),  # KAOS's (streams/kaos_api.py)
+        ("GET", b"/memory/sessions"),
         ("POST", b"/v1/sessions/s"),  # a wrong method still goes there: the leader says 405
     ],
 )

@@ -241,6 +241,8 @@ function describe(record, p) {
       return `committed ${ids(p.items)}`;
     case "session.erased":
       return `session erased (${p.reason})`;
+    case "session.deleted":  // retention's deletions say why (docs/events.md, "Retention")
+      return p.reason ? `session deleted (${p.reason})` : "session deleted";
     case "session.summarized": {
       const s = p.summary || {};
       const first = s.first_user && s.first_user.text !== null ? ` · first: ${preview(s.first_user.text, 60)}` : "";
