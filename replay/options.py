@@ -67,7 +67,8 @@ def open_history(log_dir: str, use_snapshots: bool = True) -> History:
 
 # The envelope of a `redaction` record, as the writer lays it out.
 REDACTION_MARK = b'"tenant":"_log","session":"_log","section":"_log","type":"redaction"'
-_ERASE_REQUEST = re.compile(r"(?:items|session)\.erased@(\d+)")  # sections/memory.py
+# `session.erased@<first>..<last>`: sessions erased together by retention (sections/erase_flow.py)
+_ERASE_REQUEST = re.compile(r"(?:items|session)\.erased@(\d+)(?:\.\.\d+)?")  # sections/memory.py
 
 
 def erased_from(redaction: dict) -> int:

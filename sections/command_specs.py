@@ -324,28 +324,35 @@ def _cleaned(memory: Memory, _record: Record | None, decision: Decision | None) 
     return decision.result  # type: ignore[union-attr]
 
 
-def _walk_deleted(memory: Memory, _tenant: str, _session: str, args: tuple) -> tuple:
-    """Outside the lock: the deleted incarnation's records, down its back-links from the
+def _walk_deleted(memory: Memory, _tenant: str, _session: None, args: tuple) -> tuple:
+    """Outside the lock: each deleted incarnation's records, down its back-links from the
     deletion (a later incarnation of the same id is not on them)."""
-    (deleted_seq,) = args
-    payload = memory.history.payload_of(memory.record_at(deleted_seq)) or {}
-    head = payload.get("prev_seq")
-    chain = [] if head is None else erasure.session_chain(
-        head, memory.record_at, memory.history.payload_of
-    )  # fmt: skip
-    return deleted_seq, sorted(r.seq for r, _ in chain if r.has_payload)
+    (deletions,) = args
+    walked = []
+    for deleted_seq, tenant, session in deletions:
+        payload = memory.history.payload_of(memory.record_at(deleted_seq)) or {}
+        head = payload.get("prev_seq")
+        chain = [] if head is None else erasure.session_chain(
+            head, memory.record_at, memory.history.payload_of
+        )  # fmt: skip
+        walked.append(
+            (deleted_seq, tenant, session, sorted(r.seq for r, _ in chain if r.has_payload))
+        )
+    return (walked,)
 
 
-def _erase_deleted(_memory, state, tenant, session, args, _idem, _expected) -> Decision | None:
-    deleted_seq, records = args
-    command = retention.erasure_of_deleted(state, tenant, session, deleted_seq, records)
-    return None if command is None else _one(command)
+def _erase_deleted(_memory, state, _tenant, _session, args, _idem, _expected) -> Decision | None:
+    """One `session.erased` per deletion still waiting for its erase, appended together."""
+    (walked,) = args
+    made = (retention.erasure_of_deleted(state, t, s, d, seqs) for d, t, s, seqs in walked)
+    records = [command for command in made if command is not None]
+    return Decision(records, len(records)) if records else None
 
 
-def _redact_deleted(memory: Memory, record: Record | None, decision: Decision | None):
+def _redact_deleted(memory: Memory, record: Record | None, decision: Decision | None) -> int:
     if record is None:  # erased already
-        return None
-    return erase_flow.redact_session(memory, record, decision)
+        return 0
+    return erase_flow.redact_sessions(memory, record, decision.result)  # type: ignore[union-attr, arg-type]
 
 
 CLEANUP = CommandSpec("cleanup", _cleanup, result=_cleaned, result_blocks=_erases)

@@ -523,14 +523,16 @@ class Memory(CommandRunner, fact_specs.FactCommands):
         """Append the erase of every retention deletion with `erase` whose erase is not in the
         log yet, and redact (the commands that delete call this once their records are durable;
         open and heal, for what a crash interrupted). Returns how many were erased."""
-        pending = self.read(
-            lambda state: sorted((seq, t, s) for seq, (t, s, _) in state.pending_retention.items())
+        by_reason: dict[str, list[tuple[int, str, str]]] = {}
+        for seq, (tenant, session_id, reason) in sorted(
+            self.read(lambda state: list(state.pending_retention.items()))
+        ):
+            by_reason.setdefault(reason, []).append((seq, tenant, session_id))
+        # One redaction per reason (a redaction record has one), of all its sessions at once.
+        return sum(
+            self.run(command_specs.ERASE_DELETED, self.tenant, None, (deletions,))
+            for deletions in by_reason.values()
         )
-        done = 0
-        for deleted_seq, tenant, session_id in pending:
-            if self.run(command_specs.ERASE_DELETED, tenant, session_id, (deleted_seq,)):
-                done += 1
-        return done
 
     def stats(self, tenant: str | None = None, session: str | None = None) -> dict:
         found = self.read(lambda state: reads.stats(state, tenant or self.tenant, session))

@@ -291,10 +291,19 @@ def _created(state: MemoryState, _: SessionState | None, r: dict, payload: dict)
 
 
 def redaction_done(state: MemoryState, payload: dict) -> None:
-    """A `redaction` whose request is `<erase type>@<seq>` completes that erase."""
-    kind, _, seq = str(payload.get("request", "")).partition("@")  # "…@E#2/5": not the last chunk
-    if kind in ("items.erased", "session.erased") and seq.isdigit():
-        state.pending_erasures.pop(int(seq), None)
+    """A `redaction` whose request is `<erase type>@<seq>` completes that erase; one whose
+    request is `session.erased@<first>..<last>` completes every erase in that range (retention
+    erases sessions together, sections/erase_flow.py `redact_sessions`)."""
+    kind, _, seqs = str(payload.get("request", "")).partition("@")  # "…@E#2/5": not the last chunk
+    if kind not in ("items.erased", "session.erased"):
+        return
+    first, dots, last = seqs.partition("..")
+    if first.isdigit() and not dots:
+        state.pending_erasures.pop(int(first), None)
+    elif first.isdigit() and last.isdigit():
+        low, high = int(first), int(last)
+        for seq in [s for s in state.pending_erasures if low <= s <= high]:
+            del state.pending_erasures[seq]
 
 
 @handles("session.erased")

@@ -398,6 +398,29 @@ def test_with_erase_the_content_is_gone_from_the_files(tmp_path):
     assert b"secret-by-max-sessions-1187" not in snapshots
 
 
+def test_the_sessions_a_cleanup_erases_are_redacted_together(tmp_path):
+    """One redaction for all of them (one rewrite of the segments, not one per session), named
+    `session.erased@<first>..<last>`; every erase is then complete, live and in replay."""
+    clock = Clock()
+    path = tmp_path / "d"
+    mem = _open(path, clock, retention_erase=True)
+    for n in range(3):
+        mem.session(f"s{n}").add("messages", f"together-{n}-3307")
+    mem.session("young")
+    clock.tick(100)
+    mem.session("young").add("messages", "young-and-kept-5150")
+    assert mem.cleanup(50) == ["s0", "s1", "s2"]
+    erased = _records(mem, "session.erased")
+    (redaction,) = _records(mem, "redaction")
+    assert redaction.payload["request"] == f"session.erased@{erased[0].seq}..{erased[-1].seq}"
+    assert redaction.payload["reason"] == "max_age"
+    assert mem.read(lambda state: (state.pending_erasures, state.pending_retention)) == ({}, {})
+    assert mem.rebuild().pending_erasures == {}
+    _same_as_replay(mem, path, retention_erase=True)
+    data = _log_bytes(path)
+    assert b"-3307" not in data and b"young-and-kept-5150" in data
+
+
 def test_an_erase_a_crash_interrupted_is_finished_at_open_and_spares_a_new_incarnation(tmp_path):
     """The deletion is durable, its erase is not (a crash between them): the next open erases
     the deleted incarnation, and only it: the session created again under the same id stays."""

@@ -89,6 +89,11 @@ def test_a_bad_cleanup_is_400_json_with_nothing_appended(client, body):
     assert client.get("/v1/sessions/stays", headers=A).status_code == 200
 
 
+def test_openapi_lists_the_cleanup_route(client):
+    paths = client.get("/openapi.json").json()["paths"]
+    assert "max_age_seconds" in str(paths["/v1/cleanup"]["post"])
+
+
 def test_cleanup_needs_the_admin_scope(client):
     head = _head(client)
     _refused(client.post("/v1/cleanup", json={"max_age_seconds": 0}, headers=B), 403, "forbidden")
