@@ -18,7 +18,7 @@ from starlette.middleware.errors import ServerErrorMiddleware
 from starlette.routing import Match
 from starlette.types import Receive, Scope, Send
 
-from . import api, facts_api, openapi, search_api, status, ui
+from . import api, facts_api, openapi, proofs_api, search_api, status, ui
 from .errors import EXCEPTION_HANDLERS
 from .forwarding import ForwardToLeader, LeaderRoutes
 from .guards import GuardPolicy, RequestGuard, body_refusal
@@ -89,6 +89,7 @@ def create_app(settings: Settings, service: Service | None = None) -> Starlette:
     leader_routes = api.routes(service) + search_api.routes(service) + facts_api.routes(service)
     routes = (
         status.routes(service)
+        + proofs_api.routes(service)
         + leader_routes
         + channels.routes(service)
         + openapi.routes()
