@@ -21,6 +21,7 @@ import pytest
 from helpers.cli import ledgermem
 from server import Server
 
+from eventstore.checkpoint import VerifierKey, parse_checkpoint
 from eventstore.merkle import root, verify_consistency, verify_inclusion
 from eventstore.reader import LogReader
 from eventstore.tiles import (
@@ -34,6 +35,8 @@ from eventstore.tiles import (
 )
 from eventstore.writer import Durability
 from sections.memory import Memory
+from tests.helpers.pg import pg_url  # noqa: F401  (the fixture)
+from tests.helpers.replicas import leading, make_replicas, replica, wait_until
 
 RECORDS = 700  # past two full level-0 tiles, so level 1 has a partial tile of width 2
 GO_SOURCE = Path(__file__).parent / "go" / "tlogtiles"
@@ -285,14 +288,18 @@ def go_client(tmp_path_factory):
             pytest.fail("CI needs Go and golang.org/x/mod (.ci/run installs golang-go and "
                         "golang-golang-x-mod-dev)")  # fmt: skip
         pytest.skip("Go's tile client needs Debian's golang-go and golang-golang-x-mod-dev")
-    out = tmp_path_factory.mktemp("go")
+    return build_go_client(tmp_path_factory.mktemp("go") / "tlogtiles")
+
+
+def build_go_client(binary: Path) -> Path:
+    """Build in GOPATH mode against Debian's golang.org/x/mod: nothing is downloaded."""
     env = {**os.environ, "GO111MODULE": "off", "GOPATH": str(GOPATH),
-           "GOCACHE": str(out / "cache"), "GOFLAGS": ""}  # fmt: skip
+           "GOCACHE": str(binary.parent / "gocache"), "GOFLAGS": ""}  # fmt: skip
     subprocess.run(
-        [go, "build", "-o", str(out / "tlogtiles"), "."],
+        [shutil.which("go"), "build", "-o", str(binary), "."],
         cwd=GO_SOURCE, env=env, check=True, capture_output=True, timeout=300,
     )  # fmt: skip
-    return out / "tlogtiles"
+    return binary
 
 
 def test_go_s_tlog_follows_the_tiles_and_proves_every_record(log, go_client, tmp_path):
@@ -337,3 +344,34 @@ def test_with_tokens_entry_bundles_are_the_operator_s_and_proofs_a_tenant_s_own(
         assert status("/v1/log/proof/inclusion", "other", seq=3) == 404  # not beta's
         assert status("/v1/log/proof/inclusion", "op", seq=3) == 200
         assert status("/v1/log/tile/0/000", "nobody") == 401
+
+
+def test_in_store_mode_each_partition_is_a_tiled_log_on_every_replica(pg_url, tmp_path):  # noqa: F811
+    """Two partitions, one replica: each partition's checkpoint and tiles under its own prefix,
+    signed by its own key, and Go's client follows each one."""
+    info, (data,) = make_replicas(pg_url, tmp_path, 1, partitions=2)
+    with replica(data, pg_url, 1.0) as server:
+        wait_until(lambda: leading(server) == {0, 1}, what="leadership")
+        for n in range(20):
+            httpx.put(f"{server.url}/v1/sessions/s{n}", timeout=10).raise_for_status()
+        for partition in (0, 1):
+            prefix = f"{server.url}/v1/log/partitions/{partition}"
+            vkey = info.vkeys[partition]
+
+            def signed_size(prefix=prefix, vkey=vkey) -> int:
+                text = httpx.get(prefix + "/checkpoint", timeout=10).text
+                return parse_checkpoint(text, VerifierKey.parse(vkey)).size
+
+            # the mirror's checkpoint follows the leader's: wait until it covers some records
+            wait_until(lambda f=signed_size: f() > 0, what=f"a checkpoint of partition {partition}")
+            size = signed_size()
+            tile = httpx.get(prefix + f"/tile/0/000.p/{min(size, 255)}", timeout=10)
+            assert tile.status_code == 200 and len(tile.content) == 32 * min(size, 255)
+            if shutil.which("go") and (GOPATH / "src/golang.org/x/mod/sumdb/tlog").is_dir():
+                binary = tmp_path / "tlogtiles"
+                if not binary.exists():
+                    build_go_client(binary)
+                seen = subprocess.run([binary, prefix, vkey], capture_output=True, timeout=120)
+                assert seen.returncode == 0, seen.stderr
+                assert orjson.loads(seen.stdout)["entries_checked"] >= size
+        assert httpx.get(f"{server.url}/v1/log/partitions/2/checkpoint").status_code == 404
