@@ -18,7 +18,7 @@ from starlette.middleware.errors import ServerErrorMiddleware
 from starlette.routing import Match
 from starlette.types import Receive, Scope, Send
 
-from . import agentops_api, api, openapi, status, ui
+from . import agentops_api, api, openapi, proofs_api, status, ui
 from .errors import EXCEPTION_HANDLERS
 from .forwarding import ForwardToLeader, LeaderRoutes, leader_route_list
 from .guards import GuardPolicy, RequestGuard, body_refusal
@@ -90,6 +90,7 @@ def create_app(settings: Settings, service: Service | None = None) -> Starlette:
     routes = (
         status.routes(service)
         + agentops_api.health_routes(service)
+        + proofs_api.routes(service)
         + leader_routes
         + channels.routes(service)
         + openapi.routes()

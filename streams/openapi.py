@@ -139,6 +139,17 @@ _ITEM_FILTERS = [_types("kind"), *_READ_FILTERS]
 _EVENT_FILTERS = [_types("type"), *_READ_FILTERS]
 
 
+_TILE_LEVEL = {"name": "level", "in": "path", "required": True, "schema": {"type": "string"},
+               "description": "0..63, or `entries` on the entries route"}  # fmt: skip
+_TILE_INDEX = {"name": "index", "in": "path", "required": True, "schema": {"type": "string"},
+               "description": "3-digit elements, all but the last x-prefixed; `.p/W` for a partial tile"}  # fmt: skip
+
+
+def _int_query(name: str, required: bool = False) -> dict:
+    return {"name": name, "in": "query", "required": required,
+            "schema": {"type": "integer", "minimum": 0}}  # fmt: skip
+
+
 def _op(
     summary: str,
     params: list | None = None,
@@ -224,6 +235,10 @@ def document() -> dict:
         "/v1/stats": {"get": _op("the tenant's totals")},
         "/v1/state": {"get": _op("every session of the tenant at ?at=SEQ")},
         "/v1/log/checkpoint": {"get": _op("the newest signed checkpoint (C2SP signed note), as text")},
+        "/v1/log/tile/{level}/{index}": {"get": _op("C2SP tlog-tiles: 256 (or .p/W) hashes of the tree of the newest checkpoint; index as x001/x234/067 (docs/proofs.md)", [_TILE_LEVEL, _TILE_INDEX])},
+        "/v1/log/tile/entries/{index}": {"get": _op("C2SP tlog-tiles entry bundle: the records' leaf preimages, u16-length-prefixed (admin with tokens)", [_TILE_INDEX])},
+        "/v1/log/proof/inclusion": {"get": _op("RFC 9162 inclusion proof of ?seq=N to the signed checkpoint of ?size=M (default newest); format=text: C2SP tlog-proof", [_int_query("seq", True), _int_query("size")])},
+        "/v1/log/proof/consistency": {"get": _op("RFC 9162 consistency proof from ?old=A to the signed checkpoint of ?new=B (default newest)", [_int_query("old", True), _int_query("new")])},
         "/v1/log/status": {"get": _op("head seq, newest checkpoint size and age, subscribers, background verifier")},
         "/v1/stream/sse": {"get": _op("Server-Sent Events: id = seq, data = the record; Last-Event-ID resumes; typed=1 adds event:", [_AFTER, *_FILTERS])},
         "/v1/stream/ws": {"get": _op("WebSocket: send {after, filter, partition} first; each text frame is one record")},
