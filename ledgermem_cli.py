@@ -14,7 +14,10 @@ import sys
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("streams.cli_serve", "run the HTTP service (REST, SSE, WebSocket, JSONL, long-poll)"),
-    "verify": ("eventstore.cli_verify", "verify a log directory offline (log-format.md §10)"),
+    "verify": (
+        "eventstore.cli_verify",
+        "verify a log directory offline (docs/format.md section 10)",
+    ),
     "vkey": ("eventstore.cli_keys", "print the log's verifier key"),
     "demo": ("eventstore.cli_demo", "write, read back and verify a small log in a data directory"),
     "replay": (
@@ -41,7 +44,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "replay.cli_tail",
         "follow a running server's JSONL stream, resuming after disconnects",
     ),
-    "redact": ("replay.cli_redact", "erase payloads by seq, offline (log-format.md section 9)"),
+    "redact": ("replay.cli_redact", "erase payloads by seq, offline (docs/format.md section 9)"),
     "erase": ("replay.cli_erase", "erase a session (or items) from a data directory, offline"),
     "init-store": (
         "eventstore.pg.cli_init_store",

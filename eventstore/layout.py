@@ -1,4 +1,4 @@
-"""Names and places of the files in a log directory and a data directory (log-format.md §1).
+"""Names and places of the files in a log directory and a data directory (docs/format.md section 1).
 
 A data directory holds the log and, beside it, what must not be inside it:
 

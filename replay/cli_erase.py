@@ -2,7 +2,7 @@
 
 The same erase as the service's `POST /v1/sessions/{session}/erase`, run by `Memory` on the data
 directory: an `items.erased` or `session.erased` record with a content-free restatement of every
-record it removes, the redaction of those payloads (log-format.md section 9, the checkpoint
+record it removes, the redaction of those payloads (docs/format.md section 9, the checkpoint
 re-signed with the directory's key), and the snapshots purged. Without `--item` every payload the
 session ever wrote goes. It takes the writer lock, so it refuses while the service runs.
 """

@@ -3,7 +3,7 @@
 Records go to stdout, each line's exact bytes and a newline, or with `--mirror DIR` into a log
 directory laid out like the server's, which `ledgermem verify` checks (replay/mirror.py). The
 cursor is the seq of the last record taken: every reconnect asks for `after=<that seq>`, so a
-server restart or a broken connection neither repeats nor skips a record (wire.md, the cursor).
+server restart or a broken connection neither repeats nor skips a record (docs/wire.md, the cursor).
 
 One thread reads the stream and queues complete lines; the main thread writes them out, fetches
 checkpoints for a mirror, and stops on a target seq or a signal. Only the standard library's

@@ -198,8 +198,8 @@ def document() -> dict:
             "title": "ledgermem",
             "version": "1",
             "description": "Memory for AI agents on a signed, hash-chained log. Credentials: Authorization: Bearer, "
-            "a token query parameter, or the ledgermem_token cookie. The wire contract is normative: "
-            "shared/spec/wire.md.",
+            "a token query parameter, or the ledgermem_token cookie. The wire contract (command line, "
+            "writes, cursor, streams) is docs/wire.md of the repository.",
         },
         "paths": paths,
     }

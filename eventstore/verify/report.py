@@ -1,4 +1,4 @@
-"""The verifier's answer: the verdict, the first error, and the report of log-format.md
+"""The verifier's answer: the verdict, the first error, and the report of docs/format.md
 section 10 (`Report.to_json`), or text for people (`Report.render_text`)."""
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ class Report:
         return 1 if self.verdict == FAIL else 0
 
     def to_json(self) -> dict:
-        """The report of log-format.md section 10, as JSON-ready values."""
+        """The report of docs/format.md section 10, as JSON-ready values."""
         anchor = None
         if self.anchor is not None:
             anchor = {"source": self.anchor.source, "size": self.anchor.size}
