@@ -28,6 +28,7 @@ from collections.abc import Callable
 from urllib.parse import urlencode, urlsplit
 
 from eventstore.errors import InvalidInput, LedgerError
+from eventstore.wording import count
 
 from .mirror import Mirror, MirrorError
 from .options import add_filters
@@ -72,7 +73,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="exit once the server's head at start is written",
     )
     parser.add_argument(
-        "--to-seq", type=int, metavar="N", help="exit once the record with seq N is written"
+        "--to",
+        "--to-seq",
+        dest="to_seq",
+        type=int,
+        metavar="N",
+        help="exit once the record with seq N is written",
     )
     parser.add_argument(
         "--checkpoint-every",
@@ -379,9 +385,9 @@ class MirrorSink:
                 break
             time.sleep(0.2)
         return (
-            f"mirror {self.mirror.path}: {self.mirror.size} records, checkpoint "
+            f"mirror {self.mirror.path}: {count(self.mirror.size, 'record')}, checkpoint "
             f"{self.mirror.checkpoint_size}"
-            + (f", {self.redacted} payloads redacted" if self.redacted else "")
+            + (f", {count(self.redacted, 'payload')} redacted" if self.redacted else "")
         )
 
     def close(self) -> None:

@@ -54,6 +54,7 @@ from .service import NotLeaderHere
 FILTER_KEYS = ("tenant", "session", "section", "type")
 DEFAULT_LIMIT = 100
 DEFAULT_WAIT = 30.0
+KEEP_ALIVE_LINE = b"\n"  # what an idle JSONL stream sends every heartbeat_seconds
 FIRST_FRAME_SECONDS = 30.0
 WS_POLICY_VIOLATION = 1008
 WS_GOING_AWAY = 1001
@@ -498,12 +499,20 @@ class Channels:
             await _error_response(exc)(scope, receive, send)
             return
 
+        beat = self.service.settings.heartbeat_seconds
+
         async def stream() -> None:
             await send({"type": "http.response.start", "status": 200, "headers": JSONL_HEADERS})
-            async for delivery in subscription:
+            while (delivery := await subscription.next(beat)) is not None:
                 if delivery.items:
                     body = b"\n".join([item.line for item in delivery.items]) + b"\n"
-                    await send({"type": "http.response.body", "body": body, "more_body": True})
+                elif delivery.caught_up is None:
+                    # Idle for `beat` seconds: an empty line, which is no record, so that clients
+                    # and proxies can tell a quiet stream from a dead one (docs/wire.md).
+                    body = KEEP_ALIVE_LINE
+                else:
+                    continue
+                await send({"type": "http.response.body", "body": body, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
 
         try:

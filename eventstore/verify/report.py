@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..wording import count
+
 FAIL = "FAIL"
 VALID_EXTERNAL = "VALID-EXTERNAL"
 VALID_LOCAL = "VALID-LOCAL"
@@ -112,7 +114,7 @@ class Report:
             if e.seq is not None:
                 where += f" (seq {e.seq})"
             out.append(f"  first error: {where}: [{e.check}] {e.message}")
-        out.append(f"  records: {self.records} in {self.segments} segment file(s)")
+        out.append(f"  records: {self.records} in {count(self.segments, 'segment file')}")
         if self.verdict != FAIL:
             if self.anchor is None:
                 out.append("  anchor: none")
