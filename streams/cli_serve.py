@@ -16,7 +16,6 @@ import sys
 
 from eventstore.errors import LedgerError
 
-
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 
 
