@@ -242,8 +242,8 @@ def document() -> dict:
         "/v1/log/status": {"get": _op("head seq, newest checkpoint size and age, subscribers, background verifier")},
         "/v1/stream/sse": {"get": _op("Server-Sent Events: id = seq, data = the record; Last-Event-ID resumes; typed=1 adds event:", [_AFTER, *_FILTERS])},
         "/v1/stream/ws": {"get": _op("WebSocket: send {after, filter, partition} first; each text frame is one record")},
-        "/v1/stream/jsonl": {"get": _op("application/x-ndjson: one record a line; follow=1 stays open", [_AFTER, *_FILTERS])},
-        "/v1/events": {"get": _op("long-poll: {records, next, head}; waits up to wait=S (max 60) for a match", [_AFTER, *_FILTERS])},
+        "/v1/stream/jsonl": {"get": _op("application/x-ndjson: one record a line, and an empty line (a keep-alive, no record) every heartbeat_seconds while idle; follow=1 stays open", [_AFTER, *_FILTERS])},
+        "/v1/events": {"get": _op("long-poll: {records, next, head}; waits up to wait=S (default 30, max 60) for a match", [_AFTER, *_FILTERS])},
         "/healthz": {"get": _op("alive")},
         "/readyz": {"get": _op("ready to serve (503 while starting or stopping)")},
         "/metrics": {"get": _op("Prometheus text format")},
@@ -265,8 +265,8 @@ def document() -> dict:
             "title": "ledgermem",
             "version": "1",
             "description": "Memory for AI agents on a signed, hash-chained log. Credentials: Authorization: Bearer, "
-            "a token query parameter, or the ledgermem_token cookie. The wire contract is normative: "
-            "shared/spec/wire.md.",
+            "a token query parameter, or the ledgermem_token cookie. The wire contract (command line, "
+            "writes, cursor, streams) is docs/wire.md of the repository.",
         },
         "paths": paths,
     }
