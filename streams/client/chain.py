@@ -53,7 +53,9 @@ class ChainCheck:
         try:
             checked = check_line(line)
         except LineError as exc:
-            raise ChainBroken(exc.check, f"a streamed record fails {exc.check}: {exc}", line)
+            raise ChainBroken(
+                exc.check, f"a streamed record fails {exc.check}: {exc}", line
+            ) from exc
         record = checked.obj
         seq = record["seq"]
         if seq <= self.seq:
