@@ -14,6 +14,9 @@ import asyncio
 import contextlib
 import random
 import socket
+import subprocess
+import sys
+import threading
 import time
 from pathlib import Path
 
@@ -133,6 +136,49 @@ def test_a_subscriber_gets_every_record_once_in_order_across_a_kill_9_and_restar
     # Every write made through the outage was applied exactly once.
     assert sorted(item["content"] for item in items["items"]) == sorted(contents)
     assert len(acked) == len(contents)
+
+
+def test_a_sync_subscriber_follows_a_graceful_restart_and_misses_nothing(tmp_path):
+    """SIGTERM ends every stream cleanly (the WebSocket closes with 1001); the subscriber comes
+    back when the service does and carries on after its cursor."""
+    data, port = tmp_path / "data", free_port()
+    servers = [Server(data, port, "--unsafe-no-fsync").start()]
+    got: list = []
+    failure: list[BaseException] = []
+
+    def follow() -> None:
+        try:
+            with Client(servers[0].url) as client:
+                subscription = client.subscribe(transport="ws")
+                for record in subscription:
+                    got.append(record)
+                    if (
+                        record.type == "item.added"
+                        and record.payload["items"][0]["content"] == "end"
+                    ):
+                        break
+                subscription.close()
+                got.append(subscription.state)
+        except BaseException as exc:  # reported by the test, not lost in the thread
+            failure.append(exc)
+
+    follower = threading.Thread(target=follow)
+    follower.start()
+    try:
+        with Client(servers[0].url, retry=PATIENT) as client:
+            client.create_session("graceful")
+            client.add_item("graceful", "messages", "before")
+            servers[0].stop()
+            servers.append(Server(data, port, "--unsafe-no-fsync").start())
+            client.add_item("graceful", "messages", "end")
+        follower.join(30)
+    finally:
+        servers[-1].kill()
+    assert not failure and not follower.is_alive()
+    *records, state = got
+    assert [record.line for record in records] == file_lines(data)[: len(records)]
+    assert {"log.close", "log.resume"} <= {record.type for record in records}
+    assert state.connections >= 2 and state.duplicates == 0
 
 
 def test_a_sync_subscription_resumes_where_another_left_off_and_checks_the_link(service):
@@ -338,6 +384,62 @@ def test_a_call_to_a_service_that_is_gone_fails_after_its_tries():
     with client, pytest.raises(errors.ConnectionFailed) as failed:
         client.get_session("x")
     assert failed.value.tries == 3
+
+
+class AnswerBusyFirst(httpx.HTTPTransport):
+    """Answers the first request as the service does past its connection budget (503, plain
+    text, Retry-After), then lets every request through."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent: list[httpx.Request] = []
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        self.sent.append(request)
+        if len(self.sent) == 1:
+            headers = {"Retry-After": "0.05", "Content-Type": "text/plain"}
+            return httpx.Response(503, headers=headers, content=b"too many connections\n")
+        return super().handle_request(request)
+
+
+def test_a_503_is_retried_with_the_same_key_and_a_4xx_is_not(service):
+    transport = AnswerBusyFirst()
+    with Client(service.url, transport=transport) as client:
+        created = client.create_session("busy")
+        with pytest.raises(errors.NotFound):
+            client.get_session("busy/none")
+    assert created["created"] is True
+    assert [r.method for r in transport.sent] == ["PUT", "PUT", "GET"]
+    assert (
+        transport.sent[0].headers["idempotency-key"] == transport.sent[1].headers["idempotency-key"]
+    )
+
+
+def test_a_503_that_does_not_go_away_is_raised_typed_with_its_retry_after():
+    class AlwaysBusy(httpx.BaseTransport):
+        def handle_request(self, request):
+            body = b'{"error":{"code":"io_error","message":"EIO"}}'
+            return httpx.Response(503, headers={"Retry-After": "0"}, content=body)
+
+    client = Client(retry=Retry(tries=2, base=0.0), transport=AlwaysBusy())
+    with client, pytest.raises(errors.WriteFailed) as failed:
+        client.end_session("s")
+    assert failed.value.code == "io_error" and failed.value.retry_after == 0.0
+    assert isinstance(failed.value, errors.Unavailable)
+
+
+def test_importing_the_client_loads_neither_the_service_nor_its_web_stack():
+    script = (
+        "import sys, streams.client\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('starlette', 'uvicorn', 'sse_starlette', 'sections', 'prometheus_client')"
+        " or m in ('streams.app', 'streams.api', 'streams.service')))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True,
+        cwd=Path(__file__).parent.parent,
+    )  # fmt: skip
+    assert out.stdout.strip() == "[]"
 
 
 # ---- the pure parts
