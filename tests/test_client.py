@@ -33,6 +33,7 @@ from streams.client import (
     ChainBroken,
     Client,
     Retry,
+    StreamClosed,
     errors,
 )
 from streams.client.chain import ChainCheck
@@ -54,8 +55,8 @@ def free_port() -> int:
 class Server(ServeProcess):
     """On a port of the test's choosing, so that a restart comes back at the same address."""
 
-    def __init__(self, data_dir: Path, port: int, *args: str) -> None:
-        super().__init__(data_dir, "--port", str(port), "--seg-bits", "6", *args)
+    def __init__(self, data_dir: Path, port: int, *args: str, env: dict | None = None) -> None:
+        super().__init__(data_dir, "--port", str(port), "--seg-bits", "6", *args, env=env)
 
 
 def file_lines(data: Path) -> list[bytes]:
@@ -81,58 +82,66 @@ def service(tmp_path_factory):
 # ---- a subscription across kill -9 and restart
 
 
-@pytest.mark.parametrize("transport", ["sse", "ws"])
-def test_a_subscriber_gets_every_record_once_in_order_across_a_kill_9_and_restart(
-    tmp_path, transport
-):
+def test_subscribers_get_every_record_once_in_order_across_a_kill_9_and_restart(tmp_path):
+    """An SSE and a WebSocket subscriber follow the log while the service is killed (SIGKILL)
+    mid-stream, with writes in flight, and restarted on the same port and data directory."""
     data, port = tmp_path / "data", free_port()
     servers = [Server(data, port).start()]
-    contents = [f"{transport} {i} {SPECIAL}" for i in range(40)]
+    contents = [f"{i} {SPECIAL}" for i in range(40)]
     acked: list[dict] = []
 
-    async def main() -> tuple[list, object]:
+    async def main():
         async with AsyncClient(servers[0].url, retry=PATIENT) as client:
             await client.create_session("crash/a:b@c")
-            subscription = client.subscribe(transport=transport)
-            got: list = []
+            subscriptions = {t: client.subscribe(transport=t) for t in ("sse", "ws")}
+            got: dict[str, list] = {t: [] for t in subscriptions}
 
-            async def follow() -> None:
-                async for record in subscription:
-                    got.append(record)
+            async def follow(transport: str) -> None:
+                async for record in subscriptions[transport]:
+                    got[transport].append(record)
 
             async def write() -> None:
                 for content in contents:
                     acked.append(await client.add_item("crash/a:b@c", "messages", content))
 
+            def live() -> bool:
+                return len(acked) >= 15 and all(g and g[-1].seq >= 16 for g in got.values())
+
             async def crash_and_restart() -> None:
-                await wait_for(lambda: len(acked) >= 15 and got and got[-1].seq >= 16, "live")
+                await wait_for(live, "both subscribers live")
                 await asyncio.to_thread(servers[0].kill)  # mid-stream, with writes in flight
-                await asyncio.sleep(0.3)  # the writer and the subscriber meet a dead port
+                await asyncio.sleep(0.3)  # the writer and the subscribers meet a dead port
                 servers.append(await asyncio.to_thread(Server(data, port).start))
 
-            follower = asyncio.create_task(follow())
+            followers = [asyncio.create_task(follow(t)) for t in subscriptions]
             await asyncio.gather(write(), crash_and_restart())
             lines = file_lines(data)
             head = orjson.loads(lines[-1])["seq"]
-            await wait_for(lambda: subscription.cursor >= head, "the subscriber to reach the head")
-            follower.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await follower
-            await subscription.aclose()
+            for subscription in subscriptions.values():
+                await wait_for(lambda s=subscription: s.cursor >= head, "the head")
+            for follower in followers:
+                follower.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await follower
+            for subscription in subscriptions.values():
+                await subscription.aclose()
             items = await client.get_items("crash/a:b@c", "messages")
-            return got, subscription, lines, items
+            return got, subscriptions, lines, items
 
     try:
-        got, subscription, lines, items = asyncio.run(main())
+        got, subscriptions, lines, items = asyncio.run(main())
     finally:
         servers[-1].kill()
     # Every record, once, in order, as the file's exact bytes, up to the head after the writes
     # (opening a stream appends its own trace, so the log may have grown since).
     final = file_lines(data)
-    assert len(got) >= len(lines) and [record.line for record in got] == final[: len(got)]
-    assert [r.seq for r in got] == list(range(len(got)))
-    assert any(record.type == "log.resume" for record in got)  # the restart is in the stream
-    assert subscription.state.connections >= 2 and subscription.state.duplicates == 0
+    for transport, records in got.items():
+        assert len(records) >= len(lines), transport
+        assert [record.line for record in records] == final[: len(records)], transport
+        assert [r.seq for r in records] == list(range(len(records)))
+        assert any(record.type == "log.resume" for record in records)  # the restart
+        state = subscriptions[transport].state
+        assert state.connections >= 2 and state.duplicates == 0
     # Every write made through the outage was applied exactly once.
     assert sorted(item["content"] for item in items["items"]) == sorted(contents)
     assert len(acked) == len(contents)
@@ -196,6 +205,38 @@ def test_a_sync_subscription_resumes_where_another_left_off_and_checks_the_link(
     assert [r.type for r in seen] == ["session.created", *["item.added"] * 3]
     assert [r.payload["items"][0]["content"] for r in more] == [f"second {i}" for i in range(3)]
     assert all(a.seq < b.seq for a, b in zip([*seen, *more], [*seen, *more][1:], strict=False))
+
+
+def test_with_a_token_streams_are_its_tenants_and_a_forbidden_filter_is_a_typed_refusal(
+    tmp_path,
+):
+    env = {"LEDGERMEM_TOKENS": "tok-a:acme:read+write,tok-b:other:read+write"}
+    with Server(tmp_path / "data", free_port(), "--unsafe-no-fsync", env=env) as server:
+        with Client(server.url, token="tok-b") as other:
+            other.create_session("theirs")
+        with Client(server.url, token="tok-a") as client:
+            client.create_session("ours")
+            client.add_item("ours", "messages", "one")
+            got = {}
+            for transport in ("sse", "ws"):
+                with client.subscribe(transport=transport) as subscription:
+                    got[transport] = [next(subscription) for _ in range(2)]
+                    assert subscription.state.chain.contiguous is False  # the tenant is forced
+            refusals = []
+            for transport in ("sse", "ws"):
+                subscription = client.subscribe({"tenant": "other"}, transport=transport)
+                with pytest.raises(errors.ClientError) as refused:
+                    next(subscription)
+                refusals.append((type(refused.value), subscription.state.connections))
+        with pytest.raises(errors.Unauthorized):
+            Client(server.url).get_session("ours")
+    for records in got.values():
+        assert [(r.data["tenant"], r.type) for r in records] == [
+            ("acme", "session.created"),
+            ("acme", "item.added"),
+        ]
+    # Refused at once, never retried: 403 on the SSE request, a 1008 close on the WebSocket.
+    assert refusals == [(errors.Forbidden, 0), (StreamClosed, 1)]
 
 
 # ---- writes: idempotency, If-Match, typed errors

@@ -9,18 +9,12 @@ from collections.abc import AsyncIterator
 
 import httpx
 from websockets.asyncio.client import connect as ws_connect
-from websockets.exceptions import InvalidStatus
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from .base import CALL_RETRY, DEFAULT_URL, IDLE_TIMEOUT, SUBSCRIBE_RETRY, ClientBase
 from .calls import Answer, Call, finish
 from .errors import ApiError, ChainBroken, ConnectionFailed, error_for, parse_retry_after
-from .failures import (
-    FINAL_CLOSE_CODES,
-    TRANSIENT,
-    StreamClosed,
-    handshake_error,
-    lower_headers,
-)
+from .failures import TRANSIENT, final_close, handshake_error, lower_headers
 from .retry import Attempts, Retry
 from .sse import SseDecoder
 from .subscription import StreamRecord, SubscriptionState
@@ -200,10 +194,13 @@ class AsyncSubscription:
         async with ws:
             self.state.connections += 1
             attempts.succeeded()
-            await ws.send(self.state.ws_first_frame())
-            async for message in ws:
-                record = self.state.accept_ws(message)
-                if record is not None:
-                    yield record
-        if ws.close_code in FINAL_CLOSE_CODES:
-            raise StreamClosed(ws.close_code, ws.close_reason or "")
+            try:
+                await ws.send(self.state.ws_first_frame())
+                async for message in ws:
+                    record = self.state.accept_ws(message)
+                    if record is not None:
+                        yield record
+            except ConnectionClosed as exc:
+                final_close(exc, None, None)
+                raise
+        final_close(None, ws.close_code, ws.close_reason)
