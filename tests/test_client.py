@@ -499,6 +499,32 @@ def test_backoff_is_jittered_exponential_bounded_and_honours_retry_after():
     assert all(d is not None for d in delays[:3]) and delays[3] is None  # 4 tries in all
 
 
+def test_every_code_the_service_answers_has_its_own_class_under_its_status():
+    from streams import errors as server_errors  # the test may load the service; the client not
+
+    answered = {(status, code) for _, status, code in server_errors._STATUS}
+    answered |= {(status, code) for status, code in server_errors._CAUSES.values()}
+    answered |= {(421, "not_leader"), (503, "unavailable"), (503, "write_failed"), (429, "busy")}
+    answered |= {(403, "forbidden_origin"), (415, "unsupported_media_type"), (421, "unknown_host")}
+    for status, code in sorted(answered):
+        body = orjson.dumps({"error": {"code": code, "message": "m"}})
+        error = errors.error_for(status, {}, body)
+        assert type(error) is errors.BY_CODE[code], code
+        assert isinstance(error, errors.BY_STATUS[status]) and error.status == status, code
+        assert (error.code, error.message, error.body) == (code, "m", orjson.loads(body))
+    # A code this client does not know, or one under a status it never comes with, keeps the
+    # class of its status; a body that is not JSON keeps its text.
+    assert type(errors.error_for(409, {}, b'{"error":{"code":"new","message":"m"}}')) is (
+        errors.Conflict
+    )
+    assert type(errors.error_for(404, {}, b'{"error":{"code":"busy","message":"m"}}')) is (
+        errors.NotFound
+    )
+    plain = errors.error_for(503, {"retry-after": "2"}, b"too many connections; retry later\n")
+    assert type(plain) is errors.Unavailable and plain.retry_after == 2.0
+    assert plain.message == "too many connections; retry later" and plain.body is None
+
+
 def test_sse_is_split_on_line_endings_only_and_keeps_the_exact_bytes():
     line = '{"x":"a\u2028b\u0085c"}'.encode()
     stream = b": ping\n\nid: 7\r\ndata: " + line + b"\r\n\r\nid: 8\ndata: x\n"
