@@ -18,7 +18,7 @@ from starlette.middleware.errors import ServerErrorMiddleware
 from starlette.routing import Match
 from starlette.types import Receive, Scope, Send
 
-from . import api, facts_api, openapi, search_api, status, ui
+from . import api, facts_api, mcp_mount, openapi, search_api, status, ui
 from .errors import EXCEPTION_HANDLERS
 from .forwarding import ForwardToLeader, LeaderRoutes
 from .guards import GuardPolicy, RequestGuard, body_refusal
@@ -93,6 +93,7 @@ def create_app(settings: Settings, service: Service | None = None) -> Starlette:
         + channels.routes(service)
         + openapi.routes()
         + ui.routes(service)
+        + mcp_mount.routes(service)  # none without the `mcp` extra (docs/mcp.md)
     )
     guard = GuardPolicy.from_settings(settings)
     app = LedgerApp(
