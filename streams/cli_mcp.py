@@ -11,7 +11,7 @@ import argparse
 import os
 import sys
 
-from eventstore.errors import InvalidInput
+from eventstore.errors import InvalidInput, LedgerError
 
 from .settings import DEFAULT_TENANT
 
@@ -44,6 +44,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from .mcp_mount import available
+
+    if not available():
+        raise LedgerError(
+            "the mcp package is not installed: pip install 'ledgermem[mcp]' (docs/mcp.md)"
+        )
     import anyio
 
     from .mcp_tools import DEFAULT_SESSION, checked_session

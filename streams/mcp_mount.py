@@ -56,9 +56,9 @@ def routes(service: Service) -> list[RawRoute]:
     if not available():
         log.info("the mcp package is not installed: no /mcp endpoint")
         return []
-    mount = McpMount(service)
-    handlers = {"GET": mount, "POST": mount, "DELETE": mount}
-    return [RawRoute(PATH, handlers)]
+    # POST only: stateless, there is no stream to open with GET and no session to DELETE; the
+    # spec's answer to both is 405, which the route gives (with `Allow: POST`).
+    return [RawRoute(PATH, {"POST": McpMount(service)})]
 
 
 class McpMount:
