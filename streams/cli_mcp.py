@@ -121,8 +121,18 @@ async def _serve_http(server, host: str, port: int) -> None:
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
+    sock.listen(128)  # connections wait from the moment the port is printed
     bound = sock.getsockname()[1]
     name = f"[{host}]" if ":" in host else host
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig, frame) -> None:
+            # SIGTERM/SIGINT stop serving; the signal is not raised again afterwards (uvicorn's
+            # default), so the memory still closes its log and the exit code is 0.
+            if self.should_exit:
+                self.force_exit = True
+            self.should_exit = True
+
     config = uvicorn.Config(app, log_level="warning", access_log=False)
     print(f"listening on http://{name}:{bound}/mcp", file=sys.stderr, flush=True)
-    await uvicorn.Server(config).serve(sockets=[sock])
+    await Server(config).serve(sockets=[sock])

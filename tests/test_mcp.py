@@ -15,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -205,6 +207,53 @@ def test_stdio_on_a_data_directory(tmp_path: Path) -> None:
         memory.close()
 
 
+def test_the_commands_http_transport(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    command = [sys.executable, "-m", "ledgermem_cli", "mcp", "--data", str(data)]
+    proc = subprocess.Popen(
+        [*command, "--transport", "http", "--port", "0", "--session", "h"],
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **ENV},
+    )
+    try:
+        line = proc.stderr.readline()  # type: ignore[union-attr]
+        assert line.startswith("listening on http://127.0.0.1:"), line
+        url = line.split()[-1]
+
+        async def scenario() -> tuple[dict, dict]:
+            async with Client(url) as client:
+                saved = structured(await client.call_tool("mem_save", {
+                    "type": "bugfix", "title": "Flaky login", "content": "clock skew on CI",
+                }))  # fmt: skip
+                hits = structured(await client.call_tool("mem_search", {"query": "clock skew"}))
+                return saved, hits
+
+        saved, hits = run(scenario())
+        assert [h["id"] for h in hits["hits"]] == [saved["id"]] and saved["session"] == "h"
+        # The SDK's own Host and Origin checks guard the loopback port (DNS rebinding).
+        rebound = httpx.post(url, json={}, headers={"Host": "evil.example"})
+        assert rebound.status_code == 421
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(PATIENCE) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    memory = Memory.open(data)  # closed cleanly: the save is in the log
+    try:
+        assert [i.id for i in memory.session("h", create=False).get("observations")] == [
+            saved["id"]
+        ]
+    finally:
+        memory.close()
+    refused_host = subprocess.run(
+        [*command, "--transport", "http", "--host", "0.0.0.0"],
+        env={**os.environ, **ENV}, capture_output=True, text=True, timeout=PATIENCE,
+    )  # fmt: skip
+    assert refused_host.returncode == 2 and "loopback only" in refused_host.stderr
+
+
 # ---- a running service: /mcp over streamable HTTP, and stdio with --url --------------------------
 
 
@@ -369,8 +418,6 @@ def test_the_service_starts_without_the_mcp_package(tmp_path: Path) -> None:
             f"{server.url}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "ping"}
         )
         assert missing.status_code == 404
-    import subprocess
-
     done = subprocess.run(
         [sys.executable, "-m", "ledgermem_cli", "mcp", "--data", str(tmp_path / "data")],
         env={**os.environ, **env},
