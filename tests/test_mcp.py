@@ -54,12 +54,12 @@ def stdio(*args: str) -> Client:
 
 
 @contextlib.asynccontextmanager
-async def over_http(url: str, token: str | None, session: str | None = None, **headers):
+async def over_http(url: str, token: str | None, session: str | None = None, mode="auto"):
     query = f"?session={session}" if session else ""
     auth = {"Authorization": f"Bearer {token}"} if token else {}
     async with (
-        httpx2.AsyncClient(headers={**auth, **headers}, timeout=PATIENCE) as http,
-        Client(streamable_http_client(f"{url}/mcp{query}", http_client=http)) as client,
+        httpx2.AsyncClient(headers=auth, timeout=PATIENCE) as http,
+        Client(streamable_http_client(f"{url}/mcp{query}", http_client=http), mode=mode) as client,
     ):
         yield client
 
@@ -309,6 +309,13 @@ def test_streamable_http_in_the_service(service: httpx.Client) -> None:
                 await b.read_resource("ledgermem://sessions/http-1/sections/observations")
             )
             assert section["items"] == []  # B's own session of that name, made by mem_context
+
+        # A client of the 2025 protocol (the initialize handshake) gets the same answers.
+        async with over_http(url, "tok-a", session="http-1", mode="legacy") as old:
+            again = structured(await old.call_tool("mem_save", {
+                "type": "discovery", "title": "Export retries", "content": content,
+            }))  # fmt: skip
+            assert (again["id"], again["tier"]) == (saved["id"], "duplicate")
 
     run(scenario())
 
