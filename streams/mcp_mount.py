@@ -30,6 +30,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from eventstore.errors import LedgerError
 
+from .auth import authenticate_scope
 from .errors import ApiError, error_response
 from .routing import RawRoute
 from .service import Service
@@ -96,7 +97,8 @@ class McpMount:
                     "shutting_down",
                     "the service is shutting down; retry against the restarted service",
                 )
-            principal = service.principal_of(scope, "read")
+            # Each tool call checks the scope it needs (`_resolve`); here only who is calling.
+            principal = authenticate_scope(scope, service.settings, service.replica_secret)
             session = _session_of(scope)
         except ApiError as exc:
             headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else exc.headers
@@ -107,10 +109,10 @@ class McpMount:
             return
         scope[PRINCIPAL] = principal
         scope[SESSION] = session
-        await self._ensure_running()
-        self._inflight += 1
+        self._inflight += 1  # counted from here: the manager stops only once none is left
         self._idle.clear()
         try:
+            await self._ensure_running()
             await self.manager.handle_request(scope, receive, _with_headers(send))
         finally:
             self._inflight -= 1

@@ -23,7 +23,6 @@ from pathlib import Path
 import httpx
 import orjson
 import pytest
-from helpers.tenant_server import two_tenants
 from server import ROOT, Server
 from stream_clients import sse_records
 
@@ -259,7 +258,18 @@ def test_the_commands_http_transport(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def service(tmp_path_factory):
-    with two_tenants(tmp_path_factory.mktemp("mcp")) as client:
+    """A real `ledgermem serve`: tenants acme (tok-a; tok-r reads only) and globex (tok-b)."""
+    root = tmp_path_factory.mktemp("mcp")
+    config = root / "settings.toml"
+    config.write_text(
+        '[[tokens]]\ntoken = "tok-a"\ntenant = "acme"\nscopes = ["read", "write"]\n'
+        '[[tokens]]\ntoken = "tok-r"\ntenant = "acme"\nscopes = ["read"]\n'
+        '[[tokens]]\ntoken = "tok-b"\ntenant = "globex"\nscopes = ["read", "write"]\n'
+    )
+    with (
+        Server(root / "data", "--config", str(config)) as server,
+        httpx.Client(base_url=server.url, timeout=PATIENCE) as client,
+    ):
         yield client
 
 
@@ -309,6 +319,17 @@ def test_streamable_http_in_the_service(service: httpx.Client) -> None:
                 await b.read_resource("ledgermem://sessions/http-1/sections/observations")
             )
             assert section["items"] == []  # B's own session of that name, made by mem_context
+
+        # A read-only token of A's tenant reads A's memory and cannot write to it.
+        async with over_http(url, "tok-r", session="http-1") as reader:
+            hits = structured(await reader.call_tool("mem_search", {"query": "export retries"}))
+            assert [h["id"] for h in hits["hits"]] == [saved["id"]]
+            before = await head()
+            text = await refused(
+                reader, "mem_save", {"type": "bugfix", "title": "t", "content": "c"}
+            )
+            assert "forbidden: this token lacks the 'write' scope" in text
+            assert await head() == before
 
         # A client of the 2025 protocol (the initialize handshake) gets the same answers.
         async with over_http(url, "tok-a", session="http-1", mode="legacy") as old:
