@@ -266,11 +266,15 @@ def service(tmp_path_factory):
         '[[tokens]]\ntoken = "tok-r"\ntenant = "acme"\nscopes = ["read"]\n'
         '[[tokens]]\ntoken = "tok-b"\ntenant = "globex"\nscopes = ["read", "write"]\n'
     )
-    with (
-        Server(root / "data", "--config", str(config)) as server,
-        httpx.Client(base_url=server.url, timeout=PATIENCE) as client,
-    ):
-        yield client
+    server = Server(root / "data", "--config", str(config)).start()
+    try:
+        with httpx.Client(base_url=server.url, timeout=PATIENCE) as client:
+            yield client
+    finally:
+        code = server.stop()
+        server.kill()
+    # After MCP calls the service still stops as before: streams ended, log closed, exit 0.
+    assert code == 0, server.output[-20:]
 
 
 def readyz_head(client: httpx.Client):
