@@ -67,8 +67,11 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.url is not None:
         return anyio.run(_serve_url, args, args.url, token, session)
+    from eventstore.identifiers import check_identifier
+
+    tenant = check_identifier("tenant", args.tenant or DEFAULT_TENANT)
     data = args.data or os.environ.get("LEDGERMEM_DATA") or "ledgermem-data"
-    return anyio.run(_serve_data, args, data, args.tenant or DEFAULT_TENANT, session)
+    return anyio.run(_serve_data, args, data, tenant, session)
 
 
 async def _serve_data(args: argparse.Namespace, data: str, tenant: str, session: str) -> int:
