@@ -58,6 +58,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "replay.cli_backup",
         "a consistent copy of a data directory, while the service runs",
     ),
+    "mcp": (
+        "streams.cli_mcp",
+        "serve the memory as MCP tools over stdio or HTTP (needs the `mcp` extra)",
+    ),
 }
 
 
