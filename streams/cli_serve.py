@@ -76,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
     from .connections import ConnectionBudget, framed_websocket_protocol, guarded_protocol
     from .service import Service
     from .settings import load_settings
+    from .telemetry import Telemetry
 
     try:
         settings = load_settings(
@@ -118,8 +119,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"connections     {budget.describe()}", flush=True)
         print(f"listening on {url}", flush=True)
 
+    try:
+        telemetry = Telemetry.from_env()  # None unless OTEL_* ask for traces
+    except ValueError as exc:
+        return _refuse(str(exc))
     service = Service(settings, announce, url)
     app = create_app(settings, service)
+    if telemetry is not None:
+        service.tracing = telemetry.tracing
+        app = telemetry.instrument(app)
 
     class Server(uvicorn.Server):
         def handle_exit(self, sig, frame) -> None:
@@ -160,6 +168,8 @@ def run(args: argparse.Namespace) -> int:
         finally:
             phase[0] = "stop"
             await service.shutdown()
+            if telemetry is not None:
+                await asyncio.to_thread(telemetry.shutdown)  # the last spans exported
 
     try:
         with asyncio.Runner(loop_factory=config.get_loop_factory()) as runner:

@@ -95,6 +95,8 @@ class Service:
         # What signs and checks forwarded requests (streams/replica_secret.py); None: none.
         self.replica_secret: bytes | None = None  # loaded at startup
         self._in_flight_write = InFlightWrite(self)
+        # The memory's tracing hook (streams/telemetry.py), set before startup; None: untraced.
+        self.tracing = None
 
     @property
     def writer(self):
@@ -169,6 +171,7 @@ class Service:
             checkpoint_interval=s.checkpoint_interval,
             dedup_window_us=s.dedup_window_us,
         )
+        self.memory.tracing = self.tracing
         self.writer.add_listener(self.metrics.on_records)
         self.writer.fsync_observer = self.metrics.on_fsync
         self.metrics.head.set(self.writer.size - 1)
