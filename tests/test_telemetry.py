@@ -1,0 +1,318 @@
+"""OpenTelemetry tracing (docs/telemetry.md): spans for HTTP requests, appends and context
+assembly that say what the log says, and none unless configured.
+
+The span contents are checked on the real app under a real uvicorn in a thread of the test
+process, so the test's tracer provider (the SDK's InMemorySpanExporter) is the one the service
+traces into; the configuration by OTEL_* variables on a real `ledgermem serve` subprocess that
+exports over OTLP/HTTP to a receiver the test runs on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http.server
+import socket
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from sections.memory import Memory
+from sections.tracing import OBSERVATION_EVENT
+from streams.app import create_app
+from streams.service import Service
+from streams.settings import Settings
+from streams.telemetry import Telemetry, configured
+from tests.server import Server
+
+ITEMS = "/v1/sessions/{session}/sections/{section}/items"
+
+
+class TracedServer:
+    """The real app (create_app) traced into an in-memory exporter, on uvicorn in a thread."""
+
+    def __init__(self, data: Path) -> None:
+        self.exporter = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(self.exporter))
+        telemetry = Telemetry(provider)
+        self.service = Service(Settings(data=str(data), unsafe_no_fsync=True))
+        self.service.tracing = telemetry.tracing  # as `ledgermem serve` does when configured
+        app = telemetry.instrument(create_app(self.service.settings, self.service))
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        self.sock.bind(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]})
+
+    def __enter__(self) -> TracedServer:
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            assert time.monotonic() < deadline and self.thread.is_alive(), "no server"
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.service.begin_shutdown_threadsafe()
+        self.server.should_exit = True
+        self.thread.join(30)
+
+    def spans(self, name: str, count: int = 1) -> list:
+        """The finished spans called `name`, once there are `count` of them (a server span ends
+        just after its response is sent, so it may finish after the client has the answer)."""
+        deadline = time.monotonic() + 10
+        while True:
+            found = [s for s in self.exporter.get_finished_spans() if s.name == name]
+            if len(found) >= count or time.monotonic() > deadline:
+                return found
+            time.sleep(0.01)
+
+
+@pytest.fixture
+def traced(tmp_path):
+    with TracedServer(tmp_path / "data") as srv, httpx.Client(base_url=srv.url, timeout=30) as c:
+        srv.client = c
+        yield srv
+
+
+def test_an_http_request_yields_a_server_span_named_by_its_route_with_its_status(traced):
+    assert traced.client.put("/v1/sessions/user%2F1").status_code == 201
+    assert traced.client.get("/v1/sessions/nobody").status_code == 404
+    assert traced.client.get("/no/such/route").status_code == 404
+    put = traced.spans("PUT /v1/sessions/{session}")
+    get = traced.spans("GET /v1/sessions/{session}")
+    assert len(put) == len(get) == 1
+    for span, status in ((put[0], 201), (get[0], 404)):
+        assert span.kind.name == "SERVER"
+        assert span.attributes["http.route"] == "/v1/sessions/{session}"
+        assert _status(span) == status
+    # The ids in the path never name a span; a path no route has is named by its method alone.
+    names = [s.name for s in traced.exporter.get_finished_spans()]
+    assert not any("user" in n or "nobody" in n or "/no/such" in n for n in names)
+    assert len(traced.spans("GET", 1)) == 1
+    # No per-message receive/send spans: one server span per request, the memory's below it.
+    spans = traced.exporter.get_finished_spans()
+    assert all(s.kind.name == "SERVER" or s.name.startswith("ledgermem.") for s in spans)
+    assert len([s for s in spans if s.kind.name == "SERVER"]) == 3
+
+
+def test_an_add_yields_an_append_span_whose_seqs_and_size_are_the_records_in_the_log(traced):
+    c = traced.client
+    c.put("/v1/sessions/s")
+    traced.exporter.clear()
+    answer = c.post(
+        ITEMS.format(session="s", section="messages"),
+        json={"items": [{"content": "one", "role": "user"}, {"content": "two", "role": "user"}]},
+    )
+    assert answer.status_code == 201
+    seq = answer.json()["record"]["seq"]
+    (server,) = traced.spans("POST " + ITEMS)  # the lean route's express lane is traced too
+    assert _status(server) == 201
+    (append,) = traced.spans("ledgermem.append")
+    record = traced.service.reader.get(seq)
+    assert append.attributes["ledgermem.seq.first"] == append.attributes["ledgermem.seq.last"]
+    assert append.attributes["ledgermem.seq.first"] == seq
+    assert append.attributes["ledgermem.batch.records"] == 1
+    assert append.attributes["ledgermem.batch.items"] == len(record.payload["items"]) == 2
+    assert list(append.attributes["ledgermem.record.types"]) == [record.type] == ["item.added"]
+    # One trace: the request, the command inside it, the append inside that.
+    (command,) = traced.spans("ledgermem.add_items")
+    assert append.parent.span_id == command.context.span_id
+    assert command.parent.span_id == server.context.span_id
+
+
+def test_concurrent_adds_share_append_spans_that_cover_exactly_their_records(traced):
+    """Adds on distinct sessions in one event-loop turn go to the writer as one group: every
+    append span's seq range holds exactly its records, and the spans cover every add once."""
+    sessions = [f"c{n}" for n in range(12)]
+    for s in sessions:
+        traced.client.put(f"/v1/sessions/{s}")
+    traced.exporter.clear()
+
+    async def add_all() -> list[int]:
+        async with httpx.AsyncClient(base_url=traced.url, timeout=30) as client:
+            answers = await asyncio.gather(
+                *(
+                    client.post(ITEMS.format(session=s, section="messages"), json={"content": s})
+                    for s in sessions
+                )
+            )
+        assert [a.status_code for a in answers] == [201] * len(sessions)
+        return [a.json()["record"]["seq"] for a in answers]
+
+    seqs = asyncio.run(add_all())
+    spans = traced.spans("ledgermem.append")
+    covered = []
+    for span in spans:
+        first, last = span.attributes["ledgermem.seq.first"], span.attributes["ledgermem.seq.last"]
+        records = [traced.service.reader.get(seq) for seq in range(first, last + 1)]
+        assert span.attributes["ledgermem.batch.records"] == len(records)
+        assert span.attributes["ledgermem.batch.commands"] == len(records)  # one record per add
+        assert span.attributes["ledgermem.batch.items"] == sum(
+            len(r.payload["items"]) for r in records
+        )
+        covered.extend(range(first, last + 1))
+    assert sorted(covered) == sorted(seqs)
+
+
+def test_a_context_span_lists_each_injected_observation_as_the_record_does(traced):
+    c = traced.client
+    c.put("/v1/sessions/s")
+    c.post(ITEMS.format(session="s", section="messages"), json={"content": "hi", "role": "user"})
+    for title, content in (
+        ("Database", "PostgreSQL for the ledger index, chosen in May"),
+        ("Latency", "fsync dominates write latency on this disk"),
+        ("Tone", "answer briefly"),
+        ("Ledger", "the ledger database keeps every record"),
+    ):
+        assert c.post("/v1/observations", json={"type": "decision", "title": title,
+                                                 "content": content}).status_code == 201  # fmt: skip
+    traced.exporter.clear()
+    query = "which database for the ledger?"
+    answer = c.post("/v1/sessions/s/context", json={"query": query, "observations": 3})
+    assert answer.status_code == 200
+    seq = answer.json()["record"]["seq"]
+    (span,) = traced.spans("ledgermem.assemble_context")
+    record = traced.service.reader.get(seq)  # from the log's files
+    injected = [e for e in record.payload["manifest"] if e.get("inject") == "observation"]
+    # Two search hits first, then the backfill by recency, ranked 1..3.
+    assert [e["method"] for e in injected] == ["bm25", "bm25", "recency"]
+    assert [e["rank"] for e in injected] == [1, 2, 3]
+    assert all(e["score"] > 0 for e in injected[:2]) and "score" not in injected[2]
+    assert injected[0]["score"] >= injected[1]["score"]
+    assert record.payload["inject"]["query"] == query
+    # The span says the same, event for event.
+    assert span.attributes["ledgermem.seq"] == seq
+    assert span.attributes["ledgermem.context.query"] == query
+    assert span.attributes["ledgermem.context.observations"] == 3
+    events = [(e.name, dict(e.attributes)) for e in span.events]
+    assert events == [
+        (
+            OBSERVATION_EVENT,
+            {
+                "ledgermem.item.id": e["id"],
+                "ledgermem.session": e["session"],
+                "ledgermem.tokens": e["tokens"],
+                "ledgermem.rank": e["rank"],
+                "ledgermem.method": e["method"],
+                **({"ledgermem.score": e["score"]} if "score" in e else {}),
+            },
+        )
+        for e in injected
+    ]
+    (server,) = traced.spans("POST /v1/sessions/{session}/context")
+    assert span.context.trace_id == server.context.trace_id
+
+
+def test_the_new_manifest_fields_keep_replay_exact(tmp_path):
+    """The fields only add to the entries: `context_at` renders the same messages, and the
+    state rebuilt from the log equals the live one."""
+    mem = Memory.open(tmp_path / "d")
+    try:
+        s = mem.session("s")
+        s.add("messages", "What database should we use?", role="user")
+        mem.observe("decision", "Database", "PostgreSQL for the ledger index")
+        mem.observe("preference", "Tone", "answer briefly")
+        record, messages = s.assemble(4000, query="database", observations=2)
+        assert mem.context_at(record.seq) == messages
+        assert mem.rebuild().state_hash() == mem.state_hash()
+    finally:
+        mem.close()
+
+
+@pytest.mark.parametrize(
+    ("environ", "on"),
+    [
+        ({}, False),
+        ({"OTEL_SERVICE_NAME": "x", "OTEL_RESOURCE_ATTRIBUTES": "a=b"}, False),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}, True),
+        ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:4318/v1/traces"}, True),
+        ({"OTEL_TRACES_EXPORTER": "console"}, True),
+        ({"OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://h:4318"}, False),
+        ({"OTEL_SDK_DISABLED": "true", "OTEL_TRACES_EXPORTER": "otlp"}, False),
+    ],
+)
+def test_tracing_is_on_only_when_the_otel_variables_ask_for_it(environ, on):
+    assert configured(environ) is on
+    telemetry = Telemetry.from_env(environ)
+    assert (telemetry is not None) is on
+    if telemetry is not None:
+        telemetry.shutdown()
+
+
+def test_a_served_log_traces_only_when_configured(tmp_path):
+    """`ledgermem serve` with an OTLP endpoint exports its spans there (resource
+    service.name=ledgermem); with OTEL_TRACES_EXPORTER=none and the same endpoint, nothing."""
+    with OtlpReceiver() as receiver:
+        env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url, "OTEL_BSP_SCHEDULE_DELAY": "50"}
+        for name, extra, expect in (("on", {}, True), ("off", {"OTEL_TRACES_EXPORTER": "none"}, False)):  # fmt: skip
+            receiver.requests.clear()
+            with Server(tmp_path / name, env={**env, **extra}) as srv:
+                assert httpx.put(f"{srv.url}/v1/sessions/s", timeout=30).status_code == 201
+            spans = receiver.spans()  # the server has stopped: its last spans were flushed
+            names = {s.name for _, s in spans}
+            if expect:
+                assert {"PUT /v1/sessions/{session}", "ledgermem.append"} <= names
+                assert {service for service, _ in spans} == {"ledgermem"}
+            else:
+                assert spans == []
+
+
+class OtlpReceiver:
+    """A minimal OTLP/HTTP trace receiver on 127.0.0.1: keeps each request's protobuf body."""
+
+    def __init__(self) -> None:
+        self.requests: list[bytes] = []
+        received = self.requests
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 (the standard library's name)
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                if self.path == "/v1/traces":
+                    received.append(body)
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> OtlpReceiver:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def spans(self) -> list[tuple[str, object]]:
+        """(service.name, span) for every span received."""
+        out = []
+        for body in self.requests:
+            request = ExportTraceServiceRequest.FromString(body)
+            for resource_spans in request.resource_spans:
+                attributes = {
+                    a.key: a.value.string_value for a in resource_spans.resource.attributes
+                }
+                for scope_spans in resource_spans.scope_spans:
+                    out.extend((attributes.get("service.name"), s) for s in scope_spans.spans)
+        return out
+
+
+def _status(span) -> int:
+    """The response status, under the old or the stable HTTP semantic conventions' name."""
+    attributes = span.attributes
+    return attributes.get("http.response.status_code", attributes.get("http.status_code"))
