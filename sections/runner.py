@@ -55,7 +55,7 @@ from .history import History
 from .projection import apply
 from .search import SearchIndex
 from .state import Item, MemoryState
-from .tracing import Tracing, append_attributes, describe
+from .tracing import Tracing
 
 Decide = Callable[[MemoryState], Decision | None]
 
@@ -103,7 +103,7 @@ class CommandRunner:
             return self._run(spec, tenant, session, args, idempotency_key, expected_version)
         with tracing.command(spec.name, tenant, session) as span:
             result = self._run(spec, tenant, session, args, idempotency_key, expected_version)
-            span.done(*describe(spec.name, result))
+            span.done(result)
             return result
 
     def _run(self, spec, tenant, session, args, idempotency_key, expected_version):
@@ -147,7 +147,7 @@ class CommandRunner:
             result = await self._run_async(
                 spec, tenant, session, args, idempotency_key, expected_version
             )
-            span.done(*describe(spec.name, result))
+            span.done(result)
             return result
 
     async def _run_async(self, spec, tenant, session, args, idempotency_key, expected_version):
@@ -279,9 +279,7 @@ class CommandRunner:
         records = pending.records
         tracing = self.tracing
         if tracing is not None:  # from the submit until a waiter sees the group durable
-            self._append_spans[pending] = tracing.append(
-                append_attributes(records, len(group.tickets))
-            )
+            self._append_spans[pending] = tracing.append(records, len(group.tickets))
         try:
             for n, entry in enumerate(group.entries):
                 # Apply what was logged, parsed back from its JCS bytes, exactly as replay will

@@ -28,8 +28,9 @@ Event = tuple[str, Attributes]
 
 
 class CommandSpan(Protocol):
-    def done(self, attributes: Attributes, events: list[Event]) -> None:
-        """Add what the command's result says (called once, before the span ends)."""
+    def done(self, result: object) -> None:
+        """The command's result (called once, before the span ends): a tracer that records the
+        span adds what `describe` says of it."""
 
 
 class Tracing(Protocol):
@@ -38,8 +39,11 @@ class Tracing(Protocol):
     ) -> AbstractContextManager[CommandSpan]:
         """A span for one command, current inside the `with` (an error leaving it is recorded)."""
 
-    def append(self, attributes: Attributes) -> Callable[[BaseException | None], None]:
-        """Start an append's span now; the function returned ends it (with the write's error)."""
+    def append(
+        self, records: list[Record], commands: int
+    ) -> Callable[[BaseException | None], None]:
+        """Start the span of one group's append now (a tracer that records it adds
+        `append_attributes`); the function returned ends it, with the write's error if any."""
 
 
 OBSERVATION_EVENT = "ledgermem.observation.injected"

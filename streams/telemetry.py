@@ -27,7 +27,8 @@ import os
 import sys
 from collections.abc import Callable, Mapping
 
-from sections.tracing import Attributes, Event
+from eventstore.record import Record
+from sections.tracing import append_attributes, describe
 
 _ON_ENDPOINTS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 SERVICE_NAME = "ledgermem"  # unless OTEL_SERVICE_NAME or OTEL_RESOURCE_ATTRIBUTES names one
@@ -92,9 +93,12 @@ class Telemetry:
     def instrument(self, app) -> Callable:
         """`app` inside the ASGI server-span middleware."""
         from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
+        from opentelemetry.util.http import get_excluded_urls
 
         return OpenTelemetryMiddleware(
             app,
+            # OTEL_PYTHON_ASGI_EXCLUDED_URLS (or OTEL_PYTHON_EXCLUDED_URLS): e.g. "healthz,metrics"
+            excluded_urls=get_excluded_urls("ASGI"),
             tracer_provider=self.provider,
             default_span_details=route_details(app),
             exclude_spans=["receive", "send"],
@@ -174,10 +178,14 @@ class OtelTracing:
         attributes = {"ledgermem.command": name, "ledgermem.tenant": tenant}
         if session is not None:
             attributes["ledgermem.session"] = session
-        return _CommandScope(self, f"ledgermem.{name}", attributes)
+        return _CommandScope(self, name, attributes)
 
-    def append(self, attributes: Attributes) -> Callable[[BaseException | None], None]:
-        span = self._tracer.start_span("ledgermem.append", attributes=attributes)
+    def append(
+        self, records: list[Record], commands: int
+    ) -> Callable[[BaseException | None], None]:
+        span = self._tracer.start_span("ledgermem.append")
+        if span.is_recording():  # not when sampled out: then the span costs next to nothing
+            span.set_attributes(append_attributes(records, commands))
 
         def end(error: BaseException | None) -> None:
             if error is not None:
@@ -194,21 +202,25 @@ class OtelTracing:
 class _CommandScope:
     """A command's span, current while the command runs (the runner's `with`)."""
 
-    __slots__ = ("_owner", "_name", "_attributes", "_span", "_token")
+    __slots__ = ("_owner", "_command", "_attributes", "_span", "_token")
 
-    def __init__(self, owner: OtelTracing, name: str, attributes: dict) -> None:
+    def __init__(self, owner: OtelTracing, command: str, attributes: dict) -> None:
         self._owner = owner
-        self._name = name
+        self._command = command
         self._attributes = attributes
 
     def __enter__(self) -> _CommandScope:
         owner = self._owner
-        self._span = owner._tracer.start_span(self._name, attributes=self._attributes)
+        name = f"ledgermem.{self._command}"
+        self._span = owner._tracer.start_span(name, attributes=self._attributes)
         self._token = owner._context.attach(owner._set_span(self._span))
         return self
 
-    def done(self, attributes: Attributes, events: list[Event]) -> None:
+    def done(self, result: object) -> None:
         span = self._span
+        if not span.is_recording():
+            return
+        attributes, events = describe(self._command, result)
         if attributes:
             span.set_attributes(attributes)
         for name, event in events:
