@@ -24,6 +24,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from sections.errors import NotFound
 from sections.memory import Memory
 from sections.tracing import OBSERVATION_EVENT
 from streams.app import create_app
@@ -210,6 +211,53 @@ def test_a_context_span_lists_each_injected_observation_as_the_record_does(trace
     ]
     (server,) = traced.spans("POST /v1/sessions/{session}/context")
     assert span.context.trace_id == server.context.trace_id
+
+
+def test_threads_adding_through_the_python_api_get_append_spans_that_cover_the_log(tmp_path):
+    """The sync runner: threads share groups and their Pending; each group's span is ended once,
+    by whichever thread sees it durable first, and none is left open."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    mem = Memory.open(tmp_path / "d")
+    try:
+        mem.tracing = Telemetry(provider).tracing
+        sessions = [mem.session(f"t{n}") for n in range(8)]
+        exporter.clear()
+        seqs: list[int] = []
+
+        def add(session) -> None:
+            for k in range(20):
+                seqs.append(session.add("messages", f"{session.id} {k}", role="user").seq)
+
+        threads = [threading.Thread(target=add, args=(s,)) for s in sessions]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        appends = [s for s in exporter.get_finished_spans() if s.name == "ledgermem.append"]
+        covered = []
+        for span in appends:
+            first, last = (
+                span.attributes["ledgermem.seq.first"],
+                span.attributes["ledgermem.seq.last"],
+            )
+            records = [mem.reader.get(seq) for seq in range(first, last + 1)]
+            assert span.attributes["ledgermem.batch.records"] == len(records)
+            assert {r.type for r in records} == {"item.added"}
+            covered.extend(range(first, last + 1))
+        assert sorted(covered) == sorted(seqs)
+        assert len(seqs) == 160 and mem._append_spans == {}  # every span ended
+        commands = [s for s in exporter.get_finished_spans() if s.name == "ledgermem.add_items"]
+        assert len(commands) == 160
+        # A command that fails says so on its span, and appends nothing.
+        with pytest.raises(NotFound) as failed:
+            sessions[0].update("messages", "no-such-item", content="x")
+        (span,) = [s for s in exporter.get_finished_spans() if s.name == "ledgermem.update_item"]
+        assert span.status.status_code.name == "ERROR"
+        assert span.events[0].attributes["exception.type"].endswith(type(failed.value).__name__)
+    finally:
+        mem.close()
 
 
 def test_the_new_manifest_fields_keep_replay_exact(tmp_path):
