@@ -18,7 +18,9 @@ order, `--rounds` times, the median of each kept:
 
 CPU is the process's (`time.process_time`: the caller, the writer's thread and the span
 processor's export thread together), per add. Durability.UNSAFE_NO_FSYNC, so the disk adds no
-wait and the figure is CPU; the machine's other load shows up as noise, hence the rounds.
+wait and the figure is CPU; the machine's other load shows up as noise, hence the rounds. The
+garbage collector is tuned as `ledgermem serve` tunes it (`tune_gc`): spans are allocations, and
+with the interpreter's default thresholds their collections would be counted against tracing.
 
 Usage: .venv/bin/python bench/telemetry.py [--adds N] [--rounds R]
 Figures and how to read them: docs/telemetry.md, "Cost".
@@ -47,6 +49,7 @@ sys.path.insert(0, str(ROOT))
 from eventstore.writer import Durability  # noqa: E402
 from sections.memory import Memory  # noqa: E402
 from streams.app import create_app  # noqa: E402
+from streams.cli_serve import tune_gc  # noqa: E402
 from streams.service import Service  # noqa: E402
 from streams.settings import Settings  # noqa: E402
 from streams.telemetry import Telemetry  # noqa: E402
@@ -203,6 +206,7 @@ def main() -> None:
     parser.add_argument("--adds", type=int, default=5000)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
+    tune_gc()  # the collector's thresholds `ledgermem serve` runs with (cli_serve.py)
     out: dict = {"adds": args.adds, "rounds": args.rounds, "sessions": SESSIONS}
     for name, bench in CASES.items():
         runs: dict[str, list[dict]] = {mode: [] for mode in MODES}
