@@ -105,6 +105,17 @@ def test_an_http_request_yields_a_server_span_named_by_its_route_with_its_status
     assert len([s for s in spans if s.kind.name == "SERVER"]) == 3
 
 
+def test_paths_excluded_by_the_standard_variable_are_not_traced(tmp_path, monkeypatch):
+    monkeypatch.setenv("OTEL_PYTHON_ASGI_EXCLUDED_URLS", "healthz,metrics")
+    with TracedServer(tmp_path / "data") as srv, httpx.Client(base_url=srv.url, timeout=30) as c:
+        assert c.get("/healthz").status_code == 200
+        assert c.get("/metrics").status_code == 200
+        assert c.get("/readyz").status_code == 200
+        assert [s.name for s in srv.spans("GET /readyz")] == ["GET /readyz"]
+        names = [s.name for s in srv.exporter.get_finished_spans()]
+        assert "GET /healthz" not in names and "GET /metrics" not in names
+
+
 def test_an_add_yields_an_append_span_whose_seqs_and_size_are_the_records_in_the_log(traced):
     c = traced.client
     c.put("/v1/sessions/s")
