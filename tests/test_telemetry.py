@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import http.server
 import socket
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -31,7 +33,7 @@ from streams.app import create_app
 from streams.service import Service
 from streams.settings import Settings
 from streams.telemetry import Telemetry, configured
-from tests.server import Server
+from tests.server import ROOT, Server
 
 ITEMS = "/v1/sessions/{session}/sections/{section}/items"
 
@@ -323,6 +325,37 @@ def test_a_served_log_traces_only_when_configured(tmp_path):
                 assert {service for service, _ in spans} == {"ledgermem"}
             else:
                 assert spans == []
+
+
+BLOCK_OTEL = """
+import importlib.abc, sys
+
+class NoOpenTelemetry(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "opentelemetry" or name.startswith("opentelemetry."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+sys.meta_path.insert(0, NoOpenTelemetry())
+"""
+
+
+def test_the_service_starts_and_serves_without_the_otel_extra(tmp_path):
+    """As if the extra were not installed (every opentelemetry import fails): with tracing asked
+    for, `ledgermem serve` says so and serves untraced; the service's modules import none of it."""
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "sitecustomize.py").write_text(BLOCK_OTEL)
+    env = {"PYTHONPATH": f"{shim}:{ROOT}", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}
+    with Server(tmp_path / "data", env=env) as srv:
+        assert httpx.put(f"{srv.url}/v1/sessions/s", timeout=30).status_code == 201
+    assert any("install ledgermem[otel]" in line for line in srv.output)
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import sys, streams.app, streams.cli_serve, sections.memory; "
+         "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))"],
+        cwd=ROOT, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert loaded.stdout.strip() == "[]"
 
 
 class OtlpReceiver:
