@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import http.server
+import json
 import socket
 import subprocess
 import sys
@@ -408,3 +409,17 @@ def _status(span) -> int:
     """The response status, under the old or the stable HTTP semantic conventions' name."""
     attributes = span.attributes
     return attributes.get("http.response.status_code", attributes.get("http.status_code"))
+
+
+def test_the_cost_bench_runs_and_prints_one_json_object():
+    """bench/telemetry.py end to end on a few adds (no timing asserted: it only keeps the bench
+    from rotting)."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "telemetry.py"), "--adds", "128", "--rounds", "1"],
+        capture_output=True, text=True, timeout=300, check=True,
+    )  # fmt: skip
+    result = json.loads(done.stdout)
+    for case in ("add", "add_async", "http"):
+        figures = result[case]
+        assert {"off_cpu_us_per_add", "on_cpu_us_per_add", "sampled_cpu_us_per_add"} <= set(figures)
+        assert figures["spans_per_add_on"] >= 1
