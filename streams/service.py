@@ -151,6 +151,7 @@ class Service:
         from .cluster import Cluster
 
         self.cluster = Cluster(self.settings, self.url or "", self.metrics)
+        self.cluster.tracing = self.tracing
         try:
             await self.cluster.start()
         except BaseException:

@@ -34,6 +34,8 @@ from streams.app import create_app
 from streams.service import Service
 from streams.settings import Settings
 from streams.telemetry import Telemetry, configured
+from tests.helpers.pg import pg_url  # noqa: F401  (the fixture)
+from tests.helpers.replicas import leading, make_replicas, wait_until
 from tests.server import ROOT, Server
 
 ITEMS = "/v1/sessions/{session}/sections/{section}/items"
@@ -326,6 +328,35 @@ def test_a_served_log_traces_only_when_configured(tmp_path):
                 assert {service for service, _ in spans} == {"ledgermem"}
             else:
                 assert spans == []
+
+
+def test_a_store_mode_replica_traces_its_partitions_commands_and_appends(pg_url, tmp_path):  # noqa: F811
+    """Store mode: the partition leader's memory gets the same hook, so an add through a replica
+    yields its command and append spans, exported over OTLP like the server span."""
+    _, (data,) = make_replicas(pg_url, tmp_path, 1)
+    with OtlpReceiver() as receiver:
+        env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url, "OTEL_BSP_SCHEDULE_DELAY": "50"}
+        with Server(data, "--store", pg_url, "--lease-seconds", "1.0", env=env) as srv:
+            wait_until(lambda: leading(srv) == {0}, what="the replica to lead its partition")
+            assert httpx.put(f"{srv.url}/v1/sessions/s", timeout=30).status_code == 201
+            answer = httpx.post(
+                f"{srv.url}/v1/sessions/s/sections/messages/items", json={"content": "hi"}
+            )
+            assert answer.status_code == 201
+            seq = answer.json()["record"]["seq"]
+        spans = {s.name: s for _, s in receiver.spans() if s.name != "ledgermem.append"} | {
+            f"append@{_int_attribute(s, 'ledgermem.seq.first')}": s
+            for _, s in receiver.spans()
+            if s.name == "ledgermem.append"
+        }
+    assert {"PUT /v1/sessions/{session}", "ledgermem.add_items", f"append@{seq}"} <= set(spans)
+    append, command = spans[f"append@{seq}"], spans["ledgermem.add_items"]
+    assert append.parent_span_id == command.span_id
+    assert _int_attribute(append, "ledgermem.batch.records") == 1
+
+
+def _int_attribute(span, key: str) -> int:
+    return next(a.value.int_value for a in span.attributes if a.key == key)
 
 
 BLOCK_OTEL = """
