@@ -355,6 +355,39 @@ def test_a_store_mode_replica_traces_its_partitions_commands_and_appends(pg_url,
     assert _int_attribute(append, "ledgermem.batch.records") == 1
 
 
+def test_a_forwarded_request_continues_the_callers_trace_on_the_leader(pg_url, tmp_path):  # noqa: F811
+    """Two replicas, one partition: the one that does not lead forwards to the one that does,
+    with its own server span's context, so the caller's trace holds both server spans, the
+    leader's under the forwarder's, and the leader's command under that."""
+    _, (a_dir, b_dir) = make_replicas(pg_url, tmp_path, 2)
+    env = {"OTEL_BSP_SCHEDULE_DELAY": "50"}
+    trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
+    with OtlpReceiver() as receiver:
+        env["OTEL_EXPORTER_OTLP_ENDPOINT"] = receiver.url
+        with Server(a_dir, "--store", pg_url, "--lease-seconds", "1.0", env=env) as a:
+            wait_until(lambda: leading(a) == {0}, what="the first replica to lead")
+            with Server(b_dir, "--store", pg_url, "--lease-seconds", "1.0", env=env) as b:
+                wait_until(lambda: leading(b) == set() and leading(a) == {0}, what="a to lead")
+                answer = httpx.put(
+                    f"{b.url}/v1/sessions/s",
+                    headers={"traceparent": f"00-{trace_id}-00f067aa0ba902b7-01"},
+                    timeout=30,
+                )
+                assert answer.status_code == 201
+        spans = [s for _, s in receiver.spans() if s.trace_id.hex() == trace_id]
+    servers = [s for s in spans if s.name == "PUT /v1/sessions/{session}"]
+    assert len(servers) == 2  # the forwarder's and the leader's
+    outer, inner = sorted(
+        servers, key=lambda s: s.parent_span_id != bytes.fromhex("00f067aa0ba902b7")
+    )
+    assert outer.parent_span_id == bytes.fromhex("00f067aa0ba902b7")  # the caller's span
+    assert inner.parent_span_id == outer.span_id
+    commands = [
+        s for s in spans if s.name.startswith("ledgermem.") and s.name != "ledgermem.append"
+    ]
+    assert [c.parent_span_id for c in commands] == [inner.span_id]
+
+
 def _int_attribute(span, key: str) -> int:
     return next(a.value.int_value for a in span.attributes if a.key == key)
 
