@@ -3,12 +3,14 @@
 `Memory.tracing` is None unless a tracer was installed (streams/telemetry.py installs an
 OpenTelemetry one when the service is configured for it); the runner then asks it for:
 
-- a span around each command (`Tracing.command`), current while the command runs, which the
-  runner closes with what `describe` says of the result: for context assembly, the query, the
-  record's seq and one event per injected observation, read from the durable record itself, so
-  the trace says exactly what the `context.assembled` record says;
+- a span around each command (`Tracing.command`), current while the command runs; the runner
+  hands it the command's result, and a tracer that records the span adds what `describe` says
+  of it: for context assembly, the query, the record's seq and one event per injected
+  observation, read from the durable record itself, so the trace says exactly what the
+  `context.assembled` record says;
 - a span per appended group (`Tracing.append`): the records that one `writer.submit` took (their
-  seq range, how many, for how many commands), from the submit until they are durable.
+  seq range, how many, for how many commands: `append_attributes`), from the submit until a
+  caller sees them durable.
 
 This package never imports opentelemetry: tracing stays optional (an install extra), the memory
 model has nothing to configure, and with no tracer the runner pays one attribute test per command
