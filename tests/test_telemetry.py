@@ -34,6 +34,7 @@ from streams.app import create_app
 from streams.service import Service
 from streams.settings import Settings
 from streams.telemetry import Telemetry, configured
+from tests.helpers.cli import ledgermem
 from tests.helpers.pg import pg_url  # noqa: F401  (the fixture)
 from tests.helpers.replicas import leading, make_replicas, wait_until
 from tests.server import ROOT, Server
@@ -310,6 +311,23 @@ def test_tracing_is_on_only_when_the_otel_variables_ask_for_it(environ, on):
     assert (telemetry is not None) is on
     if telemetry is not None:
         telemetry.shutdown()
+
+
+def test_an_exporter_that_cannot_be_had_refuses_the_start_in_one_line(tmp_path):
+    for env, words in (
+        ({"OTEL_TRACES_EXPORTER": "zipkin"}, "unknown exporter 'zipkin'"),
+        (
+            {
+                "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9",
+                "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+            },
+            "needs opentelemetry-exporter-otlp-proto-grpc",
+        ),
+    ):
+        done = ledgermem("serve", "--data", tmp_path / "d", "--port", "0", env=env, text=True)
+        assert done.returncode == 2
+        assert done.stderr.count("\n") == 1 and words in done.stderr
+        assert not (tmp_path / "d" / "log").exists()  # refused before the log was opened
 
 
 def test_a_served_log_traces_only_when_configured(tmp_path):
