@@ -489,7 +489,7 @@ def _ranked_observations(memory: Memory, tenant: str, session: str, args: tuple)
             sections=(observations.SECTION,),
             top_k=extra.observations,
         )
-        hits = [(h.session, h.id) for h in memory.search_index.search(tenant, query)]
+        hits = [(h.session, h.id, h.score) for h in memory.search_index.search(tenant, query)]
     fact_hits = []
     if extra.query and extra.facts:  # closed facts match too: ask for more than are wanted
         query = Query(extra.query[: inject.QUERY_CHARS], sessions=(TENANT_SESSION,),
@@ -514,6 +514,8 @@ def _assemble(memory, state, tenant, session_id, args, _idem, _expected) -> Deci
         if extra.sessions:  # AgentOps' `<memory:sessions>` block (sections/inject.py)
             settings["sessions"] = extra.sessions
         agentops = summaries.recent(state, tenant, session_id, extra.sessions)
+        if extra.query and (extra.observations or extra.facts):  # what was searched for
+            settings["query"] = extra.query[: inject.QUERY_CHARS]
         known = inject.choose_facts(
             state, tenant, session_id, fact_hits, memory.decision_ts, extra.facts
         )

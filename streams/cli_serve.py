@@ -86,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
     from .connections import ConnectionBudget, framed_websocket_protocol, guarded_protocol
     from .service import Service
     from .settings import load_settings
+    from .telemetry import Telemetry
 
     if args.log_level not in LOG_LEVELS:  # a bad LEDGERMEM_LOG_LEVEL; argparse checks the flag
         return _refuse(f"log level {args.log_level!r} is not one of {', '.join(LOG_LEVELS)}")
@@ -130,8 +131,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"connections     {budget.describe()}", flush=True)
         print(f"listening on {url}", flush=True)
 
+    try:
+        telemetry = Telemetry.from_env()  # None unless OTEL_* ask for traces
+    except ValueError as exc:
+        return _refuse(str(exc))
     service = Service(settings, announce, url)
     app = create_app(settings, service)
+    if telemetry is not None:
+        service.tracing = telemetry.tracing
+        app = telemetry.instrument(app)
 
     class Server(uvicorn.Server):
         def handle_exit(self, sig, frame) -> None:
@@ -173,6 +181,8 @@ def run(args: argparse.Namespace) -> int:
         finally:
             phase[0] = "stop"
             await service.shutdown()
+            if telemetry is not None:
+                await asyncio.to_thread(telemetry.shutdown)  # the last spans exported
 
     try:
         with asyncio.Runner(loop_factory=config.get_loop_factory()) as runner:

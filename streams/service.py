@@ -97,6 +97,8 @@ class Service:
         # What signs and checks forwarded requests (streams/replica_secret.py); None: none.
         self.replica_secret: bytes | None = None  # loaded at startup
         self._in_flight_write = InFlightWrite(self)
+        # The memory's tracing hook (streams/telemetry.py), set before startup; None: untraced.
+        self.tracing = None
 
     @property
     def writer(self):
@@ -153,6 +155,7 @@ class Service:
         path = self.settings.memory_config  # each partition leader's memory reads the same file
         config = await asyncio.to_thread(load_config, path) if path else MemoryConfig()
         self.cluster = Cluster(self.settings, self.url or "", self.metrics)
+        self.cluster.tracing = self.tracing
         try:
             await self.cluster.start()
         except BaseException:
@@ -174,6 +177,7 @@ class Service:
             checkpoint_interval=s.checkpoint_interval,
             dedup_window_us=s.dedup_window_us,
         )
+        self.memory.tracing = self.tracing
         self.writer.add_listener(self.metrics.on_records)
         self.writer.fsync_observer = self.metrics.on_fsync
         self.metrics.head.set(self.writer.size - 1)
