@@ -221,6 +221,30 @@ def test_a_live_view_of_many_writes_reads_the_session_once_and_matches_the_api(
         assert shown == expected
 
 
+def test_compaction_is_applied_in_the_browser_as_the_service_applies_it(browser, server, api):
+    session = "fold-compact"
+    settings = {"compact_at_tokens": 120, "compact_tool_chars": 40, "compact_keep_turns": 1}
+    api.put(f"/v1/sessions/{session}", json={"sections": {"messages": settings}})
+    start = head(api)
+    with page_of(browser, server.url, f"/#session={session}") as page:
+        page.locator("#view-note", has_text="Live from the stream").wait_for(timeout=LIVE)
+        page.check("#show-empty")
+        kinds = set()
+        for n in range(12):
+            role = ["user", "assistant", "tool"][n % 3]
+            text = "tool output " * 20 if role == "tool" else f"{role} says {n} " * 3
+            record = add(api, session, "messages", {"content": text, "role": role})
+            compacted = record["payload"].get("compacted", {})
+            kinds |= {key for key in ("replaced", "truncated") if compacted.get(key)}
+        assert kinds == {"replaced", "truncated"}  # both kinds of compaction were recorded
+        asked = api.post(f"/v1/sessions/{session}/compact", json={"target_bytes": 500})
+        assert asked.json()["compaction"]["compacted"] is True, asked.text  # a section.compacted
+        wait_view_at(page, head(api))
+        assert len(operator_reads(server.url, start, session)) <= 1  # none if it opened empty
+        assert page.locator("#sections").get_attribute("data-stale") == "false"
+        assert shown_sections(page) == expected_sections(api, session)
+
+
 def test_refresh_is_the_only_other_read_and_a_gone_session_says_so(browser, server, api):
     session = "fold-2"
     api.put(f"/v1/sessions/{session}")
