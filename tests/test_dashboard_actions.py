@@ -130,7 +130,7 @@ def expected_sections(api, session: str) -> dict:
         out[item["section"]]["items"].append(
             {
                 "id": item["id"],
-                "content": " ".join(text.split())[:300],
+                "content": preview(text),
                 "tags": item["tags"],
                 "priority": f"p{item['priority']}",
                 "tokens": f"{item['tokens']} tok",
@@ -138,6 +138,12 @@ def expected_sections(api, session: str) -> dict:
             }
         )
     return out
+
+
+def preview(text: str, limit: int = 300) -> str:
+    """The item's text as the page previews it (dom.js `preview`)."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 def add(api, session: str, section: str, body: dict) -> dict:
@@ -207,6 +213,12 @@ def test_a_live_view_of_many_writes_reads_the_session_once_and_matches_the_api(
         )
         assert erased.status_code == 200, erased.text
         add(api, session, "messages", {"content": {"json": ["content", 1]}, "role": "user"})
+        large = add(api, session, "documents", {"content": "large " * 1000})  # kept in the log
+        patched = api.patch(
+            f"/v1/sessions/{session}/sections/documents/items/{large['seq']}",
+            json={"content": "larger " * 1000},
+        )
+        assert patched.status_code == 200, patched.text
         api.get(f"/v1/sessions/{session}/items")  # an agent's read: changes no drawing
         last = head(api)
         wait_view_at(page, last)
@@ -327,6 +339,18 @@ def test_each_action_appends_exactly_its_record_and_the_page_shows_it(browser, s
             state="detached", timeout=LIVE
         )
         assert page.locator(f'li.item[data-item-id="{keep["seq"]}"]').count() == 1
+        page.locator(f'#feed-list > li[data-seq="{erase["seq"]}"]').wait_for(timeout=LIVE)
+
+        # A tenant-wide observation: one item.added in `_tenant`, none in this session.
+        before = head(api)
+        page.fill("#obs-title", "Tone")
+        page.fill("#obs-content", "brief answers")
+        page.select_option("#obs-scope", "tenant")
+        page.get_by_role("button", name="Add observation").click()
+        status.get_by_text("in _tenant: inserted").wait_for(timeout=LIVE)
+        assert session_records(server.url, before, "_tenant") == ["item.added"]
+        assert session_records(server.url, before, session) == []
+        page.select_option("#obs-scope", "session")
 
         # End: asked first; cancelled appends nothing, confirmed appends session.ended (and the
         # summary the service appends with it, docs/search.md).
