@@ -270,6 +270,15 @@ def test_refresh_is_the_only_other_read_and_a_gone_session_says_so(browser, serv
         deleted = api.delete(f"/v1/sessions/{session}")
         assert deleted.status_code == 200, deleted.text
         page.get_by_text(f"session {session} was deleted at seq").wait_for(timeout=LIVE)
+        # The same id again: a new session, drawn from its session.created, with no read.
+        api.put(f"/v1/sessions/{session}", json={"sections": {"findings": {"budget_tokens": 99}}})
+        again = add(api, session, "findings", {"content": "the second life"})
+        page.locator(f'li.item[data-item-id="{again["seq"]}"]').wait_for(timeout=LIVE)
+        page.check("#show-empty")
+        wait_view_at(page, again["seq"])
+        assert len(operator_reads(server.url, start, session)) == 2
+        assert page.locator("#sections").get_attribute("data-stale") == "false"
+        assert shown_sections(page) == expected_sections(api, session)
 
 
 # ---- actions ----------------------------------------------------------------------------------

@@ -200,7 +200,8 @@ function drawLive() {
   if (live.gone) {
     root.dataset.mode = "live";
     root.replaceChildren(h("p", { class: "problem", role: "alert" },
-      `session ${live.session} was ${live.gone.type === "session.erased" ? "erased" : "deleted"} at seq ${live.gone.seq}`));
+      `session ${live.session} was ${live.gone.type === "session.erased" ? "erased" : "deleted"} at seq ${live.gone.seq}` +
+      (live.gone.payload?.reason ? ` (${live.gone.payload.reason})` : "")));
     return;
   }
   draw(drawable(live));

@@ -194,8 +194,10 @@ const HANDLERS = {
   "session.deleted": (view, r) => {
     view.gone = r;
   },
-  "session.erased": (view, r) => {
-    view.gone = r;
+  "session.erased": (view, r, p) => {
+    // With `deleted_seq`, retention's erase of an incarnation already deleted: a session created
+    // again since under the same id stays (docs/events.md, "Retention").
+    if (p.deleted_seq === undefined || p.deleted_seq === null) view.gone = r;
   },
 };
 
