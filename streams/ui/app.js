@@ -335,6 +335,7 @@ function wireActions() {
       return;
     }
     const ids = pickedIds();
+    if (!all && ids.length === 0) return showStatus("Tick the items to erase first.", "error");
     const what = all
       ? `the whole session ${s.session}, every record of it`
       : `${ids.length} item${ids.length === 1 ? "" : "s"} of ${s.session} (${ids.map((id) => `#${id}`).join(", ")})`;
