@@ -77,15 +77,15 @@ async def read_sessions(
 
 
 def rank(memory: Memory, tenant: str, sessions: list[str], query: str, limit: int) -> list:
-    """The BM25 ranking of these holders' observations for `query`: [(session, id)], best
-    first. Not a read yet: the caller's READ_OBSERVATIONS records what it returns."""
+    """The BM25 ranking of these holders' observations for `query`: [(session, id, score)],
+    best first. Not a read yet: the caller's READ_OBSERVATIONS records what it returns."""
     if not sessions or not query.strip():
         return []
     found = memory.search_index.search(
         tenant, Query(query[: inject.QUERY_CHARS], sessions=tuple(sessions),
                       sections=(SECTION,), top_k=min(MAX_TOP_K, limit)),
     )  # fmt: skip
-    return [(hit.session, hit.id) for hit in found]
+    return [(hit.session, hit.id, hit.score) for hit in found]
 
 
 async def ensure_holder(memory: Memory, tenant: str, project: str, scope: str) -> str:

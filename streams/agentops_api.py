@@ -334,7 +334,8 @@ class AgentOpsApi:
 
         def select(state: MemoryState) -> list:
             pool = agentops.observations_of(state, p.tenant, sessions)
-            return inject.choose_observations(pool, hits, limit)
+            chosen = inject.choose_observations(pool, hits, limit)
+            return [(sid, item) for sid, item, _method, _score in chosen]
 
         def summarized(state: MemoryState) -> list:
             found = agentops.agentops_sessions(state, p.tenant, project)

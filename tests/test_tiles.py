@@ -201,6 +201,24 @@ def test_the_proof_routes_verify_against_the_signed_root(log):
         verify_consistency(old, size, root(leaves[:old]), signed_root, path)
 
 
+def test_tiles_and_proofs_are_not_reads_of_memory_and_append_nothing(log):
+    """They carry hashes (and, in bundles, identifiers): no item's content, so no trace."""
+    size, _ = checkpoint_of(log)
+    head = log_head(log)
+    for path, params in (
+        ("/v1/log/tile/0/000", {}), ("/v1/log/tile/1/000.p/1", {}),
+        ("/v1/log/tile/entries/000", {}), ("/v1/log/proof/inclusion", {"seq": 3}),
+        ("/v1/log/proof/consistency", {"old": 5}),
+    ):  # fmt: skip
+        answer = get(log, path, **params)
+        assert answer.status_code == 200 and b"message 3" not in answer.content
+    assert log_head(log) == head
+
+
+def log_head(log) -> int:
+    return httpx.get(log["url"] + "/readyz", timeout=10).json()["head"]
+
+
 def test_the_proof_routes_refuse_bad_input_with_json(log):
     size, _ = checkpoint_of(log)
     for path, params in (
