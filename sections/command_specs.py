@@ -93,7 +93,7 @@ def _add_items(memory, state, tenant, session, args, idem, expected) -> Decision
             target,
             section,
             items,
-            memory.counter,
+            memory.counter_of(target),
             idem,
             expected,
             memory.content_of,
@@ -106,7 +106,9 @@ def _update_item(memory, state, tenant, session, args, idem, expected) -> Decisi
     section, item, changes = args
     target = get_session(state, tenant, session)
     return _one(
-        commands.update_item(target, section, item, changes, memory.counter, idem, expected)
+        commands.update_item(
+            target, section, item, changes, memory.counter_of(target), idem, expected
+        )
     )
 
 
@@ -152,7 +154,7 @@ def _compact_for_payload(memory, state, tenant, session, args, idem, expected) -
     section, target_bytes, budget, names, summarizer = args
     target = get_session(state, tenant, session)
     command, outcome = commands.compact_for_payload_error(
-        target, section, target_bytes, budget, names, memory.content_of, memory.counter,
+        target, section, target_bytes, budget, names, memory.content_of, memory.counter_of(target),
         summarizer or memory.summarizer, idem, expected,
     )  # fmt: skip
     return Decision((command,) if command is not None else (), outcome, target.version)
@@ -194,7 +196,8 @@ def check_not_reserved(session_id: str) -> None:
 def _create_session(memory, state, tenant, session, args, _idem, _expected) -> Decision:
     config, metadata = args
     check_not_reserved(session)
-    return _one(commands.create_session(state, tenant, session, config, memory.counter, metadata))
+    counter = memory.counter_for(config)
+    return _one(commands.create_session(state, tenant, session, config, counter, metadata))
 
 
 def _get_or_create(memory, state, tenant, session, args, idem, expected) -> Decision | None:
@@ -351,6 +354,7 @@ def _assemble(memory, state, tenant, session_id, args, _idem, _expected) -> Deci
     budget, sections, reader, extra, hits, fact_hits = args
     extra: Extra
     session = get_session(state, tenant, session_id)
+    counter = memory.counter_of(session)
     injection = None
     if extra.observations or extra.summaries or extra.facts:
         pool = inject.observation_pool(state, tenant, session_id)
@@ -366,15 +370,15 @@ def _assemble(memory, state, tenant, session_id, args, _idem, _expected) -> Deci
         limit = budget
         while True:  # the injected block, rendered, within the budget: fewer lines until it is
             injection = inject.build(
-                chosen, recent, extra.observation_chars, memory.content_of, memory.counter,
+                chosen, recent, extra.observation_chars, memory.content_of, counter,
                 limit, settings, known,
             )  # fmt: skip
-            over = render.tokens_of(injection.messages, memory.counter) - budget
+            over = render.tokens_of(injection.messages, counter) - budget
             if over <= 0:
                 break
             limit -= over
     command, messages = commands.assemble_context(
-        session, sections, budget, memory.content_of, memory.counter, reader, injection
+        session, sections, budget, memory.content_of, counter, reader, injection
     )
     return Decision((command,), messages)
 
@@ -477,8 +481,9 @@ def _observe(memory, state, tenant, _session, args, _idem, _expected) -> Decisio
     if session_id != TENANT_SESSION:  # the tenant's own session outlives any end()
         commands.check_open(target)
     command, tier, item = observations.decide(
-        target, obs, memory.decision_ts, memory.dedup_window_us, memory.counter, memory.content_of
-    )
+        target, obs, memory.decision_ts, memory.dedup_window_us, memory.counter_of(target),
+        memory.content_of,
+    )  # fmt: skip
     return Decision((command,), (session_id, tier, item))
 
 

@@ -171,6 +171,8 @@ class MemoryConfig:
 
     sections: tuple[SectionConfig, ...] = DEFAULT_SECTIONS
     seed_items: dict[str, tuple[dict, ...]] | None = None  # immutable content, by section
+    # The token counter new sessions count with (sections/tokens.py); None: the memory's own.
+    token_counter: str | None = None
 
     def with_overrides(self, overrides: dict[str, dict] | None) -> MemoryConfig:
         """Per-session overrides: {section: {setting: value}}; a new name adds a section."""
@@ -205,17 +207,24 @@ def load_config(path: str | Path) -> MemoryConfig:
     policy = "lru"
     lifetime = "turn"
     ```
+
+    A top-level `token_counter = "cl100k_base"` picks the counter new sessions count with.
     """
     try:
         data = tomllib.loads(Path(path).read_text("utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"cannot read config {path}: {exc}") from None
     sections = data.get("sections", {})
-    unknown = set(data) - {"sections"}
+    unknown = set(data) - {"sections", "token_counter"}
     if unknown:
         raise ConfigError(f"{path}: unknown top-level keys {sorted(unknown)}")
+    token_counter = data.get("token_counter")
+    if token_counter is not None:
+        from .tokens import counter_named  # the counters import config's errors
+
+        counter_named(token_counter)
     config = MemoryConfig().with_overrides(
         {k: {x: y for x, y in v.items() if x != "items"} for k, v in sections.items()}
     )
     seeds = {name: tuple(table["items"]) for name, table in sections.items() if "items" in table}
-    return replace(config, seed_items=seeds or None)
+    return replace(config, seed_items=seeds or None, token_counter=token_counter)
