@@ -14,7 +14,10 @@ import sys
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("streams.cli_serve", "run the HTTP service (REST, SSE, WebSocket, JSONL, long-poll)"),
-    "verify": ("eventstore.cli_verify", "verify a log directory offline (log-format.md §10)"),
+    "verify": (
+        "eventstore.cli_verify",
+        "verify a log directory offline (docs/format.md section 10)",
+    ),
     "vkey": ("eventstore.cli_keys", "print the log's verifier key"),
     "demo": ("eventstore.cli_demo", "write, read back and verify a small log in a data directory"),
     "replay": (
@@ -41,7 +44,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "replay.cli_tail",
         "follow a running server's JSONL stream, resuming after disconnects",
     ),
-    "redact": ("replay.cli_redact", "erase payloads by seq, offline (log-format.md section 9)"),
+    "redact": ("replay.cli_redact", "erase payloads by seq, offline (docs/format.md section 9)"),
     "erase": ("replay.cli_erase", "erase a session (or items) from a data directory, offline"),
     "init-store": (
         "eventstore.pg.cli_init_store",
@@ -55,13 +58,27 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "replay.cli_backup",
         "a consistent copy of a data directory, while the service runs",
     ),
+    "mcp": (
+        "streams.cli_mcp",
+        "serve the memory as MCP tools over stdio or HTTP (needs the `mcp` extra)",
+    ),
 }
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("ledgermem")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
 
 
 def build_parser(selected: str | None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ledgermem", description="Memory for AI agents on a signed, hash-chained log."
     )
+    parser.add_argument("--version", action="version", version=f"ledgermem {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (module_name, help_text) in COMMANDS.items():
         command_parser = sub.add_parser(name, help=help_text, description=help_text)
@@ -78,6 +95,11 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser(selected).parse_args(argv)
     module = importlib.import_module(COMMANDS[args.command][0])
     from eventstore.errors import LedgerError
+    from eventstore.layout import resolve_log_dir
+
+    if getattr(args, "logdir", None) is not None:
+        # Every offline command's LOGDIR also takes a data directory, resolved here only.
+        args.logdir = str(resolve_log_dir(args.logdir))
 
     try:
         return int(module.run(args) or 0)

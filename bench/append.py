@@ -61,9 +61,9 @@ from eventstore.writer import Durability
 CONCURRENCY = (1, 8, 64)
 FAMILIES = ("threads", "asyncio")
 TARGETS = {"concurrency": 64, "records_per_s_min": 50_000, "ack_p99_ms_max": 20.0}
-# /work/shared/research/limits.md, measured 2026-11-21 on the same kind of 2-vCPU VM.
+# The reference figures of docs/benchmarks.md (measured 2026-11-21, same kind of 2-vCPU VM).
 CEILINGS = {
-    "source": "shared/research/limits.md (2026-11-21, median of 3)",
+    "source": "docs/benchmarks.md, reference figures (2026-11-21, median of 3)",
     "append_step_cpu_records_per_s": 363_000,
     "group_commit_disk_side_records_per_s": 940_000,
     "fsync_each_quiet_records_per_s": 5_600,

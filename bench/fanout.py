@@ -22,7 +22,8 @@ The floor: a bare asyncio server in its own process (this file with `--floor-ser
 when it is installed, like the shipped server and the client) that accepts K raw sockets and writes each event, encoded once as an SSE event holding a record of
 the same size, to every socket with `transport.write`; the same client, paced and full rate
 (yielding to the loop after each event; the kernel's socket buffers let it run ahead of the
-client, so its full-rate latency is backlog). Ratios to it and to shared/research/limits.md.
+client, so its full-rate latency is backlog). Ratios to it and to the reference
+figures of docs/benchmarks.md.
 
 Usage: .venv/bin/python bench/fanout.py [--quick] [--k 100,1000] [--transports sse,ws,floor]
                                         [--variants shipped,asyncio] [--wait-idle S] [--out FILE]
@@ -55,9 +56,9 @@ TARGETS = {
     "ws_k1000_deliveries_per_s_min": 80_000,
     "paced_k1000_latency_p99_ms_max": 75.0,
 }
-# /work/shared/research/limits.md section 3 (2026-11-21, asyncio + h11, median of 3 runs).
+# The reference figures of docs/benchmarks.md (measured 2026-11-21, same kind of 2-vCPU VM).
 CEILINGS = {
-    "source": "shared/research/limits.md section 3 (2026-11-21)",
+    "source": "docs/benchmarks.md, reference figures (2026-11-21, median of 3)",
     "sse": {
         "100": {
             "max_deliveries_per_s": 34_800,

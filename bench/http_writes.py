@@ -68,9 +68,9 @@ SECTION = "messages"  # fifo, 32k-token budget: after ~430 adds a session's adds
 # The targets `pass` reports (issue 8's; tests/test_bench_service_smoke.py holds them). Issue 15
 # asks for more: 5,000 single writes/s at <= 150 us server CPU each, 150,000 batched items/s.
 TARGETS = {"single_writes_per_s_min": 3_000, "batch_items_per_s_min": 50_000}
-# /work/shared/research/limits.md (2026-11-21, same kind of 2-vCPU VM, median of 3 runs).
+# The reference figures of docs/benchmarks.md (measured 2026-11-21, same kind of 2-vCPU VM).
 CEILINGS = {
-    "source": "shared/research/limits.md (2026-11-21, median of 3)",
+    "source": "docs/benchmarks.md, reference figures (2026-11-21, median of 3)",
     "fsync_each_quiet_records_per_s": 5_600,
     "append_step_cpu_records_per_s": 363_000,
 }

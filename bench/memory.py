@@ -67,9 +67,9 @@ TARGETS = {
     "rebuild_records_per_s_min": 100_000,
     "restart_from_snapshot_s_max": 1.0,
 }
-# /work/shared/research/limits.md (2026-11-21, same kind of 2-vCPU VM, median of 3 runs).
+# The reference figures of docs/benchmarks.md (measured 2026-11-21, same kind of 2-vCPU VM).
 CEILINGS = {
-    "source": "shared/research/limits.md (2026-11-21, median of 3)",
+    "source": "docs/benchmarks.md, reference figures (2026-11-21, median of 3)",
     "append_step_cpu_records_per_s": 363_000,
     "replay_verified_records_per_s": 371_000,
     "replay_unverified_records_per_s": 517_000,

@@ -8,7 +8,7 @@ processes is reported too.
 
 In the same run it measures a floor: one process reading every line, `orjson.loads` and one
 sha256 per line, with no checks at all. The ratio to that floor is the figure to quote, since
-the shared machine's speed moves between runs (shared/research/limits.md).
+the shared machine's speed moves between runs (docs/benchmarks.md, reference figures).
 
 Usage: .venv/bin/python bench/verify.py [--records N] [--repeat R] [--log DIR] [--quick]
   --log DIR   reuse (or build once into) DIR instead of a temporary directory

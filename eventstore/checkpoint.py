@@ -1,4 +1,4 @@
-"""Signed checkpoints (log-format.md section 6): C2SP signed notes with Ed25519 keys.
+"""Signed checkpoints (docs/format.md section 6): C2SP signed notes with Ed25519 keys.
 
 The crypto is `cryptography`'s Ed25519; this module only lays out the note and key strings.
 """

@@ -1,11 +1,15 @@
-"""`ledgermem demo [--data DIR]`: write a few records, read them back, verify the log offline."""
+"""`ledgermem demo [--data DIR]`: write a few records, read them back, verify the log offline.
+
+Without `--data` the demo works in a temporary directory, removed afterwards: its records are not
+memory records (no session was created), and a service later started on `./ledgermem-data`
+would otherwise serve them."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 
-from .cli_keys import DEFAULT_DATA
 from .errors import LedgerError
 from .layout import DataDir
 from .reader import LogReader
@@ -13,13 +17,25 @@ from .store import open_log
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--data", default=DEFAULT_DATA, help="data directory (default %(default)s)")
+    parser.add_argument(
+        "--data",
+        help="data directory to write into and keep (default: a temporary one, removed after)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.data is not None:
+        return _demo(DataDir(args.data))
+    with tempfile.TemporaryDirectory(prefix="ledgermem-demo-") as scratch:
+        print(
+            f"working in the temporary directory {scratch} (removed at the end; --data keeps one)"
+        )
+        return _demo(DataDir(scratch))
+
+
+def _demo(data: DataDir) -> int:
     from .verify import verify_log
 
-    data = DataDir(args.data)
     try:
         writer, key = open_log(data.root)
     except LedgerError as exc:

@@ -1,4 +1,4 @@
-"""`ledgermem verify LOGDIR`: offline verification (log-format.md section 10, wire.md).
+"""`ledgermem verify LOGDIR`: offline verification (docs/format.md section 10, docs/wire.md).
 
 A thin layer over `eventstore.verify`: it reads the arguments, prints the report and maps the
 verdict to the exit status (0 for every verdict but FAIL, 1 for FAIL, 2 for bad input).

@@ -16,7 +16,7 @@ class InvalidIdentifier(InvalidInput):
 
 
 class InvalidPayload(InvalidInput):
-    """A payload that is not I-JSON (log-format.md section 4)."""
+    """A payload that is not I-JSON (docs/format.md section 4)."""
 
 
 class StalePosition(LedgerError):

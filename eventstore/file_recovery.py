@@ -1,4 +1,4 @@
-"""Opening an existing log directory (log-format.md section 8): what survives, and from where
+"""Opening an existing log directory (docs/format.md section 8): what survives, and from where
 the chain continues.
 
 The decisions about bytes are `recovery.scan_tail`'s; this module does the file work around

@@ -5,7 +5,7 @@ group commit: the writer hands over everything queued at once). A segment starts
 opened O_EXCL, its segment.open line made durable, the directory fsynced so the new name
 survives a power loss, and the embedded checkpoint installed as the `checkpoint` file. A failed
 or short write raises; the writer then calls `abandon()`, which cuts the file back to the last
-durable offset (log-format.md section 7).
+durable offset (docs/format.md section 7).
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ class FileSink:
         self._durable_offset = os.fstat(fd).st_size
 
     def _write_durable(self, blob: bytes, lines: int) -> None:
-        # One write of whole lines; a short one is a failed write (log-format.md section 7).
+        # One write of whole lines; a short one is a failed write (docs/format.md section 7).
         written = os.write(self._fd, blob)
         if written != len(blob):
             raise _short_write_error(self._fd, written, len(blob))
@@ -109,7 +109,7 @@ class FileSink:
 
 def _short_write_error(fd: int, written: int, wanted: int) -> OSError:
     """The error a short write stands for. The rest of the line is not retried (whole lines in
-    one write, log-format.md section 7), so the cause is read from the file system and the
+    one write, docs/format.md section 7), so the cause is read from the file system and the
     process's limits instead: a full disk must be reported as one, not as a bare short write."""
     what = f"short write: {written} of {wanted} bytes"
     with contextlib.suppress(OSError):

@@ -1,4 +1,4 @@
-"""Record filters on tenant, session, section and type: the same on every channel (wire.md)."""
+"""Record filters on tenant, session, section and type: the same on every channel (docs/wire.md)."""
 
 from __future__ import annotations
 

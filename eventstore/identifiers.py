@@ -1,4 +1,4 @@
-"""Identifier rules of log-format.md section 2."""
+"""Identifier rules of docs/format.md section 2."""
 
 from __future__ import annotations
 

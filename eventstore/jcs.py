@@ -1,4 +1,4 @@
-"""Payload rules (log-format.md section 4): I-JSON checks and JCS (RFC 8785) bytes.
+"""Payload rules (docs/format.md section 4): I-JSON checks and JCS (RFC 8785) bytes.
 
 `canonical()` is the writer's path. It type-checks a Python value as a JSON value, then
 produces the RFC 8785 bytes. orjson gives the same bytes as JCS for payloads whose floats are

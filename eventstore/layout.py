@@ -1,4 +1,4 @@
-"""Names and places of the files in a log directory and a data directory (log-format.md §1).
+"""Names and places of the files in a log directory and a data directory (docs/format.md section 1).
 
 A data directory holds the log and, beside it, what must not be inside it:
 
@@ -17,6 +17,8 @@ SEGMENT_SUFFIX = ".jsonl"
 CHECKPOINT = "checkpoint"
 QUARANTINE = "quarantine"
 LOCK = "LOCK"
+# The hint of every "no log here" error of the offline commands.
+WHAT_TO_PASS = "pass a log directory (the one holding seg-*.jsonl) or a data directory (DATA/log)"
 _SEGMENT_NAME = re.compile(r"seg-(\d{12,})\.jsonl")
 
 
@@ -63,3 +65,16 @@ class DataDir:
         self.log = self.root / "log"
         self.keys = self.root / "keys"
         self.signing_key = self.keys / "signing.key"
+
+
+def resolve_log_dir(path: str | os.PathLike[str]) -> Path:
+    """The log directory meant by `path`: itself, or the `log/` of the data directory it names.
+
+    Users hand offline commands the directory they know, which is usually the data directory
+    `ledgermem serve --data` made. A directory holding no segment file but a `log/` is read as
+    that; anything else is returned unchanged, for the caller's own error."""
+    given = Path(path)
+    inner = DataDir(given).log
+    if given.is_dir() and inner.is_dir() and not list_segments(given):
+        return inner
+    return given

@@ -1,4 +1,4 @@
-"""Checking one untrusted line against the record rules (log-format.md sections 2 to 5).
+"""Checking one untrusted line against the record rules (docs/format.md sections 2 to 5).
 
 `check_line` is the one per-line check. Crash recovery, the offline verifier, the background
 verifier and the bundle checker all call it, so a line fails the same check, under the same
@@ -78,7 +78,7 @@ _ALL_BUT_RARE = bytes(b for b in range(256) if not (0xF0 <= b <= 0xF4 or b in b"
 
 
 class LineError(LedgerError):
-    """A record line that fails a check of log-format.md sections 2 to 5. `check` names it."""
+    """A record line that fails a check of docs/format.md sections 2 to 5. `check` names it."""
 
     def __init__(self, check: str, message: str) -> None:
         super().__init__(message)

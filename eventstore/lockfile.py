@@ -1,4 +1,4 @@
-"""The single-writer LOCK (log-format.md section 7), held with flock.
+"""The single-writer LOCK (docs/format.md section 7), held with flock.
 
 flock locks belong to an open file description, so a second writer is refused whether it is in
 another process or in this one. The holder writes who it is into the file so that the refusal

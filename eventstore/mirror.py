@@ -317,7 +317,7 @@ class Mirror:
             os.close(fd)
 
     def _rewrite_targets(self, record: Record) -> None:
-        """Remove the payloads the redaction record names (log-format.md section 9)."""
+        """Remove the payloads the redaction record names (docs/format.md section 9)."""
         seqs = [t["seq"] for t in record.payload["targets"]]  # type: ignore[index]
         for n, targets in sorted(
             redaction.targets_by_segment(seqs, record.seq, self.seg_bits).items()

@@ -1,4 +1,4 @@
-"""Which partition of a shared store holds a tenant, and each partition's origin (wire.md,
+"""Which partition of a shared store holds a tenant, and each partition's origin (docs/wire.md,
 "Partitions").
 
 The hash must never change: a tenant's records live in the partition it names for as long as

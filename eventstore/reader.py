@@ -47,7 +47,9 @@ class LogReader:
         self.log_dir = Path(log_dir)
         self.index_dir = index_dir
         first = self.log_dir / layout.segment_name(0)
-        line = segfile.first_line(first) if first.exists() else None
+        if not first.exists():
+            raise CorruptLog(f"{self.log_dir} holds no log: no {first.name}; {layout.WHAT_TO_PASS}")
+        line = segfile.first_line(first)
         if line is None:
             raise CorruptLog(f"{self.log_dir} holds no log: {first.name} has no header line")
         header = orjson.loads(line)["payload"]

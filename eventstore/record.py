@@ -1,5 +1,5 @@
 """Records: the format's constants, canonical bytes, hashes and segment positions
-(log-format.md sections 2, 3 and 5).
+(docs/format.md sections 2, 3 and 5).
 
 Pure functions over bytes. This module and `linecheck` (which checks an untrusted line against
 these rules) are the format core: the writer, crash recovery, the offline verifier, the
@@ -229,7 +229,7 @@ class Record(_RecordSlots):
 
     @property
     def has_payload(self) -> bool:
-        """False once the payload was erased (log-format.md section 9)."""
+        """False once the payload was erased (docs/format.md section 9)."""
         return self.salt is not None
 
     @property
@@ -249,7 +249,7 @@ class Record(_RecordSlots):
         )  # fmt: skip
 
     def redacted_line(self, redaction_seq: int) -> bytes:
-        """This record's line with `payload` and `salt` removed (log-format.md section 9)."""
+        """This record's line with `payload` and `salt` removed (docs/format.md section 9)."""
         return encode_line(
             self.seq, self.ts, self.tenant, self.session, self.section, self.type,
             self.prev, self.h, self.pd, None, None, redaction_seq,

@@ -1,4 +1,4 @@
-"""Crash recovery decisions (log-format.md sections 8 and 10), as pure functions over bytes.
+"""Crash recovery decisions (docs/format.md sections 8 and 10), as pure functions over bytes.
 
 `scan_tail` walks the last segment's bytes, checks every complete line, and says where the
 valid records end and which suffix, if any, is a crash leftover. The writer does the file work

@@ -1,4 +1,4 @@
-"""Redaction over segment files (log-format.md section 9): reading targets, rewriting a segment.
+"""Redaction over segment files (docs/format.md section 9): reading targets, rewriting a segment.
 
 A redaction record names its targets by seq and pd; once it is durable and a checkpoint covers
 it, each target's line is replaced by the same line without `payload` and `salt`, plus

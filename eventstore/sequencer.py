@@ -1,4 +1,4 @@
-"""The sequencer: every byte of the log, decided without I/O (log-format.md sections 3 to 6).
+"""The sequencer: every byte of the log, decided without I/O (docs/format.md sections 3 to 6).
 
 It assigns each entry its seq, prev, pd and h, formats its line, and puts `segment.seal` and
 `segment.open` where the spec wants them (the last and first seq of each segment), embedding in

@@ -73,7 +73,7 @@ CommitResult = Committed | Refused | Unknown
 
 @dataclass(frozen=True, slots=True)
 class SignedCheckpoint:
-    """A checkpoint text (log-format.md section 6) to store as the log's newest."""
+    """A checkpoint text (docs/format.md section 6) to store as the log's newest."""
 
     text: str
     size: int
@@ -143,7 +143,7 @@ class DurabilitySink(Protocol):
         ...
 
     def rewrite_redacted(self, rewrite: RedactionRewrite) -> None:
-        """Remove the targets' payloads and salts (log-format.md section 9), crash-safely."""
+        """Remove the targets' payloads and salts (docs/format.md section 9), crash-safely."""
         ...
 
     def abandon(self) -> None:

@@ -84,7 +84,7 @@ class LogWriter(FailedWrites):
         clock: Callable[[], int] = time.time_ns,
         salts: Callable[[], bytes] | None = None,
     ) -> LogWriter:
-        """Open a log directory for writing, creating it or recovering it (log-format.md §8).
+        """Open a log directory for writing, creating it or recovering it (docs/format.md section 8).
 
         `salts` returns each record's 16-byte salt (random by default; fixed ones make the
         bytes reproducible, for tests)."""
@@ -326,7 +326,7 @@ class LogWriter(FailedWrites):
         return (await self._loop_batches.append(batch, expected_size)).result()
 
     def redact(self, seqs: Iterable[int], reason: str, request: str | None = None) -> Record:
-        """Erase the payloads of `seqs` (log-format.md section 9); return the redaction record.
+        """Erase the payloads of `seqs` (docs/format.md section 9); return the redaction record.
 
         The redaction record is made durable and a checkpoint covering it is written before the
         segments are rewritten; the writer thread does the rewrite, so no append can land in a

@@ -31,6 +31,7 @@ from eventstore.filemodes import DIR_MODE, FILE_MODE, make_dir
 from eventstore.merkle import CompactRange
 from eventstore.store import load_or_create_key
 from eventstore.verify import verify_log
+from eventstore.wording import count
 
 from .mirror import redact_segments
 from .options import REDACTION_MARK, erased_from
@@ -49,11 +50,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     summary = backup(Path(args.data), Path(args.out))
     line = (
-        f"backup: {summary.records} records in {summary.segments} segments, checkpoint "
-        f"{summary.checkpoint_size}, {summary.snapshots} snapshot(s), keys -> {args.out}"
+        f"backup: {count(summary.records, 'record')} in {count(summary.segments, 'segment')}, "
+        f"checkpoint {summary.checkpoint_size}, {count(summary.snapshots, 'snapshot')}, "
+        f"keys -> {args.out}"
     )
     if summary.redacted:
-        line += f" ({summary.redacted} payloads redacted that the copy caught before their rewrite)"
+        caught = count(summary.redacted, "payload")
+        line += f" ({caught} redacted that the copy caught before their rewrite)"
     if args.verify:
         report = verify_log(Path(args.out) / "log", vkey=summary.vkey)
         print(f"{line}; verify: {report.verdict}")

@@ -16,8 +16,12 @@ from .options import add_snapshot_option, open_history
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("logdir", metavar="LOGDIR")
-    parser.add_argument("--from", dest="start", required=True, metavar="A", help="a seq or a time")
-    parser.add_argument("--to", dest="end", required=True, metavar="B", help="a seq or a time")
+    parser.add_argument(
+        "--from", dest="start", required=True, metavar="A", help="a seq, a time or `head`"
+    )
+    parser.add_argument(
+        "--to", dest="end", default="head", metavar="B", help="a seq, a time or `head` (default)"
+    )
     parser.add_argument("--tenant", help="only this tenant")
     parser.add_argument("--session", help="only this session")
     add_snapshot_option(parser)

@@ -2,7 +2,7 @@
 
 The same erase as the service's `POST /v1/sessions/{session}/erase`, run by `Memory` on the data
 directory: an `items.erased` or `session.erased` record with a content-free restatement of every
-record it removes, the redaction of those payloads (log-format.md section 9, the checkpoint
+record it removes, the redaction of those payloads (docs/format.md section 9, the checkpoint
 re-signed with the directory's key), and the snapshots purged. Without `--item` every payload the
 session ever wrote goes. It takes the writer lock, so it refuses while the service runs.
 """
@@ -14,6 +14,7 @@ import shutil
 from pathlib import Path
 
 from eventstore.errors import LockHeld
+from eventstore.wording import count
 from sections.memory import Memory
 
 from .cli_redact import open_data_dir
@@ -42,8 +43,8 @@ def run(args: argparse.Namespace) -> int:
             what = f"items {', '.join(erased)} of session {args.session!r}"
         else:
             record = session.erase_all(reason=args.reason)
-            count = len(record.payload["records"])  # type: ignore[index]
-            what = f"session {args.session!r} ({count} records' payloads)"
+            n = len(record.payload["records"])  # type: ignore[index]
+            what = f"session {args.session!r} (the payloads of {count(n, 'record')})"
     finally:
         memory.close()  # its snapshot is of the state after the erase
     shutil.rmtree(data.root / "index", ignore_errors=True)  # offsets of the old files

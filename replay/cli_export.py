@@ -16,6 +16,7 @@ from eventstore.atomic import write_atomically
 from eventstore.checkpoint import CheckpointError, parse_checkpoint
 from eventstore.errors import CorruptLog, InvalidInput
 from eventstore.identifiers import CONTROL_TENANT, check_identifier
+from eventstore.wording import count
 
 from .bundle import (
     build_bundle,
@@ -96,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         write_atomically(args.out, data)
     print(
-        f"ledgermem export: {len(bundle.records)} records of {tenant}/{session} "
+        f"ledgermem export: {count(len(bundle.records), 'record')} of {tenant}/{session} "
         f"(seq {lines[0][0]}..{lines[-1][0]}) with inclusion proofs against the checkpoint of "
         f"size {checkpoint.size} ({source}) -> {args.out}",
         file=sys.stderr,

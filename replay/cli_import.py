@@ -28,6 +28,7 @@ from eventstore.errors import BadKey, InvalidInput
 from eventstore.identifiers import CONTROL_TENANT, check_identifier, is_identifier
 from eventstore.layout import DataDir
 from eventstore.record import Record
+from eventstore.wording import count
 from sections.compaction import compacted_content
 from sections.config import MemoryConfig
 from sections.errors import SessionExists
@@ -141,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
     if created:
         print(f"ledgermem import: created the data directory {args.data}", file=sys.stderr)
     print(
-        f"imported {plan.count} items of {bundle.tenant}/{bundle.session} from {bundle.origin} "
+        f"imported {count(plan.count, 'item')} of {bundle.tenant}/{bundle.session} from {bundle.origin} "
         f"(seq {report.first_seq}..{report.last_seq}, {report.verdict}) as session "
         f"{tenant}/{session_id}"
     )

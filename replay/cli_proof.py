@@ -7,6 +7,12 @@ or one embedded in a `segment.open` (multiples of the segment size).
 
 `ledgermem proof --verify FILE --record LINE --vkey V` checks such a proof offline against the
 record's line (as `ledgermem replay` prints it): exit 0 VALID, 1 FAIL, 2 bad input.
+
+`ledgermem proof LOGDIR --consistency OLD NEW` proves that the tree of OLD records is a prefix of
+the signed tree of NEW (`head`: the newest checkpoint), as the body of a C2SP tlog-witness
+add-checkpoint request: `old OLD`, the hashes, an empty line, the checkpoint of size NEW.
+`ledgermem proof --verify-consistency FILE --old-checkpoint FILE --vkey V` checks one offline
+against the older checkpoint its holder kept.
 """
 
 from __future__ import annotations
@@ -15,15 +21,26 @@ import argparse
 import sys
 from pathlib import Path
 
-from eventstore.checkpoint import CheckpointError, parse_checkpoint
+from eventstore.checkpoint import Checkpoint, CheckpointError, parse_checkpoint
 from eventstore.errors import CorruptLog, InvalidInput, InvalidProof
 from eventstore.linecheck import LineError
-from eventstore.merkle import inclusion_proof, verify_inclusion
+from eventstore.log_proofs import SubtreeRoots, checkpoint_of_size, header_key, newest_checkpoint
+from eventstore.merkle import (
+    consistency_proof,
+    inclusion_proof,
+    verify_consistency,
+    verify_inclusion,
+)
+from eventstore.reader import LogReader
+from eventstore.tlog_proof import (
+    format_consistency,
+    format_tlog_proof,
+    verify_consistency_text,
+    verify_tlog_proof,
+)
 
-from .bundle import SubtreeRoots, checkpoint_of_size, header_key, newest_checkpoint
 from .cli_verify_bundle import read_vkey
 from .options import open_reader
-from .tlog_proof import format_tlog_proof, verify_tlog_proof
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,27 +60,41 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--record", metavar="FILE", help="with --verify: the record's line (- for stdin)"
     )
-    parser.add_argument("--vkey", metavar="VKEY", help="with --verify: the log's vkey (or @FILE)")
+    parser.add_argument(
+        "--vkey",
+        metavar="VKEY",
+        help="with --verify/--verify-consistency: the log's vkey (or @FILE)",
+    )
+    parser.add_argument(
+        "--consistency",
+        nargs=2,
+        metavar=("OLD", "NEW"),
+        help="prove the tree of OLD records a prefix of the signed tree of NEW (or head)",
+    )
+    parser.add_argument(
+        "--verify-consistency", metavar="FILE", help="check a consistency proof offline instead"
+    )
+    parser.add_argument(
+        "--old-checkpoint",
+        metavar="FILE",
+        help="with --verify-consistency: the older signed checkpoint you hold",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     if args.verify is not None:
         return _verify(args)
+    if args.verify_consistency is not None:
+        return _verify_consistency(args)
+    if args.logdir is not None and args.consistency is not None:
+        return _consistency(args)
     if args.logdir is None or args.seq is None:
-        raise InvalidInput("give LOGDIR and --seq N, or --verify FILE --record FILE --vkey V")
+        raise InvalidInput(
+            "give LOGDIR and --seq N (or --consistency OLD NEW), or --verify FILE --record FILE "
+            "--vkey V, or --verify-consistency FILE --old-checkpoint FILE --vkey V"
+        )
     reader = open_reader(args.logdir)
-    key = header_key(reader)
-    if args.size is None:
-        text, source = newest_checkpoint(reader)
-    else:
-        text, source = checkpoint_of_size(reader, args.size)
-    try:
-        checkpoint = parse_checkpoint(text, key)
-    except CheckpointError as exc:
-        raise CorruptLog(
-            f"the log's {source} is not signed by the key segment 0 names ({exc}): "
-            f"run ledgermem verify {args.logdir}"
-        ) from None
+    checkpoint, source = _signed(reader, args.size, args.logdir)
     seq = args.seq
     if not 0 <= seq < checkpoint.size:
         raise InvalidInput(
@@ -79,6 +110,71 @@ def run(args: argparse.Namespace) -> int:
             f"the files do not match the {source} ({exc}): run ledgermem verify {args.logdir}"
         ) from None
     sys.stdout.write(format_tlog_proof(seq, hashes, checkpoint.text))
+    return 0
+
+
+def _signed(reader: LogReader, size: int | None, logdir: str) -> tuple[Checkpoint, str]:
+    """The newest signed checkpoint, or the one of `size`, checked with the log's own key, and
+    where it came from."""
+    key = header_key(reader)
+    if size is None:
+        text, source = newest_checkpoint(reader)
+    else:
+        text, source = checkpoint_of_size(reader, size)
+    try:
+        return parse_checkpoint(text, key), source
+    except CheckpointError as exc:
+        raise CorruptLog(
+            f"the log's {source} is not signed by the key segment 0 names ({exc}): "
+            f"run ledgermem verify {logdir}"
+        ) from None
+
+
+def _size(text: str, what: str) -> int:
+    if not (text.isascii() and text.isdigit()):
+        raise InvalidInput(f"{what} {text!r} is not a record count (a non-negative integer)")
+    return int(text)
+
+
+def _consistency(args: argparse.Namespace) -> int:
+    old_text, new_text = args.consistency
+    old = _size(old_text, "OLD")
+    new = None if new_text == "head" else _size(new_text, "NEW")
+    reader = open_reader(args.logdir)
+    checkpoint, _ = _signed(reader, new, args.logdir)
+    if old > checkpoint.size:
+        raise InvalidInput(f"OLD {old} is larger than the signed tree of {checkpoint.size} records")
+    roots = SubtreeRoots(reader)
+    hashes = consistency_proof(old, checkpoint.size, roots)
+    try:  # never print a proof that does not verify
+        verify_consistency(
+            old, checkpoint.size, roots(0, old) if old else b"", checkpoint.root, hashes
+        )
+    except InvalidProof as exc:
+        raise CorruptLog(
+            f"the files do not match the checkpoint ({exc}): run ledgermem verify {args.logdir}"
+        ) from None
+    sys.stdout.write(format_consistency(old, hashes, checkpoint.text))
+    return 0
+
+
+def _verify_consistency(args: argparse.Namespace) -> int:
+    if args.old_checkpoint is None or args.vkey is None:
+        raise InvalidInput(
+            "--verify-consistency needs --old-checkpoint FILE (the checkpoint you hold) and --vkey V"
+        )
+    vkey = read_vkey(args.vkey)
+    text = _read(args.verify_consistency, "proof").decode("utf-8", "replace")
+    old_text = _read(args.old_checkpoint, "old checkpoint").decode("utf-8", "replace")
+    try:
+        old, new = verify_consistency_text(text, old_text, vkey)
+    except (CheckpointError, InvalidProof) as exc:
+        print(f"FAIL  [proof.consistency] {exc}")
+        return 1
+    print(
+        f"VALID  the tree of {new.size} records of {new.origin} extends the tree of {old.size} "
+        "records you hold; its key signed both"
+    )
     return 0
 
 

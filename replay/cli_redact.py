@@ -1,6 +1,6 @@
 """`ledgermem redact --data DIR --seq N... --reason R`: erase payloads by seq, offline (GDPR).
 
-The log's own writer does it (log-format.md section 9): a `redaction` record, a checkpoint
+The log's own writer does it (docs/format.md section 9): a `redaction` record, a checkpoint
 re-signed with the data directory's key, the segments rewritten without the payloads. Then the
 snapshots and the reader's indexes are purged, since snapshots may hold the erased content, and
 the log is closed (`log.close`, a final checkpoint). It takes the writer lock, so it refuses while

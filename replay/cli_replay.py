@@ -15,15 +15,12 @@ import orjson
 from eventstore.record import Record
 from eventstore.timestamps import parse_time
 
-from .options import add_filters, open_reader, progress, record_filter
+from .options import add_filters, add_seq_range, open_reader, progress, record_filter, seq_range
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("logdir", metavar="LOGDIR")
-    parser.add_argument(
-        "--from-seq", type=int, default=0, metavar="A", help="first seq (default 0)"
-    )
-    parser.add_argument("--to-seq", type=int, metavar="B", help="last seq, inclusive")
+    add_seq_range(parser)
     parser.add_argument("--since", metavar="TIME", help="records with ts >= TIME (µs or ISO-8601)")
     parser.add_argument("--until", metavar="TIME", help="records with ts <= TIME (µs or ISO-8601)")
     add_filters(parser)
@@ -67,8 +64,7 @@ def run(args: argparse.Namespace) -> int:
     until = parse_time(args.until) if args.until else None
     plain = where.is_empty and since is None and until is None and not args.pretty
     out = sys.stdout.buffer
-    after = args.from_seq - 1
-    end = None if args.to_seq is None else args.to_seq + 1
+    after, end = seq_range(args, reader.head())
     if args.follow:
         for record in reader.follow(after, where, stop=None):
             if end is not None and record.seq >= end:
@@ -77,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
                 out.write(pretty(record).encode() + b"\n" if args.pretty else record.line + b"\n")
                 out.flush()
         return 0
-    total = (end if end is not None else reader.head() + 1) - args.from_seq
+    total = (end if end is not None else reader.head() + 1) - (after + 1)
     with progress(total, "replay") as advance:
         if plain:  # the file lines, untouched
             for _, line in reader.lines(after, end):

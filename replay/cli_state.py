@@ -18,16 +18,16 @@ from eventstore.timestamps import parse_time
 from sections.history import History
 
 from .cli_replay import envelope_of
-from .options import add_snapshot_option, open_history
+from .options import HEAD, add_snapshot_option, open_history
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("logdir", metavar="LOGDIR")
     parser.add_argument(
         "--at",
-        required=True,
-        metavar="SEQ|TIME",
-        help="a seq, or a time (ISO-8601, or µs with --time)",
+        default=HEAD,
+        metavar="SEQ|TIME|head",
+        help="a seq, a time (ISO-8601, or µs with --time), or `head` (the default)",
     )
     parser.add_argument(
         "--time", action="store_true", help="read an all-digit --at as µs since the epoch"
@@ -44,8 +44,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def resolve_at(history: History, at: str, as_time: bool) -> int:
-    seq = int(at) if at.isdigit() and not as_time else history.seq_at_time(parse_time(at))
     head = history.reader.head()
+    if at.strip().lower() == HEAD:
+        return head
+    seq = int(at) if at.isdigit() and not as_time else history.seq_at_time(parse_time(at))
     if not -1 <= seq <= head:
         raise InvalidInput(f"seq {seq} is beyond the log's head {head}")
     return seq

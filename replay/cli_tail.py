@@ -3,7 +3,7 @@
 Records go to stdout, each line's exact bytes and a newline, or with `--mirror DIR` into a log
 directory laid out like the server's, which `ledgermem verify` checks (replay/mirror.py). The
 cursor is the seq of the last record taken: every reconnect asks for `after=<that seq>`, so a
-server restart or a broken connection neither repeats nor skips a record (wire.md, the cursor).
+server restart or a broken connection neither repeats nor skips a record (docs/wire.md, the cursor).
 
 One thread reads the stream and queues complete lines; the main thread writes them out, fetches
 checkpoints for a mirror, and stops on a target seq or a signal. Only the standard library's
@@ -28,6 +28,7 @@ from collections.abc import Callable
 from urllib.parse import urlencode, urlsplit
 
 from eventstore.errors import InvalidInput, LedgerError
+from eventstore.wording import count
 
 from .mirror import Mirror, MirrorError
 from .options import add_filters
@@ -72,7 +73,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="exit once the server's head at start is written",
     )
     parser.add_argument(
-        "--to-seq", type=int, metavar="N", help="exit once the record with seq N is written"
+        "--to",
+        "--to-seq",
+        dest="to_seq",
+        type=int,
+        metavar="N",
+        help="exit once the record with seq N is written",
     )
     parser.add_argument(
         "--checkpoint-every",
@@ -379,9 +385,9 @@ class MirrorSink:
                 break
             time.sleep(0.2)
         return (
-            f"mirror {self.mirror.path}: {self.mirror.size} records, checkpoint "
+            f"mirror {self.mirror.path}: {count(self.mirror.size, 'record')}, checkpoint "
             f"{self.mirror.checkpoint_size}"
-            + (f", {self.redacted} payloads redacted" if self.redacted else "")
+            + (f", {count(self.redacted, 'payload')} redacted" if self.redacted else "")
         )
 
     def close(self) -> None:

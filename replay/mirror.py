@@ -1,7 +1,7 @@
 """Writing a log directory from outside the writer: a mirror fed by a record stream, and the
 segment rewrites that `tail --apply-redactions` and `backup` share.
 
-A mirror is a LOGDIR laid out exactly as the server's (log-format.md section 1): segment n holds
+A mirror is a LOGDIR laid out exactly as the server's (docs/format.md section 1): segment n holds
 seqs n*S .. (n+1)*S-1, with S taken from seg_bits in the header record (seq 0). Lines are appended
 only in seq order and only if they chain (`prev` is the previous record's `h`), so a mirror never
 holds a gap or a duplicate; a signed checkpoint is installed only once the mirror holds every

@@ -29,6 +29,52 @@ def add_filters(parser: argparse.ArgumentParser) -> None:
         )
 
 
+# The range vocabulary of every offline command (docs/replay.md, "Points and ranges"): a point is
+# a seq, a time or `head`; `--at P` is one point, `--from A --to B` a range with both ends
+# included, `--after N` starts after seq N as a stream cursor does. Old spellings stay aliases.
+HEAD = "head"
+
+
+def add_seq_range(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--from",
+        "--from-seq",
+        dest="from_seq",
+        metavar="A",
+        help="first seq (default 0)",
+    )
+    parser.add_argument(
+        "--to", "--to-seq", dest="to_seq", metavar="B", help="last seq, inclusive, or `head`"
+    )
+    parser.add_argument(
+        "--after", metavar="N", help="start after seq N, as a stream cursor (= --from N+1)"
+    )
+
+
+def seq_of(text: str, flag: str, head: int) -> int:
+    """A seq given on the command line: digits, -1 (before the first record), or `head`."""
+    if text.strip().lower() == HEAD:
+        return head
+    try:
+        return int(text)
+    except ValueError:
+        raise InvalidInput(f"{flag} {text!r} is not a seq or `head`") from None
+
+
+def seq_range(args: argparse.Namespace, head: int) -> tuple[int, int | None]:
+    """(the seq the range starts after, the seq it stops before or None) from the range flags."""
+    if args.from_seq is not None and args.after is not None:
+        raise InvalidInput("give --from or --after, not both")
+    if args.after is not None:
+        after = seq_of(args.after, "--after", head)
+    elif args.from_seq is not None:
+        after = seq_of(args.from_seq, "--from", head) - 1
+    else:
+        after = -1
+    end = None if args.to_seq is None else seq_of(args.to_seq, "--to", head) + 1
+    return max(after, -1), end
+
+
 def record_filter(args: argparse.Namespace) -> RecordFilter:
     return RecordFilter.of(args.tenant, args.session, args.section, args.type)
 
@@ -67,7 +113,8 @@ def open_history(log_dir: str, use_snapshots: bool = True) -> History:
 
 # The envelope of a `redaction` record, as the writer lays it out.
 REDACTION_MARK = b'"tenant":"_log","session":"_log","section":"_log","type":"redaction"'
-_ERASE_REQUEST = re.compile(r"(?:items|session)\.erased@(\d+)")  # sections/memory.py
+# `session.erased@<first>..<last>`: sessions erased together by retention (sections/erase_flow.py)
+_ERASE_REQUEST = re.compile(r"(?:items|session)\.erased@(\d+)(?:\.\.\d+)?")  # sections/memory.py
 
 
 def erased_from(redaction: dict) -> int:

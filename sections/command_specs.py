@@ -22,6 +22,8 @@ The functions here reach the memory only through its public methods (sections/me
 
 from __future__ import annotations
 
+import hashlib
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -33,11 +35,13 @@ from . import (
     commands,
     compaction,
     erase_flow,
+    erasure,
     facts,
     inject,
     observations,
     read_traces,
     render,
+    retention,
     summaries,
 )
 from .commands import Command, Decision, get_session
@@ -141,6 +145,54 @@ def _delete_session(_memory, state, tenant, session, _args, idem, expected) -> D
     return _one(commands.delete_session(get_session(state, tenant, session), idem, expected))
 
 
+TRANSCRIPT_KEY = "{}/transcript"  # the transcript's idempotency key, from the end's
+
+
+def transcript_items(messages: object) -> list[dict]:
+    """A transcript given at end (`[{role, content}]`, AgentOps' shape) as `messages` items."""
+    if not isinstance(messages, (list, tuple)) or not messages:
+        raise InvalidInput("messages must be a non-empty list of {role, content} objects")
+    items = []
+    for n, m in enumerate(messages):
+        if type(m) is not dict or set(m) - {"role", "content"}:
+            raise InvalidInput(f"messages[{n}] must be an object of role and content only")
+        role, content = m.get("role"), m.get("content")
+        if type(role) is not str or not role or type(content) is not str:
+            raise InvalidInput(f"messages[{n}]: role must be a non-empty string, content a string")
+        items.append({"content": content, "role": role})
+    return items
+
+
+def _record_transcript(memory: Memory, tenant: str, session: str, args: tuple) -> tuple:
+    """Before the end, outside the lock: the transcript given at end becomes the session's
+    messages (one `item.added`), so they are counted and quoted like any message. Skipped when
+    the session has ended already (a retry is then answered from its first record, a second end
+    refused) or when the end's key shows a retry that already recorded it."""
+    items, idem, expected = args or (None, None, None)
+    if items:
+        key = TRANSCRIPT_KEY.format(idem) if idem is not None else None
+
+        def decide(state: MemoryState) -> Decision | None:
+            target = get_session(state, tenant, session)
+            if target.ended_seq is not None or (key is not None and key in target.idempotency):
+                return None
+            return _one(
+                commands.add_items(
+                    target,
+                    "messages",
+                    items,
+                    memory.counter_of(target),
+                    key,
+                    expected,
+                    memory.content_of,
+                    memory.summarizer,
+                )  # fmt: skip
+            )
+
+        memory.append(decide)
+    return args
+
+
 def _ended(memory: Memory, record: Record | None, _decision: Decision | None) -> Record:
     """Append the summary of the session `record` ended, unless it is there already (a retry)."""
     tenant, session = record.tenant, record.session  # type: ignore[union-attr]
@@ -178,7 +230,9 @@ CONFIGURE_SECTION = CommandSpec(
 )
 COMMIT = CommandSpec("commit", _commit, "section.committed", session_local=True)
 END_TURN = CommandSpec("end_turn", _end_turn, "turn.ended", session_local=True)
-END_SESSION = CommandSpec("end_session", _end_session, "session.ended", _ended, result_blocks=True)
+END_SESSION = CommandSpec(
+    "end_session", _end_session, "session.ended", _ended, _record_transcript, result_blocks=True
+)
 DELETE_SESSION = CommandSpec("delete_session", _delete_session, "session.deleted")
 
 
@@ -193,25 +247,121 @@ def check_not_reserved(session_id: str) -> None:
         )
 
 
-def _create_session(memory, state, tenant, session, args, _idem, _expected) -> Decision:
+def session_id_for(key: str | None) -> str:
+    """A server-made session id: random, or, for a creation with an idempotency key, derived
+    from the key, so a retry names the same session and finds the key in its `session.created`
+    (32 hex digits either way: an identifier of log-format.md section 2)."""
+    if key is None:
+        return uuid.uuid4().hex
+    return hashlib.sha256(b"ledgermem.session/" + key.encode("utf-8", "surrogatepass")).hexdigest()[
+        :32
+    ]
+
+
+def _create_session(memory, state, tenant, session, args, idem, _expected) -> Decision:
     config, metadata = args
     check_not_reserved(session)
-    counter = memory.counter_for(config)
-    return _one(commands.create_session(state, tenant, session, config, counter, metadata))
+    created = commands.create_session(
+        state, tenant, session, config, memory.counter_for(config), metadata, idem
+    )
+    return Decision((created, *_make_room(memory, state, tenant)))
 
 
-def _get_or_create(memory, state, tenant, session, args, idem, expected) -> Decision | None:
+def _make_room(memory: Memory, state: MemoryState, tenant: str) -> list[Command]:
+    """The tenant's `max_sessions`: the least recently active sessions a creation takes past
+    it, each a `session.deleted` (reason `max_sessions`) appended right after the creation."""
+    config = memory.config
+    victims = retention.over_max_sessions(state, tenant, config.max_sessions_for(tenant))
+    return [retention.deletion(s, retention.MAX_SESSIONS, config.retention_erase) for s in victims]
+
+
+def _erases(decision: Decision | None) -> bool:
+    """Whether the decision deleted sessions by retention with `erase`: its erase follows."""
+    return decision is not None and any(
+        c.type == "session.deleted" and c.payload.get("erase") for c in decision.records
+    )
+
+
+def _made(memory: Memory, record: Record | None, decision: Decision | None) -> Record:
+    if _erases(decision):
+        memory.erase_retained()
+    return record  # type: ignore[return-value]
+
+
+def _get_or_create(memory, state, tenant, session, args, _idem, expected) -> Decision | None:
     if (tenant, session) in state.sessions:
         return None
-    return _create_session(memory, state, tenant, session, args, idem, expected)
+    return _create_session(memory, state, tenant, session, args, None, expected)
 
 
-def _created(_memory: Memory, record: Record | None, _decision: Decision | None) -> tuple:
-    return record, record is not None
+def _created(memory: Memory, record: Record | None, decision: Decision | None) -> tuple:
+    return _made(memory, record, decision), record is not None
 
 
-CREATE_SESSION = CommandSpec("create_session", _create_session)
-GET_OR_CREATE_SESSION = CommandSpec("get_or_create_session", _get_or_create, result=_created)
+CREATE_SESSION = CommandSpec(
+    "create_session", _create_session, "session.created", result=_made, result_blocks=_erases
+)
+GET_OR_CREATE_SESSION = CommandSpec(
+    "get_or_create_session", _get_or_create, result=_created, result_blocks=_erases
+)
+
+
+# ---- retention (sections/retention.py) --------------------------------------------------------
+
+
+def _cleanup(memory, state, tenant, _session, args, _idem, _expected) -> Decision:
+    """The sessions (of `tenant`, or of every tenant) last active more than `age_us` before this
+    decision's ts, each a `session.deleted` with `reason`; the result names them."""
+    age_us, reason, every_tenant = args
+    cutoff = memory.decision_ts - age_us
+    victims = retention.inactive(state, None if every_tenant else tenant, cutoff)
+    erase = memory.config.retention_erase
+    records = [retention.deletion(s, reason, erase) for s in victims]
+    return Decision(records, [(s.tenant, s.id) for s in victims], state.seq)
+
+
+def _cleaned(memory: Memory, _record: Record | None, decision: Decision | None) -> list:
+    if _erases(decision):
+        memory.erase_retained()
+    return decision.result  # type: ignore[union-attr]
+
+
+def _walk_deleted(memory: Memory, _tenant: str, _session: None, args: tuple) -> tuple:
+    """Outside the lock: each deleted incarnation's records, down its back-links from the
+    deletion (a later incarnation of the same id is not on them)."""
+    (deletions,) = args
+    walked = []
+    for deleted_seq, tenant, session in deletions:
+        payload = memory.history.payload_of(memory.record_at(deleted_seq)) or {}
+        head = payload.get("prev_seq")
+        chain = [] if head is None else erasure.session_chain(
+            head, memory.record_at, memory.history.payload_of
+        )  # fmt: skip
+        walked.append(
+            (deleted_seq, tenant, session, sorted(r.seq for r, _ in chain if r.has_payload))
+        )
+    return (walked,)
+
+
+def _erase_deleted(_memory, state, _tenant, _session, args, _idem, _expected) -> Decision | None:
+    """One `session.erased` per deletion still waiting for its erase, appended together."""
+    (walked,) = args
+    made = (retention.erasure_of_deleted(state, t, s, d, seqs) for d, t, s, seqs in walked)
+    records = [command for command in made if command is not None]
+    return Decision(records, len(records)) if records else None
+
+
+def _redact_deleted(memory: Memory, record: Record | None, decision: Decision | None) -> int:
+    if record is None:  # erased already
+        return 0
+    return erase_flow.redact_sessions(memory, record, decision.result)  # type: ignore[union-attr, arg-type]
+
+
+CLEANUP = CommandSpec("cleanup", _cleanup, result=_cleaned, result_blocks=_erases)
+ERASE_DELETED = CommandSpec(
+    "erase_deleted", _erase_deleted, result=_redact_deleted, prepare=_walk_deleted,
+    result_blocks=True,
+)  # fmt: skip
 
 
 def tenant_session(memory: Memory, state: MemoryState, tenant: str) -> Decision | None:
@@ -341,7 +491,7 @@ def _ranked_observations(memory: Memory, tenant: str, session: str, args: tuple)
             sections=(observations.SECTION,),
             top_k=extra.observations,
         )
-        hits = [(h.session, h.id) for h in memory.search_index.search(tenant, query)]
+        hits = [(h.session, h.id, h.score) for h in memory.search_index.search(tenant, query)]
     fact_hits = []
     if extra.query and extra.facts:  # closed facts match too: ask for more than are wanted
         query = Query(extra.query[: inject.QUERY_CHARS], sessions=(TENANT_SESSION,),
@@ -356,7 +506,7 @@ def _assemble(memory, state, tenant, session_id, args, _idem, _expected) -> Deci
     session = get_session(state, tenant, session_id)
     counter = memory.counter_of(session)
     injection = None
-    if extra.observations or extra.summaries or extra.facts:
+    if extra.observations or extra.summaries or extra.facts or extra.sessions:
         pool = inject.observation_pool(state, tenant, session_id)
         chosen = inject.choose_observations(pool, hits, extra.observations)
         recent = summaries.recent(state, tenant, session_id, extra.summaries)
@@ -364,6 +514,11 @@ def _assemble(memory, state, tenant, session_id, args, _idem, _expected) -> Deci
                     "observation_chars": extra.observation_chars}  # fmt: skip
         if extra.facts:
             settings["facts"] = extra.facts
+        if extra.sessions:  # AgentOps' `<memory:sessions>` block (sections/inject.py)
+            settings["sessions"] = extra.sessions
+        agentops = summaries.recent(state, tenant, session_id, extra.sessions)
+        if extra.query and (extra.observations or extra.facts):  # what was searched for
+            settings["query"] = extra.query[: inject.QUERY_CHARS]
         known = inject.choose_facts(
             state, tenant, session_id, fact_hits, memory.decision_ts, extra.facts
         )
@@ -373,6 +528,7 @@ def _assemble(memory, state, tenant, session_id, args, _idem, _expected) -> Deci
                 chosen, recent, extra.observation_chars, memory.content_of, counter,
                 limit, settings, known,
             )  # fmt: skip
+            injection = inject.add_sessions(injection, agentops, counter, limit)
             over = render.tokens_of(injection.messages, counter) - budget
             if over <= 0:
                 break
@@ -396,7 +552,8 @@ ASSEMBLE_CONTEXT = CommandSpec(
 
 
 def search_query(
-    text: object, sessions, sections, tags, since, until, top_k, reader, markers
+    text: object, sessions, sections, tags, since, until, top_k, reader, markers,
+    tenant_observations: bool = False,
 ) -> Query:  # fmt: skip
     """A search's arguments, checked: bad ones raise InvalidInput naming the argument."""
     if not isinstance(text, str) or not text.strip():
@@ -426,6 +583,7 @@ def search_query(
         until,
         top_k,
         (markers[0], markers[1]),
+        ((TENANT_SESSION, observations.SECTION),) if tenant_observations and sessions else (),
     )
 
 
@@ -471,18 +629,23 @@ SEARCH = CommandSpec("search", _search, result=_hits, prepare=_query_index, resu
 
 def _observations_session(memory: Memory, tenant: str, _session: None, args: tuple) -> tuple:
     if args[2]:  # tenant-wide
+        source = args[3]
+        if source is not None:  # refused before `_tenant` is made for it (decide checks again)
+            memory.read(lambda state: commands.check_open(get_session(state, tenant, source)))
         memory.append(lambda state: tenant_session(memory, state, tenant))
     return args
 
 
 def _observe(memory, state, tenant, _session, args, _idem, _expected) -> Decision:
-    obs, session_id, _ = args
+    obs, session_id, _, source = args
     target = get_session(state, tenant, session_id)
     if session_id != TENANT_SESSION:  # the tenant's own session outlives any end()
         commands.check_open(target)
+    if source is not None:  # an ended session writes nothing more, tenant-wide neither
+        commands.check_open(get_session(state, tenant, source))
     command, tier, item = observations.decide(
         target, obs, memory.decision_ts, memory.dedup_window_us, memory.counter_of(target),
-        memory.content_of,
+        memory.content_of, source,
     )  # fmt: skip
     return Decision((command,), (session_id, tier, item))
 
@@ -502,11 +665,16 @@ OBSERVE = CommandSpec("observe", _observe, result=_observed, prepare=_observatio
 
 def observation_args(
     type: str, title: str, content: str, *, tags: list[str] | tuple[str, ...] = (),
-    topic_key: str | None = None, session: str | None = None,
+    topic_key: str | None = None, session: str | None = None, source: dict | None = None,
+    from_session: str | None = None,
 ) -> tuple:  # fmt: skip
-    """OBSERVE's arguments: the observation, checked, and the session that will hold it."""
-    obs = Observation.of(type, title, content, tags, topic_key)
-    return obs, TENANT_SESSION if session is None else session, session is None
+    """OBSERVE's arguments: the observation, checked (`source`: where it came from, {str: str}
+    kept in its metadata), the session that will hold it, whether that is the tenant's, and the
+    session a tenant-wide one came from (`from_session`, kept in `metadata.session`)."""
+    obs = Observation.of(type, title, content, tags, topic_key, source)
+    if from_session is not None and (session is not None or not isinstance(from_session, str)):
+        raise InvalidInput("from_session names the session a tenant-wide observation came from")
+    return obs, TENANT_SESSION if session is None else session, session is None, from_session
 
 
 # ---- erasure (sections/erase_flow.py) ---------------------------------------------------------
@@ -530,4 +698,5 @@ SPECS = (
     ADD_ITEMS, COMPACT_FOR_PAYLOAD, UPDATE_ITEM, REMOVE_ITEMS, CONFIGURE_SECTION, COMMIT, END_TURN, END_SESSION,
     DELETE_SESSION, CREATE_SESSION, GET_OR_CREATE_SESSION, READ_ITEMS, READ_STATE, READ_SUMMARIES,
     TRACE_STREAM, ASSEMBLE_CONTEXT, SEARCH, OBSERVE, ERASE_ITEMS, ERASE_SESSION,
+    CLEANUP, ERASE_DELETED,
 )  # fmt: skip

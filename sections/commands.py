@@ -25,6 +25,7 @@ from .config import (
     refuse_untraced,
 )
 from .errors import (
+    BudgetExceeded,
     CannotCompact,
     ImmutableSection,
     ItemNotFound,
@@ -34,7 +35,7 @@ from .errors import (
     SessionNotFound,
     VersionConflict,
 )
-from .policies import choose_victims
+from .policies import choose_evictions
 from .render import Injection
 from .state import Item, MemoryState, SectionState, SessionState
 from .tokens import TokenCounter, count_input
@@ -123,6 +124,7 @@ def create_session(
     config: MemoryConfig,
     counter: TokenCounter,
     metadata: dict | None = None,
+    idem: str | None = None,
 ) -> Command:
     check_identifier("tenant", tenant)
     check_identifier("session", session)
@@ -130,28 +132,44 @@ def create_session(
         raise SessionExists(f"session {session!r} already exists")
     if metadata is not None and type(metadata) is not dict:
         raise InvalidInput("metadata must be an object")
+    payload = {
+        "prev_seq": None,
+        "metadata": metadata or {},
+        "config": {s.name: s.to_json() for s in config.sections},
+        "order": [s.name for s in config.sections],
+        "counter": {"name": counter.name, "version": counter.version},
+        "seed": _seed(config, counter),
+    }
+    if idem is not None:  # a session made by POST /v1/sessions with an Idempotency-Key
+        payload["idem"] = idem
+    return Command(tenant, session, SESSION_SECTION, "session.created", payload)
+
+
+def _seed(config: MemoryConfig, counter: TokenCounter) -> dict[str, list[dict]]:
+    """The seed items of each section in record form, grouped as one `add_many` would group
+    them. Seeds are admitted whole or the session is not created: they may not exceed their
+    section's budget, since evicting part of what the caller gave as the session's start would
+    lose it silently."""
     seed: dict[str, list[dict]] = {}
     by_name = {s.name: s for s in config.sections}
     for name, items in (config.seed_items or {}).items():
-        if name not in by_name:
-            raise InvalidInput(f"config gives items for section {name!r}, which is not configured")
-        seed[name] = [
-            _new_item(by_name[name], dict(data), counter, existing=None) for data in items
-        ]
-    return Command(
-        tenant,
-        session,
-        SESSION_SECTION,
-        "session.created",
-        {
-            "prev_seq": None,
-            "metadata": metadata or {},
-            "config": {s.name: s.to_json() for s in config.sections},
-            "order": [s.name for s in config.sections],
-            "counter": {"name": counter.name, "version": counter.version},
-            "seed": seed,
-        },
-    )
+        section = by_name.get(name)
+        if section is None:
+            raise InvalidInput(f"items are given for section {name!r}, which is not configured")
+        made: list[dict] = []
+        for data in items:
+            if type(data) is not dict:
+                raise InvalidInput(f"section {name!r}: each seed item must be an object")
+            made.append(_new_item(section, data, counter, None, made))
+        tokens = sum(i["tokens"] for i in made)
+        budget = section.budget_tokens
+        if budget is not None and tokens > budget:
+            raise BudgetExceeded(
+                f"section {name!r}: its seed items take {tokens} tokens and its budget is "
+                f"{budget}: give fewer or shorter items, or a larger budget_tokens"
+            )
+        seed[name] = made
+    return seed
 
 
 def configure_section(
@@ -168,6 +186,11 @@ def configure_section(
     if section is not None:
         _check_writable(section, session)  # its config is part of what was loaded from config
     base = section.config.to_json() if section is not None else {}
+    if "items" in settings:
+        raise InvalidInput(
+            f"section {name!r}: items are not a setting: seed them when the session is created "
+            "(sections={name: {'items': [...]}}), or add them to a mutable section"
+        )
     unknown = set(settings) - SETTINGS
     if unknown:
         raise InvalidInput(f"unknown section settings {sorted(unknown)}")
@@ -175,14 +198,12 @@ def configure_section(
     config = SectionConfig.from_json(name, {**base, **settings})
     payload = base_payload(session, idem)
     payload["config"] = config.to_json()
-    if (
-        section is not None
-        and config.budget_tokens is not None
-        and section.tokens > config.budget_tokens
+    if section is not None and (
+        (config.budget_tokens is not None and section.tokens > config.budget_tokens)
+        or (config.max_items is not None and len(section.items) > config.max_items)
     ):
         trial = SectionState(config, dict(section.items), section.tokens)
-        victims = choose_victims(trial, 0)
-        payload["evicted"] = [{"id": v.id, "reason": config.policy} for v in victims]
+        payload["evicted"] = _evicted(choose_evictions(trial, 0))
     return Command(session.tenant, session.id, name, "section.configured", payload)
 
 
@@ -335,14 +356,20 @@ def add_items(
         )  # fmt: skip
         if found is not None:
             compacted, room = found.compacted, found.trial
-    victims = choose_victims(room, incoming, units, newcomers=newcomers)
+    victims = choose_evictions(room, incoming, units, newcomers=newcomers,
+                               incoming_count=len(new))  # fmt: skip
     payload = base_payload(session, idem)
     payload["items"] = new
     if compacted is not None:
         payload["compacted"] = compacted
     if victims:
-        payload["evicted"] = [{"id": v.id, "reason": section.config.policy} for v in victims]
+        payload["evicted"] = _evicted(victims)
     return Command(session.tenant, session.id, section_name, "item.added", payload)
+
+
+def _evicted(victims: list[tuple[Item, str]]) -> list[dict]:
+    """The record's `evicted`: each victim with its reason (the policy, or `max_items`)."""
+    return [{"id": item.id, "reason": reason} for item, reason in victims]
 
 
 def _newcomers(new: list[dict]) -> dict[str, float]:
@@ -378,11 +405,11 @@ def update_item(
     payload["set"] = dict(changes)
     if "content" in changes:
         payload["tokens"] = checked["tokens"]
-        victims = choose_victims(
+        victims = choose_evictions(
             section, checked["tokens"], frozenset({item.unit}), replacing=item.id
         )
         if victims:
-            payload["evicted"] = [{"id": v.id, "reason": section.config.policy} for v in victims]
+            payload["evicted"] = _evicted(victims)
     return Command(session.tenant, session.id, section_name, "item.updated", payload)
 
 

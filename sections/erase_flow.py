@@ -118,3 +118,22 @@ def redact_session(memory: Memory, record: Record | None, _decision: Decision | 
     payload = record.payload  # type: ignore[union-attr]
     memory.redact_erased(payload["records"], payload["reason"], f"session.erased@{record.seq}")  # type: ignore[union-attr]
     return record  # type: ignore[return-value]
+
+
+def redact_sessions(memory: Memory, first: Record, count: int) -> int:
+    """Step 3 for `count` session erases appended together from `first` on (retention's, whose
+    seqs follow each other but for the segment records the log may put between them): one
+    redaction of all their records, named `session.erased@<first>..<last>` (or `@<first>` for
+    one), rather than one rewrite of the segments per session. Returns `count`."""
+    erases = [first]
+    seq = first.seq
+    while len(erases) < count:
+        seq += 1
+        found = memory.record_at(seq)
+        if found.type == "session.erased":
+            erases.append(found)
+    targets = sorted({s for r in erases for s in r.payload["records"]})  # type: ignore[index]
+    request = f"session.erased@{first.seq}" + (f"..{erases[-1].seq}" if count > 1 else "")
+    if targets:
+        memory.redact_erased(targets, first.payload["reason"], request)  # type: ignore[index]
+    return count

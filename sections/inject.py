@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import orjson
+
 from . import facts, summaries
 from .observations import SECTION, TENANT_SESSION
 from .render import Injection
@@ -57,22 +59,30 @@ def choose_facts(
     return [known[id_] for id_ in picked]
 
 
+BM25 = "bm25"  # an observation the query's search found (its entry keeps the score)
+RECENCY = "recency"  # one taken newest first to fill up to N when the search found fewer
+
+
 def choose_observations(
-    pool: list[tuple[str, Item]], hits: list[tuple[str, str]], limit: int
-) -> list[tuple[str, Item]]:
-    """The live hits in rank order, then the newest of the rest, up to `limit`."""
+    pool: list[tuple[str, Item]], hits: list[tuple[str, str, float]], limit: int
+) -> list[tuple[str, Item, str, float | None]]:
+    """The live hits in rank order, then the newest of the rest, up to `limit`: each as
+    (session, item, method, BM25 score or None for the recency backfill)."""
     by_key = {(sid, item.id): (sid, item) for sid, item in pool}
-    chosen = [by_key[h] for h in dict.fromkeys(hits) if h in by_key][:limit]
+    scores: dict[tuple[str, str], float] = {}
+    for sid, id_, score in hits:
+        scores.setdefault((sid, id_), score)
+    chosen = [(*by_key[k], BM25, s) for k, s in scores.items() if k in by_key][:limit]
     if len(chosen) < limit:
-        taken = {(sid, item.id) for sid, item in chosen}
+        taken = {(sid, item.id) for sid, item, _, _ in chosen}
         rest = [p for p in pool if (p[0], p[1].id) not in taken]
         rest.sort(key=lambda p: (p[1].ts, p[1].order), reverse=True)
-        chosen.extend(rest[: limit - len(chosen)])
+        chosen.extend((sid, item, RECENCY, None) for sid, item in rest[: limit - len(chosen)])
     return chosen
 
 
 def build(
-    observations: list[tuple[str, Item]],
+    observations: list[tuple[str, Item, str, float | None]],
     recent: list[SessionState],
     chars: int,
     content_of: Callable[[Item], object],
@@ -81,18 +91,26 @@ def build(
     settings: dict,
     fact_items: list[Item] = (),  # type: ignore[assignment]
 ) -> Injection:
-    """The injected messages that fit `budget`, taken in order, and their manifest entries."""
+    """The injected messages that fit `budget`, taken in order, and their manifest entries.
+
+    An observation's entry also says why it is there: its `rank` (1 for the first injected),
+    `method` (`bm25` or `recency`) and, for a search hit, its BM25 `score`. `replay` reads none
+    of them (the lines depend on the item alone); they are what a trace of the assembly shows
+    (sections/tracing.py), kept in the record so that the log and the trace agree."""
     out = Injection(settings=settings)
     lines = []
-    for sid, item in observations:
+    for rank, (sid, item, method, score) in enumerate(observations, 1):
         text = observation_line(item, content_of(item), chars)
         tokens = counter.count(text)
         if out.tokens + tokens > budget:
             break
         out.tokens += tokens
         lines.append(text)
-        out.entries.append({"inject": "observation", "session": sid, "section": SECTION,
-                            "id": item.id, "h": item.h, "tokens": tokens})  # fmt: skip
+        entry = {"inject": "observation", "session": sid, "section": SECTION, "id": item.id,
+                 "h": item.h, "tokens": tokens, "rank": rank, "method": method}  # fmt: skip
+        if score is not None:
+            entry["score"] = score
+        out.entries.append(entry)
     if lines:
         out.messages.append(block("observations", lines))
     lines = []
@@ -123,11 +141,65 @@ def build(
     return out
 
 
+# ---- recent sessions as AgentOps' runtime injects them (`sessions=N`) ---------------------------
+# A block of its own, after the others, so the default output (sessions=0) is unchanged.
+
+SESSIONS_OPEN, SESSIONS_CLOSE = "<memory:sessions>", "</memory:sessions>"
+
+
+def session_line(summary: dict) -> str:
+    """`- Session with N messages. Started: "…" — Ended: "…"`, from a `session.summarized`."""
+    parts = [f"- Session with {summary['messages']} messages."]
+    for which, label in (("first_user", "Started"), ("last_user", "Ended")):
+        quoted = summary.get(which)
+        if quoted and quoted.get("text") is not None:
+            said = orjson.dumps(quoted["text"]).decode()  # quotes and newlines escaped
+            parts.append(f"— {label}: {said}" if len(parts) > 1 else f"{label}: {said}")
+    return " ".join(parts)
+
+
+def sessions_block(lines: list[str]) -> dict:
+    return {"role": "system", "content": "\n".join([SESSIONS_OPEN, *lines, SESSIONS_CLOSE])}
+
+
+def add_sessions(
+    out: Injection, recent: list[SessionState], counter: TokenCounter, budget: int
+) -> Injection:
+    """`out` with the `<memory:sessions>` block of `recent` that fits `budget`, taken in order."""
+    lines = []
+    for session in recent:
+        text = session_line(session.summary)  # type: ignore[arg-type]
+        tokens = counter.count(text)
+        if out.tokens + tokens > budget:
+            break
+        out.tokens += tokens
+        lines.append(text)
+        seq, h = session.summary_at  # type: ignore[misc]
+        out.entries.append({"inject": "session", "session": session.id, "seq": seq, "h": h,
+                            "tokens": tokens})  # fmt: skip
+    if lines:
+        out.messages.append(sessions_block(lines))
+    return out
+
+
+def replay_sessions(state: MemoryState, tenant: str, entries: list[dict]) -> list[dict]:
+    """The `<memory:sessions>` block the manifest's `session` entries name, or nothing."""
+    lines = []
+    for entry in entries:
+        session = state.sessions[(tenant, entry["session"])]
+        if session.summary_at != (entry["seq"], entry["h"]):
+            raise LookupError(f"the summary of session {entry['session']} has changed since")
+        lines.append(session_line(session.summary))  # type: ignore[arg-type]
+    return [sessions_block(lines)] if lines else []
+
+
 def replay(
     state: MemoryState, tenant: str, entries: list[dict], chars: int,
     content_of: Callable[[Item], object],
 ) -> list[dict]:  # fmt: skip
     """The injected messages a manifest's `inject` entries name, from the state at its seq."""
+    agentops = replay_sessions(state, tenant, [e for e in entries if e["inject"] == "session"])
+    entries = [e for e in entries if e["inject"] != "session"]
     observations, known, recent = [], [], []
     for entry in entries:
         session = state.sessions[(tenant, entry["session"])]
@@ -150,4 +222,4 @@ def replay(
         messages.append(block("facts", known))
     if recent:
         messages.append(block("recent sessions", recent))
-    return messages
+    return messages + agentops

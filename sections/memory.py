@@ -19,20 +19,20 @@ import os
 import sqlite3
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
 from eventstore.errors import InvalidInput
+from eventstore.identifiers import check_identifier
 from eventstore.layout import DataDir
 from eventstore.reader import LogReader
 from eventstore.record import Record
 from eventstore.store import KeyInfo, open_log
 from eventstore.writer import DEFAULT_SEG_BITS, Durability, LogWriter
 
-from . import command_specs, commands, fact_specs, observations, reads, summaries
+from . import command_specs, commands, fact_specs, observations, reads, retention, summaries
 from .commands import Decision
 from .compaction import Summarizer, checked_summarizer, digest
 from .config import MemoryConfig, load_config
@@ -268,6 +268,7 @@ class Memory(CommandRunner, fact_specs.FactCommands):
             else:
                 purge_snapshots(self.snapshot_dir)
                 self._state.pending_erasures.pop(erase_seq, None)
+        self.erase_retained()  # a retention erase a crash kept from being appended
 
     def _restart(self) -> None:
         """Append what a restart clears (process lifetime) or reverts (commit lifetime), and the
@@ -422,9 +423,8 @@ class Memory(CommandRunner, fact_specs.FactCommands):
         tenant = tenant or self.tenant
         new = {"metadata": metadata, "sections": sections, "token_counter": token_counter}
         if session_id is None:
-            session_id = uuid.uuid4().hex
-            self.create_session(session_id, tenant=tenant, **new)
-            return Session(self, tenant, session_id)
+            record = self.create_session(tenant=tenant, **new)
+            return Session(self, tenant, record.session)
         if create:
             self.get_or_create(session_id, tenant=tenant, **new)
         else:
@@ -473,18 +473,30 @@ class Memory(CommandRunner, fact_specs.FactCommands):
 
     def create_session(
         self,
-        session_id: str,
+        session_id: str | None = None,
         *,
         tenant: str | None = None,
         metadata: dict | None = None,
         sections: dict | None = None,
+        idempotency_key: str | None = None,
         token_counter: str | None = None,
     ) -> Record:
-        """Create a session; SessionExists if it is there already."""
+        """Create a session; SessionExists if it is there already. `sections` overrides settings
+        per section and seeds sections with `{"items": [...]}`, immutable ones included
+        (docs/sections.md, "Seeding a session"). Without an id the memory makes one (the
+        record's `session`): random, or derived from `idempotency_key`, so that a retry with
+        the same key answers the first `session.created` and creates nothing. `token_counter`
+        names the counter the session counts with for good (docs/tokens.md)."""
         config = self.session_config(sections, token_counter)
+        if session_id is None:
+            session_id = command_specs.session_id_for(idempotency_key)
         command_specs.check_not_reserved(session_id)
         return self.run(
-            command_specs.CREATE_SESSION, tenant or self.tenant, session_id, (config, metadata)
+            command_specs.CREATE_SESSION,
+            tenant or self.tenant,
+            session_id,
+            (config, metadata),
+            idempotency_key,
         )
 
     def list_sessions(
@@ -505,6 +517,53 @@ class Memory(CommandRunner, fact_specs.FactCommands):
         metadata = {**(where or {}), **metadata}
         return self.read(
             lambda state: reads.list_sessions(state, tenant, metadata, since, until, offset, limit)
+        )
+
+    # ---- retention (sections/retention.py, docs/sections.md "Retention") -----------------------
+
+    def _cleanup_args(self, max_age_seconds: object, tenant: str | None) -> tuple[str, tuple]:
+        tenant = tenant or self.tenant
+        check_identifier("tenant", tenant)
+        return tenant, (retention.max_age_us(max_age_seconds), retention.MAX_AGE, False)
+
+    def cleanup(self, max_age_seconds: float, *, tenant: str | None = None) -> list[str]:
+        """Remove the tenant's sessions whose last activity (`active_ts`) is more than
+        `max_age_seconds` old, each with a `session.deleted` record (reason `max_age`; erased
+        from the files too with `retention_erase`); returns their ids, least recently active
+        first. The reserved session `_tenant` is never removed."""
+        tenant, args = self._cleanup_args(max_age_seconds, tenant)
+        return [sid for _, sid in self.run(command_specs.CLEANUP, tenant, None, args)]
+
+    async def cleanup_async(
+        self, max_age_seconds: float, *, tenant: str | None = None
+    ) -> list[str]:
+        tenant, args = self._cleanup_args(max_age_seconds, tenant)
+        removed = await self.run_async(command_specs.CLEANUP, tenant, None, args)
+        return [sid for _, sid in removed]
+
+    def expire_sessions(self, ttl_seconds: float) -> list[tuple[str, str]]:
+        """The TTL the service applies (`session_ttl_seconds`): `cleanup` over every tenant,
+        reason `ttl`; returns the (tenant, session id) removed."""
+        args = (retention.max_age_us(ttl_seconds), retention.TTL, True)
+        return self.run(command_specs.CLEANUP, self.tenant, None, args)
+
+    async def expire_sessions_async(self, ttl_seconds: float) -> list[tuple[str, str]]:
+        args = (retention.max_age_us(ttl_seconds), retention.TTL, True)
+        return await self.run_async(command_specs.CLEANUP, self.tenant, None, args)
+
+    def erase_retained(self) -> int:
+        """Append the erase of every retention deletion with `erase` whose erase is not in the
+        log yet, and redact (the commands that delete call this once their records are durable;
+        open and heal, for what a crash interrupted). Returns how many were erased."""
+        by_reason: dict[str, list[tuple[int, str, str]]] = {}
+        for seq, (tenant, session_id, reason) in sorted(
+            self.read(lambda state: list(state.pending_retention.items()))
+        ):
+            by_reason.setdefault(reason, []).append((seq, tenant, session_id))
+        # One redaction per reason (a redaction record has one), of all its sessions at once.
+        return sum(
+            self.run(command_specs.ERASE_DELETED, self.tenant, None, (deletions,))
+            for deletions in by_reason.values()
         )
 
     def stats(self, tenant: str | None = None, session: str | None = None) -> dict:
@@ -528,17 +587,20 @@ class Memory(CommandRunner, fact_specs.FactCommands):
         top_k: int = 10,
         reader: str = "agent",
         markers: tuple[str, str] = ("[", "]"),
+        tenant_observations: bool = False,
     ) -> tuple[str, None, tuple]:
         q = command_specs.search_query(
-            query, sessions, sections, tags, since, until, top_k, reader, markers
-        )
+            query, sessions, sections, tags, since, until, top_k, reader, markers,
+            tenant_observations,
+        )  # fmt: skip
         return tenant or self.tenant, None, (q, reader)
 
     def search(self, query: str, **options: object) -> list[SearchHit]:
         """BM25 search over the tenant's searchable sections, best first (ties by seq).
 
         Options: tenant, sessions, sections, tags (all of them), the item's time (`since` <= ts
-        < `until`, microseconds), top_k, reader, markers. Hits are reads: each session with hits
+        < `until`, microseconds), top_k, reader, markers; `tenant_observations=True` adds the
+        tenant-wide observations to the `sessions` searched (a session's own search does). Hits are reads: each session with hits
         gets an `items.read` record (purpose "search"), and hits are returned once those are
         durable.
         """
@@ -551,7 +613,10 @@ class Memory(CommandRunner, fact_specs.FactCommands):
         self, type: str, title: str, content: str, *, tenant: str | None = None, **options: object
     ) -> observations.Outcome:
         """Record an observation: tenant-wide, or in `session=`'s own `observations` section.
-        Options: tags, topic_key, session. Deduplicated in one atomic command
+        Options: tags, topic_key, session, source ({str: str} kept in its metadata: where it came
+        from), from_session (the session a tenant-wide observation came from: kept in its
+        `metadata.session`; that session must exist and not have ended). Deduplicated in one
+        atomic command
         (sections/observations.py): a revision of the same topic, a duplicate of recent
         identical content, or a new item."""
         args = command_specs.observation_args(type, title, content, **options)  # type: ignore[arg-type]

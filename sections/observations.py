@@ -2,7 +2,8 @@
 
 An observation is an item of the `observations` section: its `kind` is the observation's type,
 its metadata holds the title, the optional topic key and two counters. Scope `session` keeps it in
-the session's own section; scope `tenant` in the reserved session `_tenant`.
+the session's own section; scope `tenant` in the reserved session `_tenant`, with the session it
+came from (if any) in `metadata.session`.
 
 Writing one is a single command decided under the memory's lock, in three tiers:
 1. same `topic_key` in the same scope: an `item.updated` that replaces it and bumps `revision`
@@ -36,6 +37,7 @@ TENANT_SESSION = "_tenant"  # holds tenant-wide observations; clients cannot cre
 TYPES = (
     "decision", "discovery", "bugfix", "pattern", "architecture", "config", "learning",
     "preference",
+    "security", "audit",  # what AgentOps' runtime hooks write (docs/agentops.md)
 )  # fmt: skip
 SCOPES = ("session", "tenant")
 DEFAULT_WINDOW_US = 15 * 60 * 1_000_000
@@ -49,11 +51,15 @@ class Observation:
     content: str
     tags: tuple[str, ...] = ()
     topic_key: str | None = None
+    # Where it came from, kept in its metadata by every tier's record (the AgentOps session,
+    # the capture rule that fired): {str: str}.
+    source: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def of(
-        cls, type: str, title: str, content: str, tags=(), topic_key: str | None = None
-    ) -> Observation:
+        cls, type: str, title: str, content: str, tags=(), topic_key: str | None = None,
+        source: dict | None = None,
+    ) -> Observation:  # fmt: skip
         if type not in TYPES:
             raise InvalidInput(f"observation type {type!r} is not one of {', '.join(TYPES)}")
         if not isinstance(title, str) or not title.strip() or len(title) > TITLE_MAX:
@@ -66,7 +72,10 @@ class Observation:
             raise InvalidInput("tags must be a list of strings")
         if topic_key is not None and (not isinstance(topic_key, str) or not topic_key):
             raise InvalidInput("topic_key must be a non-empty string")
-        return cls(type, title, content, tuple(tags), topic_key)
+        source = source or {}
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in source.items()):
+            raise InvalidInput("an observation's source must map strings to strings")
+        return cls(type, title, content, tuple(tags), topic_key, tuple(sorted(source.items())))
 
 
 @dataclass(frozen=True)
@@ -91,17 +100,24 @@ def decide(
     window_us: int,
     counter: TokenCounter,
     content_of: Callable[[Item], object],
+    source: str | None = None,
 ) -> tuple[Command, str, Item | None]:
-    """The one record that writes `obs`, which tier it is, and the observation it touches."""
+    """The one record that writes `obs`, which tier it is, and the observation it touches.
+    `source`: the session a tenant-wide observation came from, kept in `metadata.session` by
+    the write that sets its content (a duplicate keeps the first writer's)."""
     section = commands.get_section(session, SECTION)
     if obs.topic_key is not None:
         for item in section.items.values():
             if item.metadata.get("topic_key") == obs.topic_key:
                 meta = {
                     **item.metadata,
+                    **dict(obs.source),
                     "title": obs.title,
                     "revision": item.metadata.get("revision", 1) + 1,
                 }
+                meta.pop("session", None)
+                if source is not None:
+                    meta["session"] = source
                 changes = {
                     "content": obs.content,
                     "kind": obs.type,
@@ -120,13 +136,16 @@ def decide(
             continue  # another topic (the same one was found above)
         content = content_of(item)
         if isinstance(content, str) and normalize(content) == wanted:
-            meta = {**item.metadata, "duplicates": item.metadata.get("duplicates", 0) + 1}
+            meta = {**item.metadata, **dict(obs.source),
+                    "duplicates": item.metadata.get("duplicates", 0) + 1}  # fmt: skip
             if obs.topic_key is not None:  # the duplicate takes the key: later revisions find it
                 meta["topic_key"] = obs.topic_key
             command = commands.update_item(session, SECTION, item.id, {"metadata": meta}, counter)
             return command, "duplicate", item
-    meta = {"title": obs.title, "revision": 1, "duplicates": 0}
+    meta = {**dict(obs.source), "title": obs.title, "revision": 1, "duplicates": 0}
     if obs.topic_key is not None:
         meta["topic_key"] = obs.topic_key
+    if source is not None:
+        meta["session"] = source
     data = {"content": obs.content, "kind": obs.type, "tags": list(obs.tags), "metadata": meta}
     return commands.add_items(session, SECTION, [data], counter), "inserted", None

@@ -81,38 +81,69 @@ def _residents(
         yield extra
 
 
+MAX_ITEMS = "max_items"  # the reason of a victim taken only to keep a section within max_items
+
+
 def choose_victims(
     section: SectionState,
     incoming_tokens: int,
     incoming_units: frozenset[str] = frozenset(),
     replacing: str | None = None,
     newcomers: dict[str, float] | None = None,
+    incoming_count: int = 0,
 ) -> list[Item]:
-    """The items to evict so that `incoming_tokens` more fit the budget, in eviction order.
+    """The items to evict so that `incoming_tokens` more fit the budget, in eviction order
+    (`choose_evictions` without the reasons)."""
+    return [item for item, _ in choose_evictions(
+        section, incoming_tokens, incoming_units, replacing, newcomers, incoming_count
+    )]  # fmt: skip
+
+
+def choose_evictions(
+    section: SectionState,
+    incoming_tokens: int,
+    incoming_units: frozenset[str] = frozenset(),
+    replacing: str | None = None,
+    newcomers: dict[str, float] | None = None,
+    incoming_count: int = 0,
+) -> list[tuple[Item, str]]:
+    """The items to evict, each with its reason, so that `incoming_tokens` and `incoming_count`
+    more items fit the section's budget and its `max_items`, in eviction order.
 
     `incoming_units` are the groups the new items join: never victims, since evicting one would
-    split it. `replacing` is an item being updated: its old tokens are given back first.
-    `newcomers` (an add's units, each with its highest priority) makes the incoming items
-    compete under the priority policy: an add whose own unit would rank among the victims is
-    not admitted. Raises ItemTooLarge, BudgetExceeded or NotAdmitted; nothing is decided then.
+    split it. `replacing` is an item being updated: its old tokens are given back first (its
+    place is kept: the count does not change). `newcomers` (an add's units, each with its
+    highest priority) makes the incoming items compete under the priority policy: an add whose
+    own unit would rank among the victims is not admitted. Raises ItemTooLarge, BudgetExceeded
+    or NotAdmitted; nothing is decided then.
 
-    The order comes from the section's `EvictionOrder` (sections/eviction_order.py), walked only
-    as far as the victims go. Reading it changes nothing in the section.
+    A victim's reason is the policy when it was taken while the tokens did not fit yet, else
+    `max_items` (taken only for the count). The order comes from the section's `EvictionOrder`
+    (sections/eviction_order.py), walked only as far as the victims go. Reading it changes
+    nothing in the section.
     """
     config = section.config
     budget = config.budget_tokens
-    if budget is None:
+    max_items = config.max_items
+    if budget is None and max_items is None:
         return []
     name = config.name
-    if incoming_tokens > budget:
+    if budget is not None and incoming_tokens > budget:
         raise ItemTooLarge(
             f"the item needs {incoming_tokens} tokens, more than section {name!r}'s whole budget of {budget}"
+        )
+    if max_items is not None and incoming_count > max_items:
+        raise ItemTooLarge(
+            f"the write brings {incoming_count} items, more than section {name!r}'s max_items "
+            f"of {max_items}"
         )
     used = section.tokens
     if replacing is not None:
         used -= section.items[replacing].tokens
-    excess = used + incoming_tokens - budget
-    if excess <= 0:
+    excess = used + incoming_tokens - budget if budget is not None else -1
+    count = len(section.items)
+    extra = count + incoming_count - max_items if max_items is not None else -1
+    if excess <= 0 and extra <= 0:
         return []
     order = _order(section)
     joined: dict[str, list[Item]] = {}
@@ -123,25 +154,38 @@ def choose_victims(
             if resident:
                 joined[unit] = resident
     protected = sum(m.tokens for members in joined.values() for m in members)
-    if protected + incoming_tokens > budget:
+    if budget is not None and protected + incoming_tokens > budget:
         raise ItemTooLarge(
             f"the groups being added to would hold {protected + incoming_tokens} tokens, more than "
             f"section {name!r}'s budget of {budget}; groups are never split"
         )
+    held = sum(len(members) for members in joined.values()) + (replacing is not None)
+    if max_items is not None and held + incoming_count > max_items:
+        raise ItemTooLarge(
+            f"the groups being added to would hold {held + incoming_count} items, more than "
+            f"section {name!r}'s max_items of {max_items}; groups are never split"
+        )
     if config.policy in ("refuse", "none"):
+        if excess > 0:
+            raise BudgetExceeded(
+                f"section {name!r} is full ({used} of {budget} tokens) and its policy is "
+                f"{config.policy!r}: the write of {incoming_tokens} tokens is refused"
+            )
         raise BudgetExceeded(
-            f"section {name!r} is full ({used} of {budget} tokens) and its policy is "
-            f"{config.policy!r}: the write of {incoming_tokens} tokens is refused"
+            f"section {name!r} is full ({count} of {max_items} items, max_items) and its "
+            f"policy is {config.policy!r}: the write of {incoming_count} items is refused"
         )
     skip = set(incoming_units)
     if config.policy == "priority" and newcomers:
         _compete(section, _residents(section, order, skip, replacing), joined, newcomers, excess,
-                 incoming_tokens)  # fmt: skip
-    victims: list[Item] = []
+                 incoming_tokens, extra)  # fmt: skip
+    victims: list[tuple[Item, str]] = []
     for _, members in _residents(section, order, skip, replacing):
-        victims.extend(sorted(members, key=lambda m: m.order))
+        reason = config.policy if excess > 0 else MAX_ITEMS
+        victims.extend((m, reason) for m in sorted(members, key=lambda m: m.order))
         excess -= sum(m.tokens for m in members)
-        if excess <= 0:
+        extra -= len(members)
+        if excess <= 0 and extra <= 0:
             return victims
     raise BudgetExceeded(f"section {name!r} cannot make room for {incoming_tokens} tokens")
 
@@ -153,6 +197,7 @@ def _compete(
     newcomers: dict[str, float],
     excess: int,
     incoming_tokens: int,
+    extra: int = -1,
 ) -> None:
     """Rank the incoming units with the residents by (highest priority, oldest member) and walk
     the eviction order as `choose_victims` will: if an incoming unit comes up before there is
@@ -172,12 +217,18 @@ def _compete(
         if first < rank:
             break
         excess -= sum(m.tokens for m in members)
-        if excess <= 0:
+        extra -= len(members)
+        if excess <= 0 and extra <= 0:
             return
     config = section.config
+    full = []
+    if config.budget_tokens is not None:
+        full.append(f"{section.tokens} of {config.budget_tokens} tokens")
+    if config.max_items is not None:
+        full.append(f"{len(section.items)} of {config.max_items} items")
     raise NotAdmitted(
-        f"section {config.name!r} is full ({section.tokens} of {config.budget_tokens} "
-        f"tokens) and its policy is 'priority': the incoming item of priority {first[0]} "
-        f"ranks below the residents that would have to leave to make room for its "
-        f"{incoming_tokens} tokens, so it is not admitted and nothing was written"
+        f"section {config.name!r} is full ({', '.join(full)}) and its policy is 'priority': "
+        f"the incoming item of priority {first[0]} ranks below the residents that would have "
+        f"to leave to make room for it ({incoming_tokens} tokens), so it is not admitted and "
+        "nothing was written"
     )

@@ -291,15 +291,28 @@ def _created(state: MemoryState, _: SessionState | None, r: dict, payload: dict)
 
 
 def redaction_done(state: MemoryState, payload: dict) -> None:
-    """A `redaction` whose request is `<erase type>@<seq>` completes that erase."""
-    kind, _, seq = str(payload.get("request", "")).partition("@")  # "…@E#2/5": not the last chunk
-    if kind in ("items.erased", "session.erased") and seq.isdigit():
-        state.pending_erasures.pop(int(seq), None)
+    """A `redaction` whose request is `<erase type>@<seq>` completes that erase; one whose
+    request is `session.erased@<first>..<last>` completes every erase in that range (retention
+    erases sessions together, sections/erase_flow.py `redact_sessions`)."""
+    kind, _, seqs = str(payload.get("request", "")).partition("@")  # "…@E#2/5": not the last chunk
+    if kind not in ("items.erased", "session.erased"):
+        return
+    first, dots, last = seqs.partition("..")
+    if first.isdigit() and not dots:
+        state.pending_erasures.pop(int(first), None)
+    elif first.isdigit() and last.isdigit():
+        low, high = int(first), int(last)
+        for seq in [s for s in state.pending_erasures if low <= s <= high]:
+            del state.pending_erasures[seq]
 
 
 @handles("session.erased")
 def _session_erased(state: MemoryState, _: SessionState | None, r: dict, payload: dict) -> None:
-    state.sessions.pop((r["tenant"], r["session"]), None)
+    deleted = payload.get("deleted_seq")
+    if deleted is None:
+        state.sessions.pop((r["tenant"], r["session"]), None)
+    else:  # retention's erase of an incarnation already deleted: a newer one stays
+        state.pending_retention.pop(deleted, None)
     if payload.get("records"):
         state.pending_erasures[r["seq"]] = payload["records"]
 
@@ -307,6 +320,8 @@ def _session_erased(state: MemoryState, _: SessionState | None, r: dict, payload
 @handles("session.deleted")
 def _deleted(state: MemoryState, _: SessionState | None, r: dict, payload: dict) -> None:
     state.sessions.pop((r["tenant"], r["session"]), None)
+    if payload.get("erase"):  # retention (sections/retention.py): its erase follows
+        state.pending_retention[r["seq"]] = [r["tenant"], r["session"], payload.get("reason", "")]
 
 
 @handles("session.ended")
@@ -403,8 +418,12 @@ def _note_added(session: SessionState, r: dict, payload: dict) -> None:
         session.touched.append(name)
     if name == "messages":
         session.messages += len(payload["items"])
+        roles = session.roles
         for k, data in enumerate(payload["items"]):
-            if data.get("role") == "user":
+            role = data.get("role")
+            if role is not None:
+                roles[role] = roles.get(role, 0) + 1
+            if role == "user":
                 session.last_user = item_id(r["seq"], k)
                 if session.first_user is None:
                     session.first_user = session.last_user

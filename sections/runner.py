@@ -55,6 +55,7 @@ from .history import History
 from .projection import apply
 from .search import SearchIndex
 from .state import Item, MemoryState
+from .tracing import Tracing
 
 Decide = Callable[[MemoryState], Decision | None]
 
@@ -74,12 +75,18 @@ class CommandRunner:
     search_index: SearchIndex
     content_of: Callable[[Item], object]  # Memory's methods, used here
     snapshot: Callable[[], object]
+    # A tracer (sections/tracing.py), or None: then nothing below is traced, at the cost of one
+    # attribute test per command and per group. Set it before commands run.
+    tracing: Tracing | None = None
 
     def _init_batches(self) -> None:
         """Called by Memory._configure: where tickets wait to be decided."""
         self._filed: collections.deque[Ticket] = collections.deque()  # threads' tickets
         self._loop_batches: dict[asyncio.AbstractEventLoop, list[Ticket]] = {}
         self._acknowledging: set[asyncio.Task] = set()  # the event loop keeps only weak ones
+        # With tracing: each appended group's Pending to the end of its span, taken once by
+        # whoever sees the group durable first (dict.pop is atomic)
+        self._append_spans: dict[Pending, Callable[[BaseException | None], None]] = {}
 
     def run(
         self,
@@ -91,6 +98,15 @@ class CommandRunner:
         expected_version: int | None = None,
     ):
         """Run one command of the table (sections/command_specs.py); returns once durable."""
+        tracing = self.tracing
+        if tracing is None:
+            return self._run(spec, tenant, session, args, idempotency_key, expected_version)
+        with tracing.command(spec.name, tenant, session) as span:
+            result = self._run(spec, tenant, session, args, idempotency_key, expected_version)
+            span.done(result)
+            return result
+
+    def _run(self, spec, tenant, session, args, idempotency_key, expected_version):
         if spec.prepare is not None:
             args = spec.prepare(self, tenant, session, args)
         while True:
@@ -108,7 +124,7 @@ class CommandRunner:
             break
         outcome = ticket.outcome
         if type(outcome) is Pending:
-            self._wait(outcome.wait)
+            self._wait(outcome)
             self._maybe_snapshot()
         return self._finish(spec, ticket)
 
@@ -122,6 +138,19 @@ class CommandRunner:
         expected_version: int | None = None,
     ):
         """`run` for asyncio: the same steps; those that read files go to a worker thread."""
+        tracing = self.tracing
+        if tracing is None:
+            return await self._run_async(
+                spec, tenant, session, args, idempotency_key, expected_version
+            )
+        with tracing.command(spec.name, tenant, session) as span:
+            result = await self._run_async(
+                spec, tenant, session, args, idempotency_key, expected_version
+            )
+            span.done(result)
+            return result
+
+    async def _run_async(self, spec, tenant, session, args, idempotency_key, expected_version):
         if spec.prepare is not None:
             args = await asyncio.to_thread(spec.prepare, self, tenant, session, args)
         loop = asyncio.get_running_loop()
@@ -164,7 +193,7 @@ class CommandRunner:
             raise ticket.error
         if ticket.outcome is None:
             return None
-        self._wait(ticket.outcome.wait)  # type: ignore[union-attr]
+        self._wait(ticket.outcome)  # type: ignore[arg-type]
         self._maybe_snapshot()
         return ticket.record
 
@@ -248,6 +277,9 @@ class CommandRunner:
                 ticket.error = exc
             return
         records = pending.records
+        tracing = self.tracing
+        if tracing is not None:  # from the submit until a waiter sees the group durable
+            self._append_spans[pending] = tracing.append(records, len(group.tickets))
         try:
             for n, entry in enumerate(group.entries):
                 # Apply what was logged, parsed back from its JCS bytes, exactly as replay will
@@ -262,6 +294,7 @@ class CommandRunner:
             error.__cause__ = exc
             for ticket in group.tickets:
                 ticket.error = error
+            self._end_append_span(pending, error)  # nobody waits for this group
             return
         self._since_snapshot += len(group.entries)
         for ticket, first in zip(group.tickets, group.firsts, strict=True):
@@ -295,7 +328,9 @@ class CommandRunner:
                 self._failed = exc  # the state holds records the log will never have
                 for ticket in tickets:
                     ticket.error = exc
+                self._end_append_span(pending, exc)
             else:
+                self._end_append_span(pending, None)
                 if self._since_snapshot >= self.snapshot_every:
                     try:
                         await asyncio.to_thread(self._maybe_snapshot)
@@ -347,12 +382,20 @@ class CommandRunner:
         error.cause = failure.cause if isinstance(failure, WriterClosed) else failure
         raise error
 
-    def _wait(self, wait: Callable[[], object]) -> None:
+    def _wait(self, pending: Pending) -> None:
         try:
-            wait()
+            pending.wait()
         except WriterClosed as exc:
             self._failed = exc  # the state holds a record the log will never have
+            self._end_append_span(pending, exc)
             raise
+        self._end_append_span(pending, None)
+
+    def _end_append_span(self, pending: Pending, error: BaseException | None) -> None:
+        if self._append_spans:  # empty unless tracing
+            end = self._append_spans.pop(pending, None)
+            if end is not None:
+                end(error)
 
     def _replayed(self, seq: int) -> Record:
         """An idempotent retry: the original record, once it is durable."""

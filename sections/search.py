@@ -67,6 +67,9 @@ class Query:
     until: int | None = None  # item ts < until
     top_k: int = 10
     markers: tuple[str, str] = ("[", "]")
+    # (session, section) pairs searched besides `sessions`: a session sees the tenant's
+    # observations (`_tenant`, `observations`). The other filters apply to them too.
+    also: tuple[tuple[str, str], ...] = ()
 
 
 def rowid(seq: int, k: int) -> int:
@@ -335,8 +338,12 @@ class SearchIndex:
             return []
         where, args = [], [expression]
         if query.sessions is not None:
-            where.append(f"d.session IN ({','.join('?' * len(query.sessions))})")
+            scope = f"d.session IN ({','.join('?' * len(query.sessions))})"
             args.extend(query.sessions)
+            for session, section in query.also:
+                scope += " OR (d.session = ? AND d.section = ?)"
+                args.extend((session, section))
+            where.append(f"({scope})")
         if query.sections is not None:
             where.append(f"d.section IN ({','.join('?' * len(query.sections))})")
             args.extend(query.sections)
@@ -451,6 +458,8 @@ def _changes(state: MemoryState, record: Record, content_of: ContentOf) -> list[
     payload = record.payload
     tenant = record.tenant
     if type_ in ("session.deleted", "session.erased"):
+        if "deleted_seq" in payload:  # retention's erase of a deleted incarnation: gone already
+            return []
         return [RemoveWhere(tenant, record.session)]
     session = state.sessions.get((tenant, record.session))
     if session is None:

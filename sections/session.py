@@ -14,11 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 from eventstore.errors import InvalidInput
 
+from . import capture, fact_specs, observations
 from . import command_specs as specs
-from . import fact_specs, observations
 from .compaction import checked_summarizer
 from .erase_flow import item_ids
 from .item_filter import ItemFilter
+from .observations import TENANT_SESSION
 from .views import Extra
 
 if TYPE_CHECKING:
@@ -105,6 +106,17 @@ def _session_command(*, idempotency_key: str | None = None, expected_version: in
     return (), idempotency_key, expected_version
 
 
+def _end(messages: list[dict] | None = None, *, idempotency_key: str | None = None,
+         expected_version: int | None = None):  # fmt: skip
+    """End the session; its summary follows. `messages` ([{role, content}], a runtime's
+    transcript) are first added to `messages`, one record, so the summary counts them. With a
+    transcript, `expected_version` is checked against the session before it is added."""
+    if messages is None:
+        return (None, None, None), idempotency_key, expected_version
+    items = specs.transcript_items(messages)
+    return (items, idempotency_key, expected_version), idempotency_key, None
+
+
 def _get(section: str | None = None, ids: list[str] | None = None, *, reader: str = "agent",
          **filters: object):  # fmt: skip
     """Items of a section (or of every section, section by section), oldest first. Filters:
@@ -133,7 +145,8 @@ def _filter(filters: dict, timeline: bool = False) -> ItemFilter:
 def _assemble(budget: int = 8000, sections: list[str] | None = None, *, reader: str = "agent",
               **extra: object):  # fmt: skip
     """The `context.assembled` record and the messages: OpenAI-style, within `budget` tokens.
-    `query=`, `observations=N`, `summaries=M`, `observation_chars=C`: see sections/inject.py."""
+    `query=`, `observations=N`, `summaries=M`, `observation_chars=C`, `facts=K`, `sessions=N`
+    (AgentOps' `<memory:sessions>` block): see sections/inject.py."""
     return (budget, sections, reader, Extra.of(**extra)), None, None  # type: ignore[arg-type]
 
 
@@ -197,7 +210,7 @@ class Session(fact_specs.FactCommands):
     configure, configure_async = _twins(specs.CONFIGURE_SECTION, _configure)
     commit, commit_async = _twins(specs.COMMIT, _commit)
     end_turn, end_turn_async = _twins(specs.END_TURN, _session_command)
-    end, end_async = _twins(specs.END_SESSION, _session_command)  # then its summary
+    end, end_async = _twins(specs.END_SESSION, _end)  # then its summary
     delete, delete_async = _twins(specs.DELETE_SESSION, _session_command)
     get, get_async = _twins(specs.READ_ITEMS, _get)
     events, events_async = _twins(specs.READ_ITEMS, _events)
@@ -220,25 +233,55 @@ class Session(fact_specs.FactCommands):
     # -- tenant-wide commands, narrowed to this session
 
     def search(self, query: str, **options: object) -> list:
-        """Search this session's searchable sections (see `Memory.search`)."""
-        return self.memory.search(query, tenant=self.tenant, sessions=[self.id], **options)
+        """Search this session's searchable sections and the tenant-wide observations, which
+        every session sees (see `Memory.search`)."""
+        return self.memory.search(query, **self._search_scope(options))
 
     async def search_async(self, query: str, **options: object) -> list:
-        return await self.memory.search_async(
-            query, tenant=self.tenant, sessions=[self.id], **options
+        return await self.memory.search_async(query, **self._search_scope(options))
+
+    def _search_scope(self, options: dict) -> dict:
+        # tenant_observations=False: this session's own items only
+        return {
+            "tenant_observations": True,
+            **options,
+            "tenant": self.tenant,
+            "sessions": [self.id],
+        }
+
+    # -- a runtime's tool call through the memory's capture rules (sections/capture.py)
+
+    def tool_call(self, tool: str, args: dict | None = None, output: object = None, *,
+                  call_id: str | None = None) -> dict:  # fmt: skip
+        """Report a tool call and its result: the tool's inject rule traces what a search finds,
+        the first matching save rule makes the result an observation naming the rule. Returns
+        {"injected": {rule, query, seq, found} | None, "saved": {rule, id, tier, ...} | None}."""
+        return capture.report(self.memory, self.tenant, self.id, tool, args, output, call_id)
+
+    async def tool_call_async(self, tool: str, args: dict | None = None, output: object = None,
+                              *, call_id: str | None = None) -> dict:  # fmt: skip
+        return await capture.report_async(
+            self.memory, self.tenant, self.id, tool, args, output, call_id
         )
 
     def _observation(self, scope: str) -> dict:
         if scope not in observations.SCOPES:
             raise InvalidInput(f"scope must be one of {', '.join(observations.SCOPES)}")
-        return {"tenant": self.tenant, "session": self.id if scope == "session" else None}
+        if scope == "session":
+            return {"tenant": self.tenant, "session": self.id}
+        return {
+            "tenant": self.tenant,
+            "from_session": None if self.id == TENANT_SESSION else self.id,
+        }
 
-    def observe(self, type: str, title: str, content: str, *, scope: str = "session",
+    def observe(self, type: str, title: str, content: str, *, scope: str = "tenant",
                 **options: object) -> observations.Outcome:  # fmt: skip
-        """Record an observation in this session (scope "session") or for the whole tenant."""
+        """Record an observation for the whole tenant (scope "tenant", the default: every
+        session of the tenant sees it, and its `metadata.session` names this one), or in this
+        session's own `observations` section (scope "session")."""
         return self.memory.observe(type, title, content, **self._observation(scope), **options)
 
-    async def observe_async(self, type: str, title: str, content: str, *, scope: str = "session",
+    async def observe_async(self, type: str, title: str, content: str, *, scope: str = "tenant",
                             **options: object) -> observations.Outcome:  # fmt: skip
         where = self._observation(scope)
         return await self.memory.observe_async(type, title, content, **where, **options)

@@ -25,7 +25,8 @@ from eventstore.atomic import fsync_dir, write_atomically
 from eventstore.filemodes import make_dir
 from eventstore.reader import LogReader
 
-FORMAT = "ledgermem.snapshot/3"  # 2: items carry `ts`; 3: sessions carry their times
+FORMAT = "ledgermem.snapshot/5"  # 2: items carry `ts`; 3: sessions carry their times; 4: roles
+# counted per session; 5: the state keeps retention erasures still to append (`pending_retention`)
 KEEP = 2
 log = logging.getLogger("ledgermem.snapshot")
 

@@ -161,6 +161,7 @@ class SessionState:
     first_user: str | None = None  # ids of the first and last user messages
     last_user: str | None = None
     touched: list[str] = field(default_factory=list)  # sections written, in first-write order
+    roles: dict[str, int] = field(default_factory=dict)  # messages ever added, by role
     summary: dict | None = None  # the newest `session.summarized`, and where it is
     summary_at: tuple[int, str] | None = None  # (seq, h)
     # Times (record `ts`, microseconds): of `session.created`, and of the record at `version`,
@@ -188,6 +189,7 @@ class SessionState:
             "first_user": self.first_user,
             "last_user": self.last_user,
             "touched": self.touched,
+            "roles": self.roles,
             "summary": self.summary,
             "summary_at": list(self.summary_at) if self.summary_at else None,
             "created_ts": self.created_ts,
@@ -214,7 +216,7 @@ class SessionState:
             ended_seq=data["ended_seq"],
             idempotency={k: tuple(v) for k, v in data["idempotency"].items()},
             messages=data["messages"], first_user=data["first_user"], last_user=data["last_user"],
-            touched=data["touched"], summary=data["summary"],
+            touched=data["touched"], roles=data["roles"], summary=data["summary"],
             summary_at=tuple(data["summary_at"]) if data["summary_at"] else None,
             created_ts=data["created_ts"], active_ts=data["active_ts"],
         )  # fmt: skip
@@ -230,6 +232,9 @@ class MemoryState:
     # Erase records whose `redaction` has not been appended yet: erase seq -> seqs to redact.
     # A fact about the log rather than about memory, so it is left out of the state hash.
     pending_erasures: dict[int, list[int]] = field(default_factory=dict)
+    # Retention deletions with `erase` whose `session.erased` is not appended yet (also a fact
+    # about the log, left out of the hash): deletion seq -> [tenant, session, reason].
+    pending_retention: dict[int, list[str]] = field(default_factory=dict)
 
     def to_json(self) -> dict:
         ordered = sorted(self.sessions.items())
@@ -238,12 +243,14 @@ class MemoryState:
             "h": self.h,
             "sessions": [s.to_json() for _, s in ordered],
             "pending_erasures": {str(k): v for k, v in self.pending_erasures.items()},
+            "pending_retention": {str(k): v for k, v in self.pending_retention.items()},
         }
 
     @classmethod
     def from_json(cls, data: dict) -> MemoryState:
         state = cls(seq=data["seq"], h=data["h"])
         state.pending_erasures = {int(k): v for k, v in data.get("pending_erasures", {}).items()}
+        state.pending_retention = {int(k): v for k, v in data.get("pending_retention", {}).items()}
         for s in data["sessions"]:
             session = SessionState.from_json(s)
             state.sessions[(session.tenant, session.id)] = session

@@ -105,18 +105,21 @@ class Extra:
     summaries: int = 0
     observation_chars: int = inject.OBSERVATION_CHARS
     facts: int = 0  # valid facts: the query's hits, then this session's, then the newest
+    sessions: int = 0  # recent sessions as a `<memory:sessions>` block (AgentOps' runtime)
 
     @classmethod
     def of(cls, query: str | None = None, observations: int = 0, summaries: int = 0,
-           observation_chars: int = inject.OBSERVATION_CHARS, facts: int = 0) -> Extra:  # fmt: skip
+           observation_chars: int = inject.OBSERVATION_CHARS, facts: int = 0,
+           sessions: int = 0) -> Extra:  # fmt: skip
         if query is not None and not isinstance(query, str):
             raise InvalidInput("query must be a string")
         for name, value, top in (("observations", observations, MAX_TOP_K),
                                  ("summaries", summaries, MAX_TOP_K),
                                  ("facts", facts, MAX_TOP_K),
+                                 ("sessions", sessions, MAX_TOP_K),
                                  ("observation_chars", observation_chars, 1 << 20)):  # fmt: skip
             if type(value) is not int or not 0 <= value <= top:
                 raise InvalidInput(f"{name} must be an integer from 0 to {top}")
         if observation_chars < 1:
             raise InvalidInput("observation_chars must be at least 1")
-        return cls(query, observations, summaries, observation_chars, facts)
+        return cls(query, observations, summaries, observation_chars, facts, sessions)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Awaitable, Callable
+from urllib.parse import quote
 
 import orjson
 from starlette.requests import Request
@@ -18,11 +19,12 @@ from starlette.routing import request_response
 from starlette.types import Receive, Scope, Send
 
 from eventstore.errors import InvalidInput, LedgerError
+from eventstore.timestamps import parse_time
 from sections import command_specs as specs
 from sections.command_specs import CommandSpec
 from sections.commands import UPDATABLE
 from sections.config import SETTINGS
-from sections.item_filter import NO_FILTER
+from sections.item_filter import MAX_PAGE, NO_FILTER, ItemFilter, event_type
 from sections.memory import Memory, Session
 from sections.session import item_ids
 from sections.views import Extra
@@ -41,8 +43,13 @@ LeanHandler = Callable[[Scope, Receive], Awaitable[tuple[int, bytes, list[tuple[
 # long enough to stall every stream and request sharing the event loop.
 LARGE_BODY = 256 * 1024
 # Context injection (sections/inject.py): observations for a query, recent sessions' summaries.
-CONTEXT_EXTRAS = ("query", "observations", "summaries", "observation_chars", "facts")
+CONTEXT_EXTRAS = ("query", "observations", "summaries", "observation_chars", "facts", "sessions")
 COMPACT_FIELDS = frozenset(("target_bytes", "section", "budget", "sections"))
+# Query parameters of the reads (`token` is a credential: streams/auth.py).
+LIST_PAGING = frozenset(("limit", "offset", "since", "until"))
+_FILTERS = ("role", "since", "until", "recent", "offset", "limit", "reader", "token")
+ITEM_PARAMS = frozenset(("id", "kind", *_FILTERS))
+EVENT_PARAMS = frozenset(("type", *_FILTERS))
 STATE_AT_CALLS = (
     1  # replays at once: a second one only shares the GIL (bench/state_at.py); 429 busy
 )
@@ -160,28 +167,43 @@ class Api:
     # -- sessions
 
     async def list_sessions(self, request: Request) -> Response:
+        """GET /v1/sessions: `limit`, `offset` page, `since`/`until` bound the last activity
+        (µs or ISO-8601); every other parameter is a metadata filter (`app=` or
+        `metadata.app=`; `metadata.limit=` for a metadata key named like a paging one)."""
         p = self.service.principal(request, "read")
-        filters = {
-            k.removeprefix("metadata."): v for k, v in request.query_params.items() if k != "token"
-        }
-        sessions = self.memory(p).list_sessions(p.tenant, where=filters)
+        filters, paging = {}, {}
+        for k, v in request.query_params.multi_items():
+            if k in LIST_PAGING:
+                paging[k] = (
+                    _time_param(k, v) if k in ("since", "until") else _count_param(k, v, 2**31)
+                )
+            elif k != "token":
+                filters[k.removeprefix("metadata.")] = v
+        sessions = self.memory(p).list_sessions(p.tenant, where=filters, **paging)
         return json_response({"sessions": sessions})
+
+    async def create_session(self, request: Request) -> Response:
+        """POST /v1/sessions: a session with a server-made id; 201 with `Location`. With an
+        Idempotency-Key the id is derived from the key, so a retry answers the same session
+        (its first `session.created`) and creates nothing."""
+        p = self.service.principal(request, "write")
+        metadata, sections = _session_body(await self._body(request, required=False))
+        memory = self.memory(p)
+        config = memory.config.with_overrides(sections)
+        key = request.headers.get("idempotency-key")
+        session_id = specs.session_id_for(key)
+        with self.service.write():
+            record = await memory.run_async(
+                specs.CREATE_SESSION, p.tenant, session_id, (config, metadata), key
+            )
+        session = Session(memory, p.tenant, record.session)
+        content = {"record": record_json(record), "session": session.info()}
+        location = "/v1/sessions/" + quote(record.session, safe="")
+        return json_response(content, 201, {"Location": location, **self._etag(session)})
 
     async def put_session(self, request: Request) -> Response:
         p = self.service.principal(request, "write")
-        body = await self._body(request, required=False)
-        unknown = set(body) - {"metadata", "sections"}
-        if unknown:
-            raise ApiError(
-                400, "invalid_input", f"unknown fields {sorted(unknown)}; use metadata and sections"
-            )
-        metadata, sections = body.get("metadata"), body.get("sections")
-        if metadata is not None and type(metadata) is not dict:
-            raise ApiError(400, "invalid_input", "metadata must be an object")
-        if sections is not None and type(sections) is not dict:
-            raise ApiError(
-                400, "invalid_input", "sections must be an object of per-section settings"
-            )
+        metadata, sections = _session_body(await self._body(request, required=False))
         memory = self.memory(p)
         config = memory.config.with_overrides(sections)
         with self.service.write():
@@ -243,7 +265,19 @@ class Api:
         return self._session(self.service.principal(request, "write"), request)
 
     async def end_session(self, request: Request) -> Response:
-        return await self._write(request, self._writer_session(request), specs.END_SESSION)
+        """POST .../end, optionally {"messages": [{role, content}]}: a transcript, recorded as
+        the session's messages before the end, so its summary counts them."""
+        session = self._writer_session(request)
+        body = _only(await self._body(request, required=False) or {"messages": None},
+                     frozenset(("messages",)), "the transcript as messages")  # fmt: skip
+        messages = body["messages"]
+        if messages is None:
+            return await self._write(request, session, specs.END_SESSION)
+        key, expected = request.headers.get("idempotency-key"), _if_match(request)
+        args = (specs.transcript_items(messages), key, expected)
+        with self.service.write():  # `expected` is the transcript's: the end follows it at once
+            record = await self._command(session, specs.END_SESSION, args, key, None, 0)
+        return json_response({"record": record_json(record)}, headers=self._etag(session))
 
     async def end_turn(self, request: Request) -> Response:
         return await self._write(request, self._writer_session(request), specs.END_TURN)
@@ -299,11 +333,25 @@ class Api:
         return 201, orjson.dumps(content), [(b"etag", etag)]
 
     async def get_items(self, request: Request) -> Response:
+        """GET .../items?kind=&role=&since=&until=&recent=&offset=&limit= (sections/item_filter.py;
+        kind and role may repeat; times in µs or ISO-8601), or ?id= (repeats) for those items."""
         session = self._session(self.service.principal(request, "read"), request)
+        chosen = _item_filter(request, ITEM_PARAMS)
         ids = request.query_params.getlist("id") or None
-        args = (request.path_params.get("section"), ids, _reader(request), NO_FILTER)
+        args = (request.path_params.get("section"), ids, _reader(request), chosen)
         views = await self._run(session, specs.READ_ITEMS, args)
         return json_response({"items": [v.to_json() for v in views]}, headers=self._etag(session))
+
+    async def get_events(self, request: Request) -> Response:
+        """GET .../events?type=&role=&since=&until=&recent=&offset=&limit=: the session's
+        timeline (`Session.events`), traced as an `items.read` of purpose `events`."""
+        session = self._session(self.service.principal(request, "read"), request)
+        chosen = _item_filter(request, EVENT_PARAMS, timeline=True)
+        args = (None, None, _reader(request), chosen)
+        views = await self._run(session, specs.READ_ITEMS, args)
+        # A view has the fields `event_type` reads (kind, role, extra): the same rule as the filter.
+        events = [{"type": event_type(v), **v.to_json()} for v in views]  # type: ignore[arg-type]
+        return json_response({"events": events}, headers=self._etag(session))
 
     async def get_item(self, request: Request) -> Response:
         session = self._session(self.service.principal(request, "read"), request)
@@ -403,6 +451,56 @@ class Api:
         return json_response({"record": record_json(record), "erased": erased})
 
 
+def _session_body(body: dict) -> tuple[dict | None, dict | None]:
+    """`metadata` and `sections` (settings and seed `items` per section) of a new session."""
+    unknown = set(body) - {"metadata", "sections"}
+    if unknown:
+        raise ApiError(
+            400, "invalid_input", f"unknown fields {sorted(unknown)}; use metadata and sections"
+        )
+    metadata, sections = body.get("metadata"), body.get("sections")
+    if metadata is not None and type(metadata) is not dict:
+        raise ApiError(400, "invalid_input", "metadata must be an object")
+    if sections is not None and type(sections) is not dict:
+        raise ApiError(400, "invalid_input", "sections must be an object of per-section settings")
+    return metadata, sections
+
+
+def _time_param(name: str, value: str) -> int:
+    try:
+        return parse_time(value)
+    except InvalidInput as exc:
+        raise ApiError(400, "invalid_input", f"query parameter {name}: {exc}") from None
+
+
+def _count_param(name: str, value: str, top: int = MAX_PAGE) -> int:
+    count = _integer(value, f"query parameter {name}")
+    if not 0 <= count <= top:
+        raise ApiError(400, "invalid_input", f"query parameter {name} must be from 0 to {top}")
+    return count
+
+
+def _item_filter(request: Request, allowed: frozenset[str], timeline: bool = False) -> ItemFilter:
+    """The filter of a read's query parameters; an unknown or invalid one is a 400 naming it."""
+    params = request.query_params
+    unknown = sorted(set(params) - allowed)
+    if unknown:
+        raise ApiError(
+            400, "invalid_input",
+            f"unknown query parameter {unknown[0]!r}; use {', '.join(sorted(allowed - {'token'}))}",
+        )  # fmt: skip
+    for name in set(params) & {"since", "until", "recent", "offset", "limit"}:
+        if len(params.getlist(name)) > 1:
+            raise ApiError(400, "invalid_input", f"query parameter {name} is given twice")
+    times = {k: _time_param(k, params[k]) for k in ("since", "until") if k in params}
+    counts = {k: _count_param(k, params[k]) for k in ("recent", "offset", "limit") if k in params}
+    types = params.getlist("type" if timeline else "kind") or None
+    return ItemFilter.of(
+        types, params.getlist("role") or None, times.get("since"), times.get("until"),
+        counts.get("recent"), counts.get("offset", 0), counts.get("limit"), timeline,
+    )  # fmt: skip
+
+
 def _wrap(handler: Handler) -> Callable:
     return request_response(handler)
 
@@ -436,7 +534,7 @@ def routes(service: Service) -> list[RawRoute]:
     api = Api(service)
     s = "/v1/sessions/{session}"
     table: list[tuple[str, dict[str, Callable]]] = [
-        ("/v1/sessions", {"GET": api.list_sessions}),
+        ("/v1/sessions", {"GET": api.list_sessions, "POST": api.create_session}),
         ("/v1/stats", {"GET": api.tenant_stats}),
         ("/v1/state", {"GET": api.state_at}),
         (s, {"PUT": api.put_session, "GET": api.get_session, "DELETE": api.delete_session}),
@@ -449,6 +547,7 @@ def routes(service: Service) -> list[RawRoute]:
         (s + "/state", {"GET": api.state_at}),
         (s + "/erase", {"POST": api.erase}),
         (s + "/items", {"GET": api.get_items}),
+        (s + "/events", {"GET": api.get_events}),
         (s + "/sections/{section}", {"PUT": api.configure_section}),
         (s + "/sections/{section}/items", {"POST": lean(api.add_items), "GET": api.get_items}),
         (

@@ -18,9 +18,9 @@ from starlette.middleware.errors import ServerErrorMiddleware
 from starlette.routing import Match
 from starlette.types import Receive, Scope, Send
 
-from . import api, facts_api, openapi, search_api, status, ui
+from . import agentops_api, api, mcp_mount, openapi, proofs_api, status, ui
 from .errors import EXCEPTION_HANDLERS
-from .forwarding import ForwardToLeader, LeaderRoutes
+from .forwarding import ForwardToLeader, LeaderRoutes, leader_route_list
 from .guards import GuardPolicy, RequestGuard, body_refusal
 from .routing import ROUTE, TableRouter
 from .service import Service
@@ -86,13 +86,16 @@ def create_app(settings: Settings, service: Service | None = None) -> Starlette:
 
     # The routes that need the partition's leader (store mode forwards them to it); the others
     # every replica answers from its own hub and mirror.
-    leader_routes = api.routes(service) + search_api.routes(service) + facts_api.routes(service)
+    leader_routes = leader_route_list(service)
     routes = (
         status.routes(service)
+        + agentops_api.health_routes(service)
+        + proofs_api.routes(service)
         + leader_routes
         + channels.routes(service)
         + openapi.routes()
         + ui.routes(service)
+        + mcp_mount.routes(service)  # none without the `mcp` extra (docs/mcp.md)
     )
     guard = GuardPolicy.from_settings(settings)
     app = LedgerApp(

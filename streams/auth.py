@@ -1,4 +1,4 @@
-"""Who is calling: the tenant and scopes of an API token (wire.md, Credentials).
+"""Who is calling: the tenant and scopes of an API token (docs/wire.md, Credentials).
 
 A token may come as `Authorization: Bearer <token>`, a `token` query parameter, or a
 `ledgermem_token` cookie (browsers' EventSource cannot send headers). With no tokens configured every caller is

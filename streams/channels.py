@@ -1,11 +1,11 @@
-"""The four fan-out channels of wire.md: thin adapters between the hub and a connection.
+"""The four fan-out channels of docs/wire.md: thin adapters between the hub and a connection.
 
 Each adapter parses and checks the request, takes a `Subscription` from the hub, and moves its
 batches of pre-encoded records to the client: SSE through sse-starlette, WebSocket frames, JSONL
 lines, or one long-poll JSON body. What to send next, and from where, is the hub's and the
 cursor's business (streams/hub.py, streams/cursor.py); nothing here re-encodes a record.
 
-With a shared store of P partitions (wire.md, "Partitions") a stream reads one partition's hub:
+With a shared store of P partitions (docs/wire.md, "Partitions") a stream reads one partition's hub:
 the tenant's (its token's, or the one its `tenant` filter names), or for an operator's unscoped
 stream the `partition=N` it names (`"partition": N` in the WebSocket's first frame); every
 replica has every partition's hub. Stream traces (`stream.opened`/`closed`, long-poll's
@@ -54,6 +54,7 @@ from .service import NotLeaderHere
 FILTER_KEYS = ("tenant", "session", "section", "type")
 DEFAULT_LIMIT = 100
 DEFAULT_WAIT = 30.0
+KEEP_ALIVE_LINE = b"\n"  # what an idle JSONL stream sends every heartbeat_seconds
 FIRST_FRAME_SECONDS = 30.0
 WS_POLICY_VIOLATION = 1008
 WS_GOING_AWAY = 1001
@@ -191,7 +192,7 @@ def scoped_filter(
     """The subscriber's filter, with its tenant forced when credentials are configured.
 
     With tokens a principal sees its own tenant only, and so never the control records (`_log`);
-    without tokens (one tenant) every record is visible, as wire.md says.
+    without tokens (one tenant) every record is visible, as docs/wire.md says.
     """
     if tenants:
         asked = fields.get("tenant")
@@ -224,7 +225,7 @@ def parse_partition(value: object, partitions: int) -> int | None:
 def stream_partition(
     given: int | None, where: RecordFilter, principal: Principal, scoped: bool, service
 ) -> int:
-    """Which partition a stream reads (wire.md, "Partitions"): the tenant's when the token or the
+    """Which partition a stream reads (docs/wire.md, "Partitions"): the tenant's when the token or the
     filter names one; else the one given; with P = 1, partition 0."""
     partitions = service.partitions
     if partitions == 1:
@@ -336,7 +337,7 @@ def _write_frames(
     frames: FrameWriter, items: list[EncodedRecord], caught_up: int | None = None
 ) -> None:
     """A WebSocket batch in one write: the caught-up notice, if any, then one text frame per
-    record (wire.md), as the hub encoded them when the connection has no extension."""
+    record (docs/wire.md), as the hub encoded them when the connection has no extension."""
     if frames.raw:
         data = b"".join([item.ws_frame() for item in items])
         if caught_up is not None:
@@ -498,12 +499,20 @@ class Channels:
             await _error_response(exc)(scope, receive, send)
             return
 
+        beat = self.service.settings.heartbeat_seconds
+
         async def stream() -> None:
             await send({"type": "http.response.start", "status": 200, "headers": JSONL_HEADERS})
-            async for delivery in subscription:
+            while (delivery := await subscription.next(beat)) is not None:
                 if delivery.items:
                     body = b"\n".join([item.line for item in delivery.items]) + b"\n"
-                    await send({"type": "http.response.body", "body": body, "more_body": True})
+                elif delivery.caught_up is None:
+                    # Idle for `beat` seconds: an empty line, which is no record, so that clients
+                    # and proxies can tell a quiet stream from a dead one (docs/wire.md).
+                    body = KEEP_ALIVE_LINE
+                else:
+                    continue
+                await send({"type": "http.response.body", "body": body, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
 
         try:

@@ -10,10 +10,13 @@ import argparse
 import asyncio
 import errno
 import gc
+import os
 import socket
 import sys
 
 from eventstore.errors import LedgerError
+
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -62,6 +65,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a partition leader's lease on the shared store (default 5; LEDGERMEM_LEASE_SECONDS)",
     )
     parser.add_argument(
+        "--log-level",
+        choices=LOG_LEVELS,
+        default=os.environ.get("LEDGERMEM_LOG_LEVEL", "warning"),
+        help="uvicorn's log level (default warning; LEDGERMEM_LOG_LEVEL); at info or debug each "
+        "request is logged on stderr as one access line",
+    )
+    parser.add_argument(
         "--advertise-url",
         help="the URL other replicas forward to (default http://<host>:<bound port>; "
         "LEDGERMEM_ADVERTISE_URL)",
@@ -76,7 +86,10 @@ def run(args: argparse.Namespace) -> int:
     from .connections import ConnectionBudget, framed_websocket_protocol, guarded_protocol
     from .service import Service
     from .settings import load_settings
+    from .telemetry import Telemetry
 
+    if args.log_level not in LOG_LEVELS:  # a bad LEDGERMEM_LOG_LEVEL; argparse checks the flag
+        return _refuse(f"log level {args.log_level!r} is not one of {', '.join(LOG_LEVELS)}")
     try:
         settings = load_settings(
             args.config,
@@ -118,8 +131,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"connections     {budget.describe()}", flush=True)
         print(f"listening on {url}", flush=True)
 
+    try:
+        telemetry = Telemetry.from_env()  # None unless OTEL_* ask for traces
+    except ValueError as exc:
+        return _refuse(str(exc))
     service = Service(settings, announce, url)
     app = create_app(settings, service)
+    if telemetry is not None:
+        service.tracing = telemetry.tracing
+        app = telemetry.instrument(app)
 
     class Server(uvicorn.Server):
         def handle_exit(self, sig, frame) -> None:
@@ -132,10 +152,11 @@ def run(args: argparse.Namespace) -> int:
 
     config = uvicorn.Config(
         app,
-        log_level="warning",
-        # At "warning" uvicorn never prints an access line, yet with access_log on it still
+        log_level=args.log_level,
+        # Below info uvicorn never prints an access line, yet with access_log on it still
         # formats each request's client and quoted path for one (a few microseconds apiece).
-        access_log=False,
+        access_log=args.log_level in ("info", "debug", "trace"),
+        log_config=_log_config(),
         ws_ping_interval=settings.heartbeat_seconds,
         ws_ping_timeout=settings.heartbeat_seconds * 2,
         timeout_graceful_shutdown=10,
@@ -160,6 +181,8 @@ def run(args: argparse.Namespace) -> int:
         finally:
             phase[0] = "stop"
             await service.shutdown()
+            if telemetry is not None:
+                await asyncio.to_thread(telemetry.shutdown)  # the last spans exported
 
     try:
         with asyncio.Runner(loop_factory=config.get_loop_factory()) as runner:
@@ -203,6 +226,18 @@ def _listen(host: str, port: int, backlog: int) -> socket.socket:
     sock.bind((host, port))
     sock.listen(backlog)  # connections queue from now on, even before uvicorn accepts them
     return sock
+
+
+def _log_config() -> dict:
+    """uvicorn's logging, with the access lines on stderr beside its other lines: stdout holds
+    only what start-up announces (the URL last), which scripts and tests read."""
+    import copy
+
+    from uvicorn.config import LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config["handlers"]["access"]["stream"] = "ext://sys.stderr"
+    return config
 
 
 def _refuse(message: str, code: int = 2) -> int:

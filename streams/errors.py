@@ -1,4 +1,4 @@
-"""Errors as HTTP answers: every refusal is a 4xx with `{"error": {"code", "message"}}` (wire.md)."""
+"""Errors as HTTP answers: every refusal is a 4xx with `{"error": {"code", "message"}}` (docs/wire.md)."""
 
 from __future__ import annotations
 
@@ -90,7 +90,7 @@ def refusal_code(exc: BaseException) -> tuple[str, int]:
 def from_exception(exc: BaseException) -> Response:
     if isinstance(exc, CommitRefused):
         # Fenced: another replica took the partition over while this call was in flight. Not
-        # acknowledged; the forwarder refreshes its route and retries once (wire.md, 421).
+        # acknowledged; the forwarder refreshes its route and retries once (docs/wire.md, 421).
         return error_response(421, "not_leader", str(exc))
     if isinstance(exc, WriterClosed):
         code, status = refusal_code(exc)

@@ -106,12 +106,24 @@ class LeaderRoutes:
         return bool(self._table.candidates(scope))
 
 
-def leader_routes(service) -> LeaderRoutes:
-    from . import api, facts_api, search_api
+def leader_route_list(service) -> list:
+    """The routes that need the partition's leader (store mode forwards them to it): every
+    route that reads or writes a tenant's memory. The app serves these very routes."""
+    from . import agentops_api, api, capture_api, facts_api, kaos_api, retention_api, search_api
 
-    return LeaderRoutes(
-        api.routes(service) + search_api.routes(service) + facts_api.routes(service)
+    return (
+        api.routes(service)
+        + search_api.routes(service)
+        + facts_api.routes(service)
+        + agentops_api.routes(service)  # docs/agentops.md
+        + capture_api.routes(service)
+        + retention_api.routes(service)
+        + kaos_api.routes(service)  # KAOS's /memory/* (docs/adapters/kaos.md)
     )
+
+
+def leader_routes(service) -> LeaderRoutes:
+    return LeaderRoutes(leader_route_list(service))
 
 
 def route_kind(route: Route) -> str:
@@ -248,6 +260,8 @@ class ForwardToLeader:
             time.time(),
         )
         headers.extend(signed.items())
+        if getattr(self.service, "tracing", None) is not None:
+            headers = _traced(headers)
         request = self.client().build_request(
             method,
             # The raw target, so percent-encoded ids reach the leader byte for byte.
@@ -369,3 +383,15 @@ async def _unreachable(url: str, exc: Exception, scope: Scope, receive: Receive,
         "may or may not have taken effect: retry with the same Idempotency-Key",
         {"Retry-After": str(NO_LEADER_RETRY_AFTER)},
     )(scope, receive, send)
+
+
+def _traced(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """With tracing on (streams/telemetry.py): the current span's context in place of the
+    caller's `traceparent` / `tracestate` / `baggage` (OTEL_PROPAGATORS), so the leader's spans
+    continue this replica's server span, in the caller's trace."""
+    from opentelemetry.propagate import inject
+
+    carrier: dict[str, str] = {}
+    inject(carrier)
+    replaced = {name.lower() for name in carrier} | {"traceparent", "tracestate"}
+    return [h for h in headers if h[0].lower() not in replaced] + list(carrier.items())

@@ -80,6 +80,12 @@ _OBSERVATION = {
     },
 }  # fmt: skip
 
+_OBSERVATION_FROM = {
+    **_OBSERVATION,
+    "properties": {**{k: v for k, v in _OBSERVATION["properties"].items() if k != "session"},
+                   "scope": {"enum": ["tenant", "session"], "default": "tenant"}},
+}  # fmt: skip
+
 
 _FACT = {
     "type": "object", "required": ["subject", "predicate", "object"],
@@ -100,6 +106,48 @@ _FACT_QUERY = [
     {"name": "history", "in": "query", "schema": {"type": "integer", "enum": [0, 1]}, "description": "1: every fact, valid or not"},
     {"name": "reader", "in": "query", "schema": {"type": "string", "enum": ["agent", "operator"]}},
 ]  # fmt: skip
+
+# Issue 16: sessions made by the server, seeded at creation; filtered reads and the timeline.
+_NEW_SESSION = {"type": "object", "properties": {
+    "metadata": {"type": "object"},
+    "sections": {"type": "object", "description": "per section: settings, and items: [item, ...] to seed it (immutable sections too)"},
+}}  # fmt: skip
+_LIST = [
+    {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 0}},
+    {"name": "offset", "in": "query", "schema": {"type": "integer", "minimum": 0}},
+    {"name": "since", "in": "query", "schema": {"type": "string"}, "description": "last activity >= (µs or ISO-8601)"},
+    {"name": "until", "in": "query", "schema": {"type": "string"}, "description": "last activity < (µs or ISO-8601)"},
+]  # fmt: skip
+_READ_FILTERS = [
+    {"name": "role", "in": "query", "schema": {"type": "array", "items": {"type": "string"}}, "style": "form", "explode": True, "description": "may repeat"},
+    {"name": "since", "in": "query", "schema": {"type": "string"}, "description": "content set at >= (µs or ISO-8601)"},
+    {"name": "until", "in": "query", "schema": {"type": "string"}, "description": "content set at < (µs or ISO-8601)"},
+    {"name": "recent", "in": "query", "schema": {"type": "integer", "minimum": 0}, "description": "the newest N of those"},
+    {"name": "offset", "in": "query", "schema": {"type": "integer", "minimum": 0}},
+    {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 0}},
+    {"name": "reader", "in": "query", "schema": {"type": "string", "enum": ["agent", "operator"]}},
+]  # fmt: skip
+
+
+def _types(name: str) -> dict:
+    return {"name": name, "in": "query", "schema": {"type": "array", "items": {"type": "string"}},
+            "style": "form", "explode": True,
+            "description": "event types (user_message, agent_response, tool_call, tool_result, error, ...); may repeat"}  # fmt: skip
+
+
+_ITEM_FILTERS = [_types("kind"), *_READ_FILTERS]
+_EVENT_FILTERS = [_types("type"), *_READ_FILTERS]
+
+
+_TILE_LEVEL = {"name": "level", "in": "path", "required": True, "schema": {"type": "string"},
+               "description": "0..63, or `entries` on the entries route"}  # fmt: skip
+_TILE_INDEX = {"name": "index", "in": "path", "required": True, "schema": {"type": "string"},
+               "description": "3-digit elements, all but the last x-prefixed; `.p/W` for a partial tile"}  # fmt: skip
+
+
+def _int_query(name: str, required: bool = False) -> dict:
+    return {"name": name, "in": "query", "required": required,
+            "schema": {"type": "integer", "minimum": 0}}  # fmt: skip
 
 
 def _op(
@@ -129,11 +177,12 @@ def document() -> dict:
     s, sec, item = [_SESSION], [_SESSION, _SECTION], [_SESSION, _SECTION, _ITEM]
     w = [_IDEM, _IF_MATCH]
     paths = {
-        "/v1/sessions": {"get": _op("list the tenant's sessions; filter with ?app=&user= (creation metadata)")},
+        "/v1/sessions": {
+            "get": _op("list the tenant's sessions in creation order: ?limit=&offset= page, ?since=&until= bound the last activity; any other parameter (?app=, ?metadata.app=) filters creation metadata", _LIST),
+            "post": _op("create a session with a server-made id: 201, Location; with Idempotency-Key a retry gives the same session", [_IDEM], _NEW_SESSION, "201", write=True),
+        },
         "/v1/sessions/{session}": {
-            "put": _op("get or create a session: 201 created, 200 existed", s,
-                       {"type": "object", "properties": {"metadata": {"type": "object"}, "sections": {"type": "object"}}},
-                       "201", write=True),
+            "put": _op("get or create a session: 201 created, 200 existed", s, _NEW_SESSION, "201", write=True),
             "get": _op("a session, its sections and version (ETag)", s),
             "delete": _op("delete a session", s + w, write=True),
         },
@@ -153,11 +202,12 @@ def document() -> dict:
         "/v1/sessions/{session}/state": {"get": _op("the session as it was at ?at=SEQ", s)},
         "/v1/sessions/{session}/erase": {"post": _op("erase items ({ids, reason}) or the session ({all: true, reason}); admin", s,
                                                      {"type": "object"}, write=True)},
-        "/v1/sessions/{session}/items": {"get": _op("items of every section; leaves an items.read record", s)},
+        "/v1/sessions/{session}/items": {"get": _op("items of every section, filtered; leaves an items.read record", s + _ITEM_FILTERS)},
+        "/v1/sessions/{session}/events": {"get": _op("the session's timeline: items with an event type across sections in write order, each with its type; leaves an items.read record (purpose events)", s + _EVENT_FILTERS)},
         "/v1/sessions/{session}/sections/{section}": {"put": _op("change a section's settings for this session", sec + w, {"type": "object"}, write=True)},
         "/v1/sessions/{session}/sections/{section}/items": {
             "post": _op("add an item (or a batch with {items: [...]})", sec + w, _ITEM_BODY, "201", write=True),
-            "get": _op("items of a section (?id= repeats, ?reader=agent|operator); leaves an items.read record", sec),
+            "get": _op("items of a section (?id= repeats, ?reader=agent|operator), filtered; leaves an items.read record", sec + _ITEM_FILTERS),
         },
         "/v1/sessions/{session}/sections/{section}/items/{item}": {
             "get": _op("one item", item),
@@ -167,7 +217,7 @@ def document() -> dict:
         "/v1/search": {"get": _op("BM25 search of the tenant's searchable sections: {hits: [{session, score, snippet, item}]}; hits leave items.read records", _SEARCH)},
         "/v1/sessions/{session}/search": {"get": _op("search one session", s + _SEARCH)},
         "/v1/observations": {"post": _op("record an observation (tenant-wide, or {session}); dedup: revised 200, duplicate 200, inserted 201", None, _OBSERVATION, "201", write=True)},
-        "/v1/sessions/{session}/observations": {"post": _op("record an observation in this session", s, _OBSERVATION, "201", write=True)},
+        "/v1/sessions/{session}/observations": {"post": _op("record an observation from this session: tenant-wide (metadata.session names this one) unless {scope: session}", s, _OBSERVATION_FROM, "201", write=True)},
         "/v1/summaries": {"get": _op("the newest session summaries (?limit=N)")},
         "/v1/sessions/{session}/summary": {"get": _op("the summary appended when the session ended", s)},
         "/v1/facts": {
@@ -180,17 +230,34 @@ def document() -> dict:
             "post": _op("assert a fact learned from this session: sources are its item ids", s + [_IDEM], _FACT, "201", write=True),
             "get": _op("the facts asserted in this session or learned from its items", s + _FACT_QUERY),
         },
+        "/v1/cleanup": {"post": _op("admin: remove the tenant's sessions idle longer than {max_age_seconds} (reason max_age; erased from the files with [retention] erase): {removed, reason, erased}", None,
+                                    {"type": "object", "properties": {"max_age_seconds": {"type": "number", "minimum": 0}}}, write=True)},
         "/v1/stats": {"get": _op("the tenant's totals")},
         "/v1/state": {"get": _op("every session of the tenant at ?at=SEQ")},
         "/v1/log/checkpoint": {"get": _op("the newest signed checkpoint (C2SP signed note), as text")},
+        "/v1/log/tile/{level}/{index}": {"get": _op("C2SP tlog-tiles: 256 (or .p/W) hashes of the tree of the newest checkpoint; index as x001/x234/067 (docs/proofs.md)", [_TILE_LEVEL, _TILE_INDEX])},
+        "/v1/log/tile/entries/{index}": {"get": _op("C2SP tlog-tiles entry bundle: the records' leaf preimages, u16-length-prefixed (admin with tokens)", [_TILE_INDEX])},
+        "/v1/log/proof/inclusion": {"get": _op("RFC 9162 inclusion proof of ?seq=N to the signed checkpoint of ?size=M (default newest); format=text: C2SP tlog-proof", [_int_query("seq", True), _int_query("size")])},
+        "/v1/log/proof/consistency": {"get": _op("RFC 9162 consistency proof from ?old=A to the signed checkpoint of ?new=B (default newest)", [_int_query("old", True), _int_query("new")])},
         "/v1/log/status": {"get": _op("head seq, newest checkpoint size and age, subscribers, background verifier")},
         "/v1/stream/sse": {"get": _op("Server-Sent Events: id = seq, data = the record; Last-Event-ID resumes; typed=1 adds event:", [_AFTER, *_FILTERS])},
         "/v1/stream/ws": {"get": _op("WebSocket: send {after, filter, partition} first; each text frame is one record")},
-        "/v1/stream/jsonl": {"get": _op("application/x-ndjson: one record a line; follow=1 stays open", [_AFTER, *_FILTERS])},
-        "/v1/events": {"get": _op("long-poll: {records, next, head}; waits up to wait=S (max 60) for a match", [_AFTER, *_FILTERS])},
+        "/v1/stream/jsonl": {"get": _op("application/x-ndjson: one record a line, and an empty line (a keep-alive, no record) every heartbeat_seconds while idle; follow=1 stays open", [_AFTER, *_FILTERS])},
+        "/v1/events": {"get": _op("long-poll: {records, next, head}; waits up to wait=S (default 30, max 60) for a match", [_AFTER, *_FILTERS])},
         "/healthz": {"get": _op("alive")},
         "/readyz": {"get": _op("ready to serve (503 while starting or stopping)")},
         "/metrics": {"get": _op("Prometheus text format")},
+        # issue 17: declarative capture and AgentOps' memory contract (docs/agentops.md)
+        "/v1/sessions/{session}/tool-calls": {"post": _op("report a tool call {tool, args, output, call_id?}: the capture rules trace an inject search and save a matching result as an observation", s, {"type": "object"}, write=True)},
+        **{path: {m: _op(f"AgentOps memory contract: {m.upper()} {path} (docs/agentops.md)", write=m != "get") for m in methods}
+           for path, methods in (("/sessions", ("post",)), ("/sessions/{id}/end", ("post",)), ("/sessions/recent", ("get",)),
+                                 ("/observations", ("post",)), ("/observations/recent", ("get",)),
+                                 ("/observations/{id}", ("get", "patch", "delete")), ("/search", ("get",)), ("/context", ("get",)),
+                                 ("/timeline", ("get",)), ("/stats", ("get",)), ("/export", ("get",)), ("/import", ("post",)),
+                                 ("/health", ("get",)))},
+        # KAOS's memory endpoints (streams/kaos_api.py, docs/adapters/kaos.md)
+        "/memory/events": {"get": _op("KAOS: the newest events (?limit=100, max 1000; ?session_id=), oldest first: {agent, events, total}; leaves items.read records (operator)")},
+        "/memory/sessions": {"get": _op("KAOS: the tenant's session ids: {agent, sessions, total}")},
     }  # fmt: skip
     return {
         "openapi": "3.1.0",
@@ -198,8 +265,8 @@ def document() -> dict:
             "title": "ledgermem",
             "version": "1",
             "description": "Memory for AI agents on a signed, hash-chained log. Credentials: Authorization: Bearer, "
-            "a token query parameter, or the ledgermem_token cookie. The wire contract is normative: "
-            "shared/spec/wire.md.",
+            "a token query parameter, or the ledgermem_token cookie. The wire contract (command line, "
+            "writes, cursor, streams) is docs/wire.md of the repository.",
         },
         "paths": paths,
     }

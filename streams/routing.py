@@ -1,4 +1,4 @@
-"""Routing on the raw path, so percent-encoded ids holding `/`, `+`, `:` or `@` work (wire.md).
+"""Routing on the raw path, so percent-encoded ids holding `/`, `+`, `:` or `@` work (docs/wire.md).
 
 Starlette matches routes against the decoded path, where `s%2F1` has become `s/1` and splits a
 session id in two. These routes split `raw_path` at `/` first and percent-decode each segment

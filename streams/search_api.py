@@ -3,7 +3,8 @@
     GET  /v1/search?q=...                      the tenant's memory
     GET  /v1/sessions/{session}/search?q=...   one session
     POST /v1/observations                      tenant-wide, or {"session": id} for one session
-    POST /v1/sessions/{session}/observations   in that session
+    POST /v1/sessions/{session}/observations   from that session: tenant-wide unless
+                                               {"scope": "session"}
     GET  /v1/summaries?limit=N                 the newest session summaries
     GET  /v1/sessions/{session}/summary        one session's
 
@@ -56,27 +57,41 @@ class SearchApi(Api):
         query = request.query_params["q"]
         with self.service.write():  # hits are reads: they append
             hits = await self.memory(p).search_async(
-                query, tenant=p.tenant, sessions=sessions, **options
-            )
+                query, tenant=p.tenant, sessions=sessions, tenant_observations=bool(wanted),
+                **options,
+            )  # fmt: skip
         return json_response({"hits": [hit.to_json() for hit in hits]})
 
     async def observe(self, request: Request) -> Response:
+        """POST /v1/observations is `Memory.observe` (tenant-wide, or in {"session"}'s own
+        section); POST /v1/sessions/{s}/observations is `Session.observe`: tenant-wide from
+        that session unless {"scope": "session"} (docs/search.md)."""
         p = self.service.principal(request, "write")
         body = await self._body(request)
-        unknown = set(body) - OBSERVATION_FIELDS
+        from_session = request.path_params.get("session")
+        allowed = OBSERVATION_FIELDS | {"scope"} if from_session else OBSERVATION_FIELDS
+        unknown = set(body) - allowed
         if unknown:
             raise InvalidInput(f"unknown observation fields {sorted(unknown)}")
-        session = request.path_params.get("session") or body.get("session")
-        if session is not None:
-            if type(session) is not str:
-                raise InvalidInput("session must be a string")
-            self.memory(p).session(session, tenant=p.tenant, create=False)  # 404 if unknown
-        with self.service.write():
-            outcome: Outcome = await self.memory(p).observe_async(
-                body.get("type"), body.get("title"), body.get("content"),
-                tags=body.get("tags", ()), topic_key=body.get("topic_key"),
-                tenant=p.tenant, session=session,
-            )  # fmt: skip
+        fields = (body.get("type"), body.get("title"), body.get("content"))
+        options = {"tags": body.get("tags", ()), "topic_key": body.get("topic_key")}
+        memory = self.memory(p)
+        if from_session:
+            session = memory.session(from_session, tenant=p.tenant, create=False)  # 404
+            with self.service.write():
+                outcome: Outcome = await session.observe_async(
+                    *fields, scope=body.get("scope", "tenant"), **options
+                )
+        else:
+            where = body.get("session")
+            if where is not None:
+                if type(where) is not str:
+                    raise InvalidInput("session must be a string")
+                memory.session(where, tenant=p.tenant, create=False)  # 404 if unknown
+            with self.service.write():
+                outcome = await memory.observe_async(
+                    *fields, tenant=p.tenant, session=where, **options
+                )
         status = 201 if outcome.tier == "inserted" else 200
         return json_response(
             {"id": outcome.id, "session": outcome.session, "tier": outcome.tier,

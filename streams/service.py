@@ -30,6 +30,7 @@ from starlette.requests import HTTPConnection
 from starlette.types import Scope
 
 from eventstore.writer import Durability
+from sections.config import MemoryConfig, load_config
 from sections.memory import Memory
 from sections.tokens import warm_counter
 
@@ -93,9 +94,12 @@ class Service:
         self._idle: asyncio.Event = None  # type: ignore[assignment]
         self._loop: asyncio.AbstractEventLoop | None = None
         self._healer: asyncio.Task | None = None
+        self._expirer: asyncio.Task | None = None  # the TTL's loop, when configured
         # What signs and checks forwarded requests (streams/replica_secret.py); None: none.
         self.replica_secret: bytes | None = None  # loaded at startup
         self._in_flight_write = InFlightWrite(self)
+        # The memory's tracing hook (streams/telemetry.py), set before startup; None: untraced.
+        self.tracing = None
 
     @property
     def writer(self):
@@ -152,12 +156,16 @@ class Service:
     async def _start_cluster(self) -> None:
         from .cluster import Cluster
 
+        path = self.settings.memory_config  # each partition leader's memory reads the same file
+        config = await asyncio.to_thread(load_config, path) if path else MemoryConfig()
         self.cluster = Cluster(self.settings, self.url or "", self.metrics)
+        self.cluster.tracing = self.tracing
         try:
             await self.cluster.start()
         except BaseException:
             await self.cluster.stop()
             raise
+        self._start_ttl(config)
 
     async def _start_files(self) -> None:
         from .hub import Hub
@@ -173,6 +181,7 @@ class Service:
             checkpoint_interval=s.checkpoint_interval,
             dedup_window_us=s.dedup_window_us,
         )
+        self.memory.tracing = self.tracing
         self.writer.add_listener(self.metrics.on_records)
         self.writer.fsync_observer = self.metrics.on_fsync
         self.metrics.head.set(self.writer.size - 1)
@@ -183,6 +192,7 @@ class Service:
         )
         self.verifier.start()
         self._healer = asyncio.create_task(self._heal_loop())
+        self._start_ttl(self.memory.config)
 
     def begin_shutdown_threadsafe(self) -> None:
         """From a signal handler: refuse new writes and end the streams, right away."""
@@ -228,10 +238,51 @@ class Service:
             self.metrics.head.set(self.writer.size - 1)
             log.warning("the log was reopened; writes are taken again")
 
+    def _start_ttl(self, config: MemoryConfig) -> None:
+        if config.session_ttl_seconds is not None:
+            self._expirer = asyncio.create_task(self._ttl_loop(config))
+
+    def _led_memories(self) -> list[Memory]:
+        """The memories this service writes: its own, or those of the partitions it leads."""
+        if self.cluster is None:
+            return [self.memory]
+        from .cluster import Local
+
+        routes = [self.cluster.route(p) for p in range(self.cluster.partitions)]
+        return [route.memory for route in routes if isinstance(route, Local)]
+
+    async def _ttl_loop(self, config: MemoryConfig) -> None:
+        """Retention's TTL (docs/service.md, "Retention"): at start and then every
+        `ttl_interval_seconds`, remove the sessions of every tenant idle longer than
+        `session_ttl_seconds` (reason `ttl`), in every memory this service writes. A run is a
+        write like any other: none starts once shutdown began, and shutdown waits for the one
+        under way."""
+        while not self.closing.is_set():
+            for memory in self._led_memories():
+                if memory.failure is not None:  # healed (or stepped down from) first
+                    continue
+                try:
+                    with self.write():
+                        removed = await memory.expire_sessions_async(config.session_ttl_seconds)
+                except ApiError:  # shutting down
+                    return
+                except Exception as exc:  # a failed write, a lost lease: the next run retries
+                    log.warning("the TTL cleanup failed (next run in %s s): %s",
+                                config.ttl_interval_seconds, exc)  # fmt: skip
+                else:
+                    if removed:
+                        log.info("TTL: removed %d idle sessions", len(removed))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.closing.wait(), config.ttl_interval_seconds)
+
     async def shutdown(self) -> None:
         self._begin_shutdown()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._idle.wait(), timeout=30)
+        if self._expirer is not None:
+            self._expirer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._expirer
         if self._healer is not None:
             self._healer.cancel()
             with contextlib.suppress(asyncio.CancelledError):

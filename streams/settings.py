@@ -1,5 +1,5 @@
 """Service settings: flags win over `LEDGERMEM_*` environment variables, which win over the TOML
-file, which wins over the defaults of wire.md (`./ledgermem-data`, `127.0.0.1`, `8000`).
+file, which wins over the defaults of docs/wire.md (`./ledgermem-data`, `127.0.0.1`, `8000`).
 
 ```toml
 host = "127.0.0.1"

@@ -87,7 +87,9 @@ def routes(service: Service) -> list[RawRoute]:
             text = (log_dir / layout.CHECKPOINT).read_bytes()
         except FileNotFoundError:
             return error_response(404, "not_found", "no checkpoint has been written yet")
-        return Response(text, media_type="text/plain; charset=utf-8")
+        return Response(
+            text, media_type="text/plain; charset=utf-8", headers={"Cache-Control": "no-cache"}
+        )
 
     table = [
         ("/v1/log/checkpoint", checkpoint),

@@ -146,7 +146,8 @@ async def jsonl_records(url: str, after=None, filters=None, follow: bool = True)
             raise HttpError(r.status, await r.read())
         assert r.headers["content-type"] == "application/x-ndjson"
         async for line in r.lines():
-            yield line
+            if line:  # an empty line is the idle keep-alive (docs/wire.md), not a record
+                yield line
 
 
 async def ws_messages(url: str, after=None, filters=None, headers=None) -> AsyncIterator[bytes]:

@@ -1,4 +1,4 @@
-"""Streams on every replica of a shared store, per partition (wire.md, "Partitions").
+"""Streams on every replica of a shared store, per partition (docs/wire.md, "Partitions").
 
 Two real replicas, P = 2, each leading one partition: records written on one partition's leader
 reach the other replica's hub through its mirror, byte for byte; an operator's unscoped stream

@@ -1,4 +1,4 @@
-"""kill -9 of a real writer process loses no acknowledged record (log-format.md sections 7 and 8).
+"""kill -9 of a real writer process loses no acknowledged record (docs/format.md sections 7 and 8).
 
 A writer subprocess (tests/helpers/crash_writer.py) appends durably from three threads, a
 thread of batches and an asyncio task, and prints one line per acknowledged record; a fourth

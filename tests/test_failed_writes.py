@@ -1,4 +1,4 @@
-"""A write that fails for real (log-format.md section 7): the segment is cut back to the last
+"""A write that fails for real (docs/format.md section 7): the segment is cut back to the last
 durable line, nothing after it is acknowledged, the writer refuses appends until it is reopened,
 and reopening recovers a log that verifies.
 

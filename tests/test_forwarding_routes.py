@@ -38,6 +38,8 @@ def _scope(method: str, raw_path: bytes, kind: str = "http") -> dict:
         ("GET", b"/v1/sessions/s/state"),
         ("POST", b"/v1/sessions/s/erase"),
         ("GET", b"/v1/sessions/s/items"),
+        ("POST", b"/v1/sessions"),
+        ("GET", b"/v1/sessions/s/events"),
         ("PUT", b"/v1/sessions/s/sections/notes"),
         ("POST", b"/v1/sessions/s/sections/notes/items"),
         ("PATCH", b"/v1/sessions/s/sections/notes/items/i%2F1"),
@@ -47,6 +49,8 @@ def _scope(method: str, raw_path: bytes, kind: str = "http") -> dict:
         ("POST", b"/v1/sessions/s/observations"),
         ("GET", b"/v1/summaries"),
         ("GET", b"/v1/sessions/s/summary"),
+        ("GET", b"/memory/events"),  # KAOS's (streams/kaos_api.py)
+        ("GET", b"/memory/sessions"),
         ("POST", b"/v1/sessions/s"),  # a wrong method still goes there: the leader says 405
     ],
 )

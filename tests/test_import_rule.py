@@ -35,6 +35,10 @@ WEB_STACK = (
     "httptools",
     "wsproto",
 )
+# The client (streams/client) runs inside an agent's runtime: httpx, websockets and the log's
+# pure format core, never the service's stack (docs/client.md).
+CLIENT = "streams/client/"
+SERVER_STACK = ("starlette", "sse_starlette", "uvicorn", "sections", "prometheus_client")
 
 
 def _within(name: str, modules: tuple[str, ...] | frozenset[str]) -> bool:
@@ -96,6 +100,11 @@ def _rule_breaks(path: str, top: str, names: list[str], top_level: bool) -> list
                 wrong.append(f"the fan-out core imports the web stack ({name})")
             elif target == "streams" and not _within(name, FANOUT_CORE_STREAMS_MODULES):
                 wrong.append(f"the fan-out core imports {name}, outside the transport-free core")
+        if path.startswith(CLIENT):
+            if _within(name, SERVER_STACK):
+                wrong.append(f"the client imports the service's stack ({name})")
+            elif target == "streams" and not _within(name, ("streams.client",)):
+                wrong.append(f"the client imports {name}, outside streams.client")
     return list(dict.fromkeys(wrong))  # `from sections import a, b` breaks the rule once
 
 
@@ -134,6 +143,7 @@ def test_the_checker_reports_each_violation_with_its_file_line_and_import(tmp_pa
         "replay/tail.py": "from eventstore.reader import LogReader\nfrom streams.hub import Hub\n",
         "streams/__init__.py": "",
         "streams/api.py": "from replay import diff\nfrom starlette.responses import Response\n",
+        "streams/client/calls.py": "from ..errors import ApiError\nimport starlette\n",
         "streams/cursor.py": "from eventstore.filters import MATCH_ALL\n",
         "streams/hub.py": (
             "from . import cursor\nfrom .fanout_errors import HubClosed\n"
@@ -155,6 +165,10 @@ def test_the_checker_reports_each_violation_with_its_file_line_and_import(tmp_pa
         "sections imports streams (it may import: eventstore)",
         "streams/api.py:1: from replay import diff: "
         "streams imports replay (it may import: eventstore, sections)",
+        "streams/client/calls.py:1: from ..errors import ApiError: "
+        "the client imports streams.errors.ApiError, outside streams.client",
+        "streams/client/calls.py:2: import starlette: "
+        "the client imports the service's stack (starlette)",
         "streams/hub.py:3: from .errors import ApiError: "
         "the fan-out core imports streams.errors.ApiError, outside the transport-free core",
         "streams/hub.py:4: import uvicorn: the fan-out core imports the web stack (uvicorn)",

@@ -8,6 +8,7 @@ from helpers.threads import run_threads
 from test_search import Clock
 
 from eventstore.errors import InvalidInput
+from sections.errors import SessionNotFound
 from sections.memory import Memory
 from sections.observations import DEFAULT_WINDOW_US, TENANT_SESSION
 
@@ -75,7 +76,7 @@ def test_tier1_same_topic_key_updates_in_place_and_keeps_history(mem):
 def test_topic_keys_are_per_scope(mem):
     s = mem.session("s")
     tenant = mem.observe("pattern", "t", "tenant-wide text", topic_key="k")
-    session = s.observe("pattern", "t", "session text", topic_key="k")
+    session = s.observe("pattern", "t", "session text", topic_key="k", scope="session")
     assert tenant.id != session.id and session.session == "s"
     assert session.tier == "inserted"
     assert [i.content for i in observations(mem, "s")] == ["session text"]
@@ -184,7 +185,7 @@ def test_observations_are_searchable_and_rebuilt_from_the_log(tmp_path, clock):
     mem = Memory.open(tmp_path / "d", clock=clock)
     s = mem.session("s")
     a = mem.observe("architecture", "Event log", "every change is one appended record")
-    b = s.observe("preference", "Style", "plain modules, comments that say why")
+    b = s.observe("preference", "Style", "plain modules, comments that say why", scope="session")
     c = mem.observe(
         "architecture", "Event log", "every change is one appended, hash-chained record"
     )
@@ -221,3 +222,53 @@ def test_another_topic_is_never_a_duplicate_and_a_keyless_duplicate_takes_the_ke
     assert adopted.tier == "duplicate" and adopted.id == plain.id
     revised = mem.observe("config", "t", "new text", topic_key="c")
     assert revised.tier == "revised" and revised.id == plain.id
+
+
+def test_a_sessions_observation_reaches_the_tenant_by_default(mem):
+    a, b = mem.session("a"), mem.session("b")
+    b.add("messages", "which queue do we use for the fan-out?", role="user")
+    out = a.observe("decision", "Queue", "use NATS for the fan-out of records")
+    assert out.session == TENANT_SESSION and out.tier == "inserted"
+    (item,) = observations(mem)
+    assert item.metadata["session"] == "a"  # where it came from
+    # Session b sees it: injected into its context and found by its own search.
+    record, messages = b.assemble(2000, query="queue fan-out", observations=3)
+    assert messages[0]["content"].splitlines()[1] == (
+        "- [decision] Queue: use NATS for the fan-out of records"
+    )
+    assert [(e["session"], e["id"]) for e in record.payload["manifest"] if e.get("inject")] == [
+        (TENANT_SESSION, out.id)
+    ]
+    hits = b.search("NATS")
+    assert [(h.session, h.item.id, h.item.metadata["session"]) for h in hits] == [
+        (TENANT_SESSION, out.id, "a")
+    ]
+    assert b.search("NATS", tenant_observations=False) == []  # its own items only
+    assert mem.rebuild().state_hash() == mem.state_hash()
+
+
+def test_a_session_scoped_observation_stays_in_its_session(mem):
+    a, b = mem.session("a"), mem.session("b")
+    out = a.observe("learning", "Private", "only session a knows zeppelin", scope="session")
+    assert out.session == "a"
+    assert b.search("zeppelin") == [] and [h.item.id for h in a.search("zeppelin")] == [out.id]
+    assert "zeppelin" not in str(b.context(2000, query="zeppelin", observations=3))
+
+
+def test_a_revision_names_the_session_that_wrote_it(mem):
+    mem.session("a").observe("config", "Pool", "pool=10", topic_key="db.pool")
+    mem.session("b").observe("config", "Pool", "pool=50", topic_key="db.pool")
+    (item,) = observations(mem)
+    assert (item.metadata["session"], item.metadata["revision"]) == ("b", 2)
+    mem.observe("config", "Pool", "pool=80", topic_key="db.pool")  # from no session
+    (item,) = observations(mem)
+    assert "session" not in item.metadata
+
+
+def test_an_observation_from_an_unknown_session_is_refused_with_nothing_appended(mem):
+    head = mem.writer.next_seq
+    with pytest.raises(SessionNotFound, match="session 'ghost' not found"):
+        mem.observe("learning", "t", "lesson", from_session="ghost")
+    with pytest.raises(InvalidInput, match="from_session names the session"):
+        mem.observe("learning", "t", "lesson", session="a", from_session="b")
+    assert mem.writer.next_seq == head

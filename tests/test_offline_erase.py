@@ -1,4 +1,4 @@
-"""`ledgermem erase` and `ledgermem redact` on a stopped data directory (log-format.md section 9):
+"""`ledgermem erase` and `ledgermem redact` on a stopped data directory (docs/format.md section 9):
 the erased content is nowhere in the directory afterwards (grep every file), `verify` still says
 VALID-LOCAL, the service still starts on it, and both refuse while a server holds the lock."""
 

@@ -10,22 +10,21 @@ import orjson
 import pytest
 from helpers.cli import ledgermem
 
-from eventstore import layout
+from eventstore import layout, log_proofs
 from eventstore.checkpoint import CheckpointError, SigningKey, VerifierKey
 from eventstore.errors import InvalidProof
 from eventstore.linecheck import LineError
 from eventstore.merkle import inclusion_proof, list_subtree_root
 from eventstore.reader import LogReader
 from eventstore.segfile import first_line
-from eventstore.writer import Durability
-from replay import bundle as bundle_module
-from replay.bundle import SubtreeRoots
-from replay.tlog_proof import (
+from eventstore.tlog_proof import (
     PROOF_HEADER,
     ProofFormatError,
     parse_tlog_proof,
     verify_tlog_proof,
 )
+from eventstore.writer import Durability
+from replay.bundle import SubtreeRoots
 from sections.memory import Memory
 
 
@@ -108,7 +107,7 @@ def test_a_record_the_checkpoint_does_not_cover_is_refused(log):
 def test_the_proof_is_the_rfc9162_audit_path_for_every_leaf_and_size(log, monkeypatch):
     """The memoized subtree roots give the same paths as the plain definition, with the
     recursion exercised by a tiny chunk size."""
-    monkeypatch.setattr(bundle_module, "_CHUNK", 2)
+    monkeypatch.setattr(log_proofs, "_CHUNK", 2)
     reader = log["reader"]
     leaves = reader.leaf_hashes(0, size_of(log))
     for size in range(1, len(leaves) + 1):

@@ -1,4 +1,4 @@
-"""Redaction (log-format.md section 9): the payload is gone from every file, the log still
+"""Redaction (docs/format.md section 9): the payload is gone from every file, the log still
 verifies, and a crash at any step of the rewrite leaves a log that opens and verifies.
 
 What the writer does after a crash at each step (checked below):

@@ -1,4 +1,4 @@
-"""Writes the log refuses (log-format.md sections 2, 4 and 7): a typed error, and the files are
+"""Writes the log refuses (docs/format.md sections 2, 4 and 7): a typed error, and the files are
 byte-identical before and after."""
 
 from __future__ import annotations

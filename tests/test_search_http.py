@@ -77,7 +77,13 @@ def test_observations_dedup_over_http(client):
     assert again.status_code == 200
     assert again.json() == {**first.json(), "tier": "duplicate", "duplicates": 1}
     client.put("/v1/sessions/obs", headers=A)
-    keyed = {"type": "config", "title": "t", "content": "v1", "topic_key": "cfg"}
+    keyed = {
+        "type": "config",
+        "title": "t",
+        "content": "v1",
+        "topic_key": "cfg",
+        "scope": "session",
+    }
     one = client.post("/v1/sessions/obs/observations", json=keyed, headers=A).json()
     two = client.post("/v1/sessions/obs/observations", json={**keyed, "content": "v2"}, headers=A)
     assert two.json() == {**one, "tier": "revised", "revision": 2}

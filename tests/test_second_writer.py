@@ -1,4 +1,4 @@
-"""One writer per log directory (log-format.md section 7): a second one gets LockHeld, naming
+"""One writer per log directory (docs/format.md section 7): a second one gets LockHeld, naming
 the holder, whether it is in this process or another, and touches no file."""
 
 from __future__ import annotations

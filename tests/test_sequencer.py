@@ -1,6 +1,6 @@
 """The sequencer decides every byte with no I/O; any sink stores the same bytes.
 
-Most tests here feed the Sequencer entries and check its lines against the spec (log-format.md
+Most tests here feed the Sequencer entries and check its lines against the spec (docs/format.md
 sections 3 to 6) as bytes alone. One writes its output through a tiny local loop into a
 directory and has the offline verifier judge it; the golden tests run the same inputs through
 the sequencer, LogWriter with the file sink, and LogWriter with the in-memory sink.

@@ -1,4 +1,4 @@
-"""Torn tails (log-format.md sections 8 and 10): recovery takes back exactly the crash leftover.
+"""Torn tails (docs/format.md sections 8 and 10): recovery takes back exactly the crash leftover.
 
 The crash images are real: a writer appends with fsync, and the directory is copied while it is
 still open (never closed), so the copy is what a crash at that moment leaves. Each case then

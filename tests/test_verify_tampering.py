@@ -144,7 +144,7 @@ def test_forge_reproduces_the_sample_log_byte_for_byte(forge):
         assert (forge.dir / name).read_bytes() == (SAMPLE / name).read_bytes()
 
 
-# -- line bytes and keys (log-format.md section 2)
+# -- line bytes and keys (docs/format.md section 2)
 
 
 @pytest.mark.parametrize(
@@ -243,7 +243,7 @@ def test_an_identifier_with_a_trailing_newline_fails_despite_valid_hashes(forge)
     assert place(verify(forge)) == (FAIL, SEG2, 3, 10, "record.identifier")
 
 
-# -- payload numbers (log-format.md section 4)
+# -- payload numbers (docs/format.md section 4)
 
 
 def test_an_integer_beyond_2_53_in_a_payload_fails_even_when_hashed_as_written(forge):
@@ -274,7 +274,7 @@ def test_a_float_written_non_canonically_verifies_with_a_warning(forge):
     assert any("1 non-canonical line(s)" in w for w in report.warnings)
 
 
-# -- control records (log-format.md section 5)
+# -- control records (docs/format.md section 5)
 
 
 def test_bytes_after_a_segment_seal_fail(forge):
@@ -333,7 +333,7 @@ def test_a_control_record_without_its_payload_fails(forge):
     assert place(verify(forge)) == (FAIL, SEG2, 2, 9, "control.payload_removed")
 
 
-# -- redaction (log-format.md section 9)
+# -- redaction (docs/format.md section 9)
 
 
 def test_a_redaction_naming_a_wrong_pd_fails_at_the_redaction_record(forge):
@@ -369,7 +369,7 @@ def test_a_wrong_redacted_value_is_only_a_warning(forge):
     assert any("`redacted` value" in w for w in report.warnings)
 
 
-# -- crash leftovers (log-format.md section 10)
+# -- crash leftovers (docs/format.md section 10)
 
 
 def test_an_unparsable_last_line_beyond_every_checkpoint_is_a_torn_tail(forge):
@@ -392,7 +392,7 @@ def test_an_unparsable_line_a_checkpoint_covers_fails(forge):
     assert place(verify(forge)) == (FAIL, SEG2, 3, 10, "record.covered_leftover")
 
 
-# -- the directory (log-format.md section 1)
+# -- the directory (docs/format.md section 1)
 
 
 def test_a_stray_seg_name_is_a_warning(forge):
@@ -419,7 +419,7 @@ def test_an_index_directory_is_ignored(forge):
     assert (report.verdict, report.warnings) == (VALID_LOCAL, [])
 
 
-# -- pins and keys (log-format.md section 10, inputs)
+# -- pins and keys (docs/format.md section 10, inputs)
 
 
 def other_key_pin(tmp_path: Path) -> Path:

@@ -1,4 +1,4 @@
-"""The offline verifier against the spec's vectors (log-format.md section 10, wire.md `verify`)."""
+"""The offline verifier against the spec's vectors (docs/format.md section 10, docs/wire.md `verify`)."""
 
 from __future__ import annotations
 

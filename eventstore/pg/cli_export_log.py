@@ -10,6 +10,7 @@ import argparse
 import sys
 
 from ..errors import LedgerError
+from ..wording import count
 from .export import export_log
 
 
@@ -31,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
         else (f"checkpoint {done.checkpoint_size}")
     )
     print(
-        f"partition {done.partition}: {done.size - done.first} new record(s) copied to "
-        f"{args.out} ({done.size} in all, {covered}, {done.redactions} redaction(s) this run)"
+        f"partition {done.partition}: {count(done.size - done.first, 'new record')} copied to "
+        f"{args.out} ({done.size} in all, {covered}, {count(done.redactions, 'redaction')} this run)"
     )
     return 0

@@ -16,6 +16,7 @@ from ..atomic import create_atomically
 from ..cli_keys import DEFAULT_DATA
 from ..errors import LedgerError
 from ..layout import DataDir
+from ..wording import count
 from . import StoreError, require_psycopg
 from .schema import init_store, one_line, redact_url
 
@@ -44,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     except LedgerError as exc:
         print(f"ledgermem init-store: {exc}", file=sys.stderr)
         return 2
-    print(f"store {info.origin}: {info.partitions} partition(s), seg_bits {info.seg_bits}")
+    print(f"store {info.origin}: {count(info.partitions, 'partition')}, seg_bits {info.seg_bits}")
     for n, vkey in enumerate(info.vkeys):
         print(f"p{n} {vkey}")
     return 0

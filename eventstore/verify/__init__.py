@@ -1,4 +1,4 @@
-"""Offline verification of a log directory (log-format.md section 10).
+"""Offline verification of a log directory (docs/format.md section 10).
 
 The verifier reads files only: it never takes `LOCK` and never writes. It streams every segment
 line by line, so its memory does not grow with the log: it keeps a Merkle compact range, a few

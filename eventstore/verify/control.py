@@ -1,4 +1,4 @@
-"""The payload rules of control records (log-format.md section 5), as the verifier checks them.
+"""The payload rules of control records (docs/format.md section 5), as the verifier checks them.
 
 Each function takes the payload of a control record whose line already passed
 `linecheck.check_line` (so it is an object on a `_log` record in its right place), raises

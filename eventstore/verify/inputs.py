@@ -13,7 +13,7 @@ from .. import jcs
 from ..checkpoint import CheckpointError, VerifierKey, parse_checkpoint
 from ..errors import BadKey, InvalidInput, InvalidPayload
 from ..layout import CHECKPOINT, segment_name, segment_number
-from ..record import MAX_LINE_BYTES, SEGMENT_OPEN
+from ..record import MAX_LINE_BYTES, SEGMENT_OPEN, genesis
 from .report import VerifyError
 
 _CHECKPOINT_MAX_BYTES = 1 << 20
@@ -66,6 +66,9 @@ class Header:
     seg_bits: int | None = None
     vkey: VerifierKey | None = None
     error: VerifyError | None = None
+    # True when line 1 chains from the genesis of the origin it names: a log of that origin,
+    # whatever else the walk finds (a header whose origin alone was edited does not chain).
+    own_genesis: bool = False
 
 
 def read_header(log_dir: Path) -> Header:
@@ -91,6 +94,7 @@ def read_header(log_dir: Path) -> Header:
     header = Header()
     if type(payload.get("origin")) is str:
         header.origin = payload["origin"]
+        header.own_genesis = obj.get("prev") == genesis(header.origin).hex()
     bits = payload.get("seg_bits")
     if type(bits) is int and 2 <= bits <= 40:
         header.seg_bits = bits

@@ -1,9 +1,11 @@
-"""The verifier's answer: the verdict, the first error, and the report of log-format.md
+"""The verifier's answer: the verdict, the first error, and the report of docs/format.md
 section 10 (`Report.to_json`), or text for people (`Report.render_text`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from ..wording import count
 
 FAIL = "FAIL"
 VALID_EXTERNAL = "VALID-EXTERNAL"
@@ -77,7 +79,7 @@ class Report:
         return 1 if self.verdict == FAIL else 0
 
     def to_json(self) -> dict:
-        """The report of log-format.md section 10, as JSON-ready values."""
+        """The report of docs/format.md section 10, as JSON-ready values."""
         anchor = None
         if self.anchor is not None:
             anchor = {"source": self.anchor.source, "size": self.anchor.size}
@@ -112,7 +114,7 @@ class Report:
             if e.seq is not None:
                 where += f" (seq {e.seq})"
             out.append(f"  first error: {where}: [{e.check}] {e.message}")
-        out.append(f"  records: {self.records} in {self.segments} segment file(s)")
+        out.append(f"  records: {self.records} in {count(self.segments, 'segment file')}")
         if self.verdict != FAIL:
             if self.anchor is None:
                 out.append("  anchor: none")

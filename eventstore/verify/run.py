@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ..checkpoint import VerifierKey
-from ..layout import segment_name
+from ..layout import WHAT_TO_PASS, segment_name
 from .inputs import (
     VerifyInputError,
     parse_vkey,
@@ -50,8 +50,17 @@ def verify_log(
         )
     scan = scan_directory(log_dir)
     if not scan.numbers:
-        raise VerifyInputError(f"{log_dir} holds no segment files (seg-<12 digits>.jsonl)")
+        raise VerifyInputError(
+            f"{log_dir} holds no segment files (seg-<12 digits>.jsonl); {WHAT_TO_PASS}"
+        )
     header = read_header(log_dir)
+    if auditor_key is not None and header.own_genesis and header.origin != auditor_key.origin:
+        # Another log's key, not a tampered one: every record would fail from the genesis on.
+        raise VerifyInputError(
+            f"this key belongs to another origin: the vkey is for {auditor_key.origin!r}, "
+            f"and {log_dir} is the log of {header.origin!r}; pass this log's vkey "
+            "(`ledgermem vkey --data DIR` prints it)"
+        )
     key = auditor_key or header.vkey
     if auditor_key is None and key is not None and origin is not None and key.origin != origin:
         raise VerifyInputError(

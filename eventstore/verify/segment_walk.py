@@ -1,4 +1,4 @@
-"""One segment file, checked on its own (log-format.md sections 2 to 5 and 10).
+"""One segment file, checked on its own (docs/format.md sections 2 to 5 and 10).
 
 `SegmentWalk` reads a segment line by line and checks every line's bytes, keys, hashes, chain
 and control rules. What it cannot know alone (the previous segment's last `h`, the Merkle roots
@@ -454,7 +454,7 @@ class SegmentWalk:
         else:
             result.ts_decreases_dropped += 1
 
-    # -- control records (log-format.md section 5)
+    # -- control records (docs/format.md section 5)
 
     def _check_control(self, line_no: int, seq: int, type_: str, payload: object) -> None:
         if type(payload) is not dict:

@@ -67,6 +67,7 @@ class Cluster:
         self.store_url: str = settings.store
         self.url = url
         self.metrics = metrics
+        self.tracing = None  # the partitions' memories' tracing hook (streams/telemetry.py)
         self.replica_id = new_replica_id()
         self.lease_seconds: float = settings.lease_seconds
         self.tick = tick_for(self.lease_seconds)

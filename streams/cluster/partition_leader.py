@@ -71,6 +71,7 @@ class PartitionLeader:
             config=settings.memory_config,
             dedup_window_us=settings.dedup_window_us,
         )
+        memory.tracing = cluster.tracing
         with self._lock:
             self.memory = memory
             abandoned = self._abandoned

@@ -66,12 +66,13 @@ export function askForToken(refused) {
   return asking;
 }
 
-async function request(path, parse) {
+async function request(path, parse, init = {}) {
   let refused = false;
   for (;;) {
     const response = await fetch(path, {
       credentials: "same-origin",
-      headers: { accept: "application/json" },
+      ...init,
+      headers: { accept: "application/json", ...(init.headers || {}) },
     });
     if (response.status === 401) {
       // A cookie we already had was refused: say so in the prompt.
@@ -98,6 +99,23 @@ async function request(path, parse) {
 
 export function getJSON(path) {
   return request(path, (r) => r.json());
+}
+
+// The body and the session version its ETag names (`"<seq>"`), or null without one.
+export function getVersioned(path) {
+  return request(path, async (r) => {
+    const tag = (r.headers.get("etag") || "").replace(/^W\//, "").replace(/"/g, "");
+    return { body: await r.json(), version: /^\d+$/.test(tag) ? Number(tag) : null };
+  });
+}
+
+// A write: JSON in, JSON out. The service refuses bodies without this content type (415).
+export function postJSON(path, body = {}) {
+  return request(path, (r) => r.json(), {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify(body),
+  });
 }
 
 export function getText(path) {

@@ -2,10 +2,11 @@
 // the live feed and log health. Each part lives in its own module; this one connects them.
 
 import { $, h } from "./dom.js";
-import { ApiError, forgetToken, getJSON, hasTokenCookie, sessionPath } from "./api.js";
+import { ApiError, forgetToken, getJSON, getVersioned, hasTokenCookie, postJSON, sessionPath } from "./api.js";
 import { Feed, TYPES } from "./feed.js";
+import { applyRecord, drawable, fromRead } from "./fold.js";
 import { Health } from "./health.js";
-import { fromLive, fromState, renderSections } from "./sections.js";
+import { fromState, renderSections } from "./sections.js";
 
 const FEED_BACKLOG = 200; // records before the head that a fresh feed starts from
 const SESSIONS_EVERY_MS = 5000;
@@ -16,10 +17,10 @@ const view = {
   head: -1,
   selected: null, // {tenant, session, created_seq}
   travelAt: null, // a seq while time travelling, null when live
-  lastSections: null,
+  live: null, // the live view (fold.js): read once, then kept current from the stream
   sessionStream: null,
-  refetching: null, // the running live refetch
-  dirty: false, // something changed while a refetch ran
+  reads: 0, // reads of the session this page made (one per open or Refresh)
+  picked: new Set(), // "section/id" of the items ticked for erasure
 };
 
 // ---- sessions list ------------------------------------------------------------------------
@@ -28,7 +29,8 @@ function metadataQuery() {
   const params = new URLSearchParams();
   for (const pair of $("search-meta").value.split(/\s+/).filter(Boolean)) {
     const at = pair.indexOf("=");
-    if (at > 0) params.append(pair.slice(0, at), pair.slice(at + 1));
+    // metadata.KEY: a key named like a paging parameter (limit, offset...) is still metadata
+    if (at > 0) params.append(`metadata.${pair.slice(0, at)}`, pair.slice(at + 1));
   }
   return params;
 }
@@ -81,12 +83,17 @@ function sessionButton(s) {
 }
 
 // ---- the selected session -------------------------------------------------------------------
+//
+// The live view is read once, when it opens or the operator presses Refresh (one `items.read`
+// by `operator`), and kept current from then on by applying the session's records from its own
+// SSE subscription (fold.js): a change on screen costs no read, so the view never writes to the
+// log it watches.
 
 function selectSession(s) {
   view.selected = { tenant: s.tenant, session: s.session, created_seq: s.created_seq };
   view.travelAt = null;
-  view.lastVersion = null;
-  view.lastSections = null;
+  view.live = null;
+  view.picked = new Set();
   history.replaceState(null, "", `#session=${encodeURIComponent(s.session)}`);
   for (const button of document.querySelectorAll(".session-button")) {
     if (button.dataset.session === s.session) button.setAttribute("aria-current", "true");
@@ -100,79 +107,259 @@ function selectSession(s) {
     }, "Filter the feed to this session"));
   $("travel").hidden = false;
   $("empty-toggle").hidden = false;
+  $("actions").hidden = false;
+  showStatus(null);
+  showPicked();
   updateTravelRange();
   showTravelState();
-  refetchLive().then(() => followSession());
+  readSession();
 }
 
-// A stream of the selected session only, to refresh the live view whatever the feed's chips
-// or pause say. It starts after the version just drawn, so no change in between is missed.
+async function readSession() {
+  const s = view.selected;
+  if (view.sessionStream) view.sessionStream.close();
+  view.sessionStream = null;
+  $("view-note").textContent = "reading…";
+  try {
+    let session;
+    let items;
+    for (let attempt = 1; ; attempt++) {
+      session = (await getVersioned(sessionPath(s.session))).body;
+      // An operator read: traced in the log like every read, but it moves no lru/lfu order.
+      const read = await getVersioned(sessionPath(s.session, "/items?reader=operator"));
+      items = read.body.items;
+      // Two calls: a change between them would start the view from two versions. Its ETag
+      // says which version the items are of; read again when they differ (rarely).
+      if (read.version === null || read.version === session.version || attempt === 3) break;
+    }
+    if (view.selected !== s) return;
+    view.reads += 1;
+    view.live = fromRead(session, items);
+    view.selected.created_seq = session.created_seq;
+    drawLive();
+    followSession();
+  } catch (error) {
+    if (view.selected === s) showProblem(error);
+  }
+}
+
+// The session's own stream, after the last record the view holds, whatever the feed's chips or
+// pause say. The browser resumes it with Last-Event-ID after a drop; after an HTTP error the page
+// opens a new one from the last record applied.
 function followSession() {
   if (view.sessionStream) view.sessionStream.close();
   const s = view.selected;
-  if (!s) return;
-  const after = view.lastVersion ?? s.created_seq;
-  const params = new URLSearchParams({ after: String(after), session: s.session, tenant: s.tenant });
+  if (!s || !view.live) return;
+  const params = new URLSearchParams({ after: String(view.live.seq), session: s.session, tenant: s.tenant });
   const source = new EventSource(`/v1/stream/sse?${params}`);
   view.sessionStream = source;
+  const live = view.live;
   source.onmessage = (event) => {
-    const record = JSON.parse(event.data);
-    if (!NO_CHANGE.has(record.type)) scheduleRefetch();
+    if (view.live !== live) return;
+    const outcome = applyRecord(live, JSON.parse(event.data));
+    $("sections").dataset.seq = live.seq;
+    if (outcome !== "ignored") scheduleDraw();
   };
   source.onerror = () => {
     if (source.readyState === EventSource.CLOSED && view.sessionStream === source) {
-      // An HTTP error (401, 503 at shutdown): try again from the version drawn last.
       setTimeout(() => view.sessionStream === source && followSession(), 1000);
     }
   };
 }
 
-let refetchTimer = null;
+let drawTimer = null;
 
-function scheduleRefetch() {
-  clearTimeout(refetchTimer);
-  refetchTimer = setTimeout(refetchLive, 50); // one refetch for a burst of records
+function scheduleDraw() {
+  if (drawTimer === null) drawTimer = setTimeout(drawLive, 30); // one drawing per burst
 }
 
-async function refetchLive() {
-  if (view.refetching) {
-    view.dirty = true;
-    return view.refetching;
+function drawLive() {
+  clearTimeout(drawTimer);
+  drawTimer = null;
+  const live = view.live;
+  if (!live) return;
+  const root = $("sections");
+  root.dataset.seq = live.seq;
+  root.dataset.version = live.version;
+  root.dataset.reads = view.reads;
+  root.dataset.stale = live.stale ? "true" : "false";
+  const note = $("view-note");
+  note.textContent = live.stale
+    ? `The view may be behind (${live.stale}): press Refresh.`
+    : `Live from the stream: ${live.applied} change${live.applied === 1 ? "" : "s"} applied since the last read.`;
+  note.classList.toggle("warn", Boolean(live.stale));
+  $("end-session").disabled = live.ended || Boolean(live.gone);
+  if (live.ended) $("end-session").textContent = `Ended${live.ended_seq ? ` at seq ${live.ended_seq}` : ""}`;
+  else $("end-session").textContent = "End session…";
+  // Ticked items that left (evicted, removed, erased) are no longer erasable.
+  for (const key of view.picked) {
+    const [section, ...rest] = key.split("/");
+    if (!live.sections.get(section)?.items.has(rest.join("/"))) view.picked.delete(key);
   }
-  const s = view.selected;
-  view.refetching = (async () => {
-    try {
-      do {
-        view.dirty = false;
-        const session = await getJSON(sessionPath(s.session));
-        // An operator read: traced in the log like every read, but it moves no lru/lfu order.
-        const { items } = await getJSON(sessionPath(s.session, "/items?reader=operator"));
-        if (view.selected !== s) return;
-        view.lastVersion = session.version;
-        view.lastSections = fromLive(session, items);
-        if (view.travelAt === null) draw(view.lastSections);
-      } while (view.dirty && view.selected === s);
-    } catch (error) {
-      if (view.selected === s) showProblem(error);
-    } finally {
-      view.refetching = null;
-    }
-  })();
-  return view.refetching;
+  showPicked();
+  if (view.travelAt !== null) return;
+  if (live.gone) {
+    root.dataset.mode = "live";
+    root.replaceChildren(h("p", { class: "problem", role: "alert" },
+      `session ${live.session} was ${live.gone.type === "session.erased" ? "erased" : "deleted"} at seq ${live.gone.seq}` +
+      (live.gone.payload?.reason ? ` (${live.gone.payload.reason})` : "")));
+    return;
+  }
+  draw(drawable(live));
 }
 
 function draw(sections) {
   const root = $("sections");
-  root.dataset.mode = view.travelAt === null ? "live" : "travel";
+  const travelling = view.travelAt !== null;
+  root.dataset.mode = travelling ? "travel" : "live";
   root.dataset.at = view.travelAt ?? "";
-  renderSections(root, sections, { showEmpty: $("show-empty").checked });
+  const selection = travelling ? null : {
+    ids: view.picked,
+    onToggle: (section, id, on) => {
+      const key = `${section}/${id}`;
+      if (on) view.picked.add(key);
+      else view.picked.delete(key);
+      showPicked();
+    },
+  };
+  renderSections(root, sections, { showEmpty: $("show-empty").checked, selection });
 }
 
 function showProblem(error) {
   const text = error instanceof ApiError && error.status === 404
     ? `session ${view.selected.session} is gone (${error.message})`
     : `could not load the session: ${error.message}`;
+  $("view-note").textContent = "";
   $("sections").replaceChildren(h("p", { class: "problem", role: "alert" }, text));
+}
+
+// ---- actions: observe, end, erase -----------------------------------------------------------
+//
+// Each is one call of the public API (docs/service.md), so each appends exactly its record; the
+// record then reaches the view through the stream like anyone else's. End and erase ask first.
+// A refusal (4xx JSON) is shown as the service worded it.
+
+function showStatus(text, state = "ok", record = null) {
+  const status = $("action-status");
+  status.textContent = text || "";
+  status.dataset.state = text ? state : "";
+  status.dataset.seq = record ? record.seq : "";
+  status.dataset.type = record ? record.type : "";
+}
+
+function refused(error) {
+  const where = error instanceof ApiError ? `${error.status} ${error.code}: ` : "";
+  showStatus(`Refused: ${where}${error.message}`, "error");
+  if (error instanceof ApiError) $("action-status").dataset.code = error.code;
+}
+
+function confirmAction(title, text, ok) {
+  const dialog = $("confirm-dialog");
+  $("confirm-title").textContent = title;
+  $("confirm-text").textContent = text;
+  $("confirm-ok").textContent = ok;
+  return new Promise((resolve) => {
+    const done = (answer) => {
+      $("confirm-ok").onclick = $("confirm-cancel").onclick = dialog.onclose = null;
+      if (dialog.open) dialog.close();
+      resolve(answer);
+    };
+    $("confirm-ok").onclick = () => done(true);
+    $("confirm-cancel").onclick = () => done(false);
+    dialog.onclose = () => done(false); // Escape
+    dialog.showModal();
+    $("confirm-cancel").focus(); // the safe answer has the keyboard
+  });
+}
+
+function pickedIds() {
+  return [...view.picked].map((key) => key.slice(key.indexOf("/") + 1));
+}
+
+function showPicked() {
+  const ids = pickedIds();
+  $("erase-picked").textContent = ids.length
+    ? `${ids.length} selected: ${ids.slice(0, 8).map((id) => `#${id}`).join(", ")}${ids.length > 8 ? " …" : ""}`
+    : "Tick the items to erase in the sections below.";
+  $("erase-items").disabled = ids.length === 0;
+}
+
+async function act(run) {
+  showStatus("Sending…", "busy");
+  try {
+    await run();
+  } catch (error) {
+    refused(error);
+  }
+}
+
+function wireActions() {
+  $("refresh").addEventListener("click", () => {
+    if (view.selected) readSession();
+  });
+  $("end-session").addEventListener("click", async () => {
+    const s = view.selected;
+    const yes = await confirmAction(`End session ${s.session}?`,
+      "This appends session.ended (and its summary). Later writes to the session are refused.",
+      "End session");
+    if (!yes) return showStatus("Not ended: cancelled.", "cancelled");
+    await act(async () => {
+      const { record } = await postJSON(sessionPath(s.session, "/end"));
+      showStatus(`Ended: session.ended at seq ${record.seq}.`, "ok", record);
+    });
+  });
+  $("observe-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const s = view.selected;
+    const body = {
+      type: $("obs-type").value,
+      title: $("obs-title").value,
+      content: $("obs-content").value,
+      tags: $("obs-tags").value.split(",").map((t) => t.trim()).filter(Boolean),
+    };
+    const topic = $("obs-topic").value.trim();
+    if (topic) body.topic_key = topic;
+    if ($("obs-scope").value === "session") body.session = s.session;
+    act(async () => {
+      const answer = await postJSON("/v1/observations", body);
+      showStatus(`Observation ${answer.id} in ${answer.session ?? "the tenant"}: ${answer.tier}` +
+        (answer.tier === "inserted" ? "." : ` (revision ${answer.revision}, duplicates ${answer.duplicates}).`));
+      $("obs-title").value = $("obs-content").value = "";
+    });
+  });
+  const erase = async (all) => {
+    const s = view.selected;
+    const reason = $("erase-reason").value.trim();
+    if (!reason) {
+      showStatus("Give a reason first: it is kept in the erase record.", "error");
+      $("erase-reason").focus();
+      return;
+    }
+    const ids = pickedIds();
+    if (!all && ids.length === 0) return showStatus("Tick the items to erase first.", "error");
+    const what = all
+      ? `the whole session ${s.session}, every record of it`
+      : `${ids.length} item${ids.length === 1 ? "" : "s"} of ${s.session} (${ids.map((id) => `#${id}`).join(", ")})`;
+    const yes = await confirmAction(all ? `Erase session ${s.session}?` : `Erase ${ids.length} item${ids.length === 1 ? "" : "s"}?`,
+      `Erase ${what}, for the reason "${reason}". Their contents are redacted from the log for good: this cannot be undone.`,
+      "Erase");
+    if (!yes) return showStatus("Nothing erased: cancelled.", "cancelled");
+    await act(async () => {
+      const answer = await postJSON(sessionPath(s.session, "/erase"), all ? { all: true, reason } : { ids, reason });
+      view.picked.clear();
+      showPicked();
+      showStatus(`Erased: ${answer.record.type} at seq ${answer.record.seq}.`, "ok", answer.record);
+    });
+  };
+  $("erase-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    erase(false);
+  });
+  $("erase-session").addEventListener("click", () => erase(true));
+  // The tick boxes show while the erase box is open.
+  $("erase-box").addEventListener("toggle", () => {
+    $("sections").classList.toggle("picking", $("erase-box").open);
+  });
 }
 
 // ---- time travel ----------------------------------------------------------------------------
@@ -232,8 +419,7 @@ function backToLive() {
   travelRequest++;
   updateTravelRange();
   showTravelState();
-  if (view.lastSections) draw(view.lastSections);
-  refetchLive();
+  drawLive(); // the live view was kept current meanwhile: nothing to read again
 }
 
 // ---- start ------------------------------------------------------------------------------------
@@ -263,9 +449,15 @@ function wire() {
   $("travel-seq").addEventListener("change", (event) => travelTo(event.target.value));
   $("travel-live").addEventListener("click", backToLive);
   $("show-empty").addEventListener("change", () => {
-    if (view.travelAt === null && view.lastSections) draw(view.lastSections);
-    else if (view.travelAt !== null) travelTo(view.travelAt);
+    if (view.travelAt === null) drawLive();
+    else travelTo(view.travelAt);
   });
+  $("replay-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const seq = Number.parseInt($("replay-seq").value, 10);
+    if (Number.isInteger(seq) && seq >= 0) feed.replayFrom(seq);
+  });
+  wireActions();
   $("chip-form").addEventListener("submit", (event) => {
     event.preventDefault();
     const value = $("chip-value").value.trim();

@@ -11,6 +11,7 @@
 import { clock, h, preview } from "./dom.js";
 
 const MAX_ROWS = 300; // the DOM keeps the newest rows only; the log keeps everything
+const FOLD_AFTER = 5; // a longer id list shows its first ids and "+N more", expandable
 const FIELDS = ["session", "section", "type"];
 export const TYPES = [
   "session.created", "section.configured", "item.added", "item.updated", "item.removed",
@@ -103,6 +104,16 @@ export class Feed {
     this.connect();
   }
 
+  // Shows the records from `seq` on (with the current filters), clearing the rows: a new
+  // subscription with `after=seq-1`. A paused feed is resumed by it.
+  replayFrom(seq) {
+    this.paused = false;
+    this.pauseButton.textContent = "Pause";
+    this.pauseButton.setAttribute("aria-pressed", "false");
+    this.list.dataset.replayFrom = seq;
+    this.start(seq - 1);
+  }
+
   setConn(text, state) {
     this.conn.textContent = text;
     this.conn.dataset.state = state;
@@ -193,26 +204,49 @@ export class Feed {
     h("p", { class: "rec-body" }, describe(record, p)),
     evicted.length
       ? h("p", { class: "evicted" }, "evicted: ",
-        evicted.map((e) => h("span", { class: "evicted-item" }, `${e.id} (${e.reason})`)))
+        folded(evicted.map((e) => h("span", { class: "evicted-item" }, `${e.id} (${e.reason})`)), " "))
       : null,
     left ? h("p", { class: "left" }, left) : null);
   }
 }
 
+// A list of ids (or nodes) as its first FOLD_AFTER and a "+N more" button that shows the rest
+// (and folds them again): a read of 2,220 items must not fill the feed.
+function folded(parts, separator = ", ") {
+  const join = (list) => list.flatMap((part, i) => (i ? [separator, part] : [part]));
+  if (parts.length <= FOLD_AFTER + 1) return join(parts);
+  const hidden = parts.length - FOLD_AFTER;
+  const label = `+${hidden.toLocaleString("en-US")} more`;
+  const shown = h("span", { class: "ids" }, join(parts.slice(0, FOLD_AFTER)));
+  const more = h("button", {
+    type: "button", class: "more", "aria-expanded": "false", dataset: { hidden },
+    onclick: () => {
+      const open = more.getAttribute("aria-expanded") === "true";
+      shown.replaceChildren(...join(open ? parts.slice(0, FOLD_AFTER) : parts));
+      more.setAttribute("aria-expanded", String(!open));
+      more.textContent = open ? label : "show fewer";
+    },
+  }, label);
+  return [shown, " ", more];
+}
+
 function ids(bySection) {
-  return Object.entries(bySection || {})
-    .map(([section, list]) => `${section}: ${list.join(", ")}`)
-    .join("; ");
+  const out = [];
+  for (const [section, list] of Object.entries(bySection || {})) {
+    if (out.length) out.push("; ");
+    out.push(`${section}: `, folded(list));
+  }
+  return out;
 }
 
 // Items that left without an eviction: removed, cleared at a turn's end or a restart, erased.
 function leftItems(record, p) {
   switch (record.type) {
-    case "item.removed": return `removed ${ids(p.items)}`;
-    case "turn.ended": return Object.keys(p.cleared || {}).length ? `cleared ${ids(p.cleared)}` : "";
-    case "sections.cleared": return `cleared at ${p.reason}: ${ids(p.items)}`;
-    case "items.erased": return `erased (${p.reason}): ${ids(p.items)}`;
-    default: return "";
+    case "item.removed": return ["removed ", ids(p.items)];
+    case "turn.ended": return Object.keys(p.cleared || {}).length ? ["cleared ", ids(p.cleared)] : null;
+    case "sections.cleared": return [`cleared at ${p.reason}: `, ids(p.items)];
+    case "items.erased": return [`erased (${p.reason}): `, ids(p.items)];
+    default: return null;
   }
 }
 
@@ -230,7 +264,7 @@ function describe(record, p) {
     case "item.updated":
       return `~ ${p.id}: ${preview(p.set || {}, 100)}`;
     case "items.read":
-      return `${p.purpose || "get"} ${ids(p.items)}`;
+      return [`${p.purpose || "get"} `, ids(p.items)];
     case "context.assembled":
       return `context of ${(p.manifest || []).length} items, ${p.tokens} / ${p.budget} tokens`;
     case "section.configured":
@@ -238,9 +272,11 @@ function describe(record, p) {
     case "turn.ended":
       return `turn ${p.turn} ended`;
     case "section.committed":
-      return `committed ${ids(p.items)}`;
+      return ["committed ", ids(p.items)];
     case "session.erased":
       return `session erased (${p.reason})`;
+    case "session.deleted":  // retention's deletions say why (docs/events.md, "Retention")
+      return p.reason ? `session deleted (${p.reason})` : "session deleted";
     case "session.summarized": {
       const s = p.summary || {};
       const first = s.first_user && s.first_user.text !== null ? ` · first: ${preview(s.first_user.text, 60)}` : "";

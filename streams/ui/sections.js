@@ -1,42 +1,33 @@
 // A session's sections: policy, lifetime, a tokens/budget bar, and the items, with each group
 // drawn as one unit (groups are evicted whole and never split, docs/sections.md).
 //
-// Two sources feed the same drawing: the live view (GET /v1/sessions/{s} for the config and
-// token counts, GET .../items?reader=operator for the items) and time travel
-// (GET .../state?at=SEQ). `fromLive` and `fromState` turn each into
-// {name: {config, tokens, evictions, items}}.
+// Two sources feed the same drawing: the live view (read once, then kept current from the
+// stream's records by fold.js, `drawable`) and time travel (GET .../state?at=SEQ, `fromState`).
+// Both give a Map of name -> {config, tokens, evictions, count, items}.
 
 import { h, preview } from "./dom.js";
 
-export function fromLive(session, items) {
-  const sections = {};
-  for (const [name, s] of Object.entries(session.sections)) {
-    const { tokens, items: count, evictions, ...config } = s;
-    sections[name] = { config, tokens, evictions, count, items: [] };
-  }
-  for (const item of items) sections[item.section]?.items.push(item);
-  return sections;
-}
-
 export function fromState(state) {
-  const sections = {};
+  const sections = new Map();
   for (const [name, s] of Object.entries(state.sections)) {
-    sections[name] = { ...s, count: s.items.length };
+    sections.set(name, { ...s, count: s.items.length });
   }
   return sections;
 }
 
-export function renderSections(root, sections, { showEmpty }) {
+// `selection`, in the live view only: {ids: Set of "section/id", onToggle(section, id, on)},
+// the items ticked for erasure.
+export function renderSections(root, sections, { showEmpty, selection = null }) {
   const cards = [];
-  for (const [name, section] of Object.entries(sections)) {
+  for (const [name, section] of sections) {
     if (!showEmpty && section.items.length === 0 && section.count === 0) continue;
-    cards.push(card(name, section));
+    cards.push(card(name, section, selection));
   }
   if (cards.length === 0) cards.push(h("p", { class: "empty" }, "Every section is empty."));
   root.replaceChildren(...cards);
 }
 
-function card(name, section) {
+function card(name, section, selection) {
   const c = section.config;
   const budget = c.budget_tokens;
   const used = section.tokens;
@@ -54,7 +45,7 @@ function card(name, section) {
           `${section.evictions} evicted`)
         : null),
     bar(used, budget),
-    section.items.length ? units(section.items) : h("p", { class: "empty" }, "no items"));
+    section.items.length ? units(section.items, selection) : h("p", { class: "empty" }, "no items"));
 }
 
 function bar(used, budget) {
@@ -74,12 +65,13 @@ function bar(used, budget) {
 }
 
 // Items in order, with each group gathered where its first member stands.
-function units(items) {
+function units(items, selection) {
+  const row = (item) => itemRow(item, selection);
   const out = [];
   const groups = new Map();
   for (const item of items) {
     if (!item.group) {
-      out.push(itemRow(item));
+      out.push(row(item));
       continue;
     }
     let members = groups.get(item.group);
@@ -97,16 +89,25 @@ function units(items) {
     return h("li", { class: "group", dataset: { group: name } },
       h("div", { class: "group-head" },
         h("span", { class: "badge group-badge" }, "group"), ` ${name} · ${unit.length} items · ${tokens} tokens`),
-      h("ul", { class: "items" }, unit.map(itemRow)));
+      h("ul", { class: "items" }, unit.map(row)));
   }));
 }
 
-function itemRow(item) {
+function itemRow(item, selection) {
   const content = item.content === null && item.content_seq !== undefined
     ? `(large content, in the log at seq ${item.content_seq})`
     : preview(item.content, 300);
+  const key = `${item.section}/${item.id}`;
+  const pick = selection
+    ? h("input", {
+      type: "checkbox", class: "pick", "aria-label": `Select item ${item.id} for erasure`,
+      checked: selection.ids.has(key),
+      onchange: (event) => selection.onToggle(item.section, item.id, event.target.checked),
+    })
+    : null;
   return h("li", { class: "item", dataset: { itemId: item.id } },
     h("div", { class: "item-head" },
+      pick,
       h("span", { class: "item-id" }, `#${item.id}`),
       item.kind ? h("span", { class: "badge" }, item.kind) : null,
       item.role ? h("span", { class: "badge" }, item.role) : null,

@@ -14,7 +14,7 @@ import uvicorn
 from starlette.applications import Starlette
 
 from sections.memory import Memory
-from streams import api, facts_api, search_api
+from streams import agentops_api, api, capture_api, facts_api, search_api
 from streams.errors import EXCEPTION_HANDLERS
 from streams.service import Service
 from streams.settings import Settings
@@ -51,7 +51,9 @@ class LiveApi:
         app = Starlette(
             routes=api.routes(self.service)
             + search_api.routes(self.service)
-            + facts_api.routes(self.service),
+            + facts_api.routes(self.service)
+            + agentops_api.routes(self.service)
+            + capture_api.routes(self.service),
             exception_handlers=EXCEPTION_HANDLERS,
             lifespan=lifespan,
         )

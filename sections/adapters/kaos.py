@@ -1,0 +1,491 @@
+"""KAOS's agent memory over ledgermem (docs/adapters/kaos.md).
+
+`LocalMemory` keeps KAOS's async session and event API (axsaucedo/kaos, `agent/memory.py`):
+sessions with an app name and a user id, an agent's timeline of typed events, the conversation
+as "User: ... / Assistant: ..." text, statistics, and `NullMemory` for a memory that is off.
+Every call is a ledgermem command: a session is a ledgermem session (app name and user id in its
+creation metadata), an event is an item of the section `events` whose `kind` is the event type,
+and every read of events leaves an `items.read` record. Nothing here holds state of its own: two
+adapters on the same memory see the same sessions and events, and a reopened memory gives them
+back.
+
+The timeline is `Session.events`: the session's items with an event type across all its
+sections in log order (sections/item_filter.py), so messages added another way (the REST API,
+the MARSYS adapter) show as `user_message` / `agent_response` / `tool_call` / `tool_result`
+events too.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from eventstore.errors import InvalidInput
+
+from .. import command_specs
+from ..config import MemoryConfig
+from ..errors import ConfigError, SectionNotFound, SessionNotFound
+from ..item_filter import event_type
+from ..memory import ItemView, Memory
+from ..observations import TENANT_SESSION
+from ..session import Session
+
+EVENTS = "events"  # the section KAOS's events are added to
+EVENT_ID = "event_id"  # the item metadata key that keeps KAOS's id of the event
+CONVERSATION = ("user_message", "agent_response")  # what build_conversation_context renders
+CUSTOM = "custom"  # KAOS's catch-all type; any other string is taken as well
+DEFAULT_MAX_SESSIONS = 1000
+DEFAULT_MAX_EVENTS = 500
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _time(ts_us: int) -> datetime:
+    return datetime.fromtimestamp(ts_us / 1_000_000, UTC)
+
+
+@dataclass
+class MemoryEvent:
+    """KAOS's `MemoryEvent`: one entry of a session's timeline."""
+
+    event_id: str
+    timestamp: datetime
+    event_type: str
+    content: Any
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "event_id": self.event_id,
+            "timestamp": self.timestamp.isoformat(),
+            "event_type": self.event_type,
+            "content": self.content,
+            "metadata": self.metadata,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> MemoryEvent:
+        return cls(
+            event_id=data["event_id"],
+            timestamp=datetime.fromisoformat(data["timestamp"]),
+            event_type=data["event_type"],
+            content=data["content"],
+            metadata=dict(data.get("metadata") or {}),
+        )
+
+
+@dataclass
+class SessionMemory:
+    """KAOS's `SessionMemory`: a session with its events (a copy, safe to keep)."""
+
+    session_id: str
+    user_id: str
+    app_name: str
+    events: list[MemoryEvent]
+    created_at: datetime
+    updated_at: datetime
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "session_id": self.session_id,
+            "user_id": self.user_id,
+            "app_name": self.app_name,
+            "events": [e.to_dict() for e in self.events],
+            "created_at": self.created_at.isoformat(),
+            "updated_at": self.updated_at.isoformat(),
+        }
+
+
+def _k(item_id: str) -> int:
+    """An item's place in its record (ids are "<seq>" or "<seq>.<k>")."""
+    _, _, k = item_id.partition(".")
+    return int(k) if k else 0
+
+
+def event_of(view: ItemView) -> MemoryEvent:
+    """An item as KAOS's event: its type (kind, or what its role implies), its content, its
+    metadata without the kept KAOS id, which is the event's id (the item id for an item that
+    was not added as a KAOS event), and the time its record was written."""
+    metadata = dict(view.metadata)
+    event_id = metadata.pop(EVENT_ID, None) or view.id
+    return MemoryEvent(event_id, _time(view.ts), event_type(view) or CUSTOM, view.content, metadata)
+
+
+def _check_event(event: MemoryEvent) -> dict:
+    """The item an event becomes; InvalidInput (nothing appended) for what KAOS could not mean."""
+    if not isinstance(event, MemoryEvent):
+        raise InvalidInput("add_event takes a MemoryEvent or (event_type, content, metadata)")
+    if type(event.event_type) is not str or not event.event_type:
+        raise InvalidInput("event_type must be a non-empty string")
+    if type(event.event_id) is not str or not event.event_id:
+        raise InvalidInput("event_id must be a non-empty string")
+    if type(event.metadata) is not dict:
+        raise InvalidInput("metadata must be a dict")
+    if EVENT_ID in event.metadata:
+        raise InvalidInput(f"metadata key {EVENT_ID!r} is the adapter's: it keeps the event id")
+    item = {
+        "content": event.content,
+        "kind": event.event_type,
+        "metadata": {**event.metadata, EVENT_ID: event.event_id},
+    }
+    role = {"user_message": "user", "agent_response": "assistant"}.get(event.event_type)
+    if role is not None:
+        item["role"] = role
+    return item
+
+
+class LocalMemory:
+    """KAOS's `LocalMemory` on a ledgermem `Memory` (one tenant).
+
+    KAOS's limits are ledgermem's retention (docs/sections.md, "Retention"):
+    `max_events_per_session` is the `max_items` of the `events` section of the sessions this
+    adapter creates (an add past it evicts the oldest event, in the same record); `max_sessions`
+    is the memory's own `max_sessions` for the tenant, which is configuration of the `Memory`
+    (`MemoryConfig(max_sessions=...)`, `[retention] max_sessions`): left out, it is read from
+    there, and given, it must agree (ConfigError otherwise). `context_limit` is
+    `MEMORY_CONTEXT_LIMIT`, kept for the agent's delegation context. `reader="operator"` makes
+    reads that are traced but do not count as the agent's use (the HTTP endpoints use it)."""
+
+    def __init__(
+        self,
+        max_sessions: int | None = None,
+        max_events_per_session: int = DEFAULT_MAX_EVENTS,
+        *,
+        memory: Memory,
+        tenant: str | None = None,
+        context_limit: int = 6,
+        reader: str = "agent",
+    ) -> None:
+        for name, value in (("max_events_per_session", max_events_per_session),
+                            ("context_limit", context_limit)):  # fmt: skip
+            if type(value) is not int or value < 1:
+                raise ConfigError(f"{name} must be a positive integer")
+        if reader not in ("agent", "operator"):
+            raise InvalidInput("reader must be 'agent' or 'operator'")
+        tenant = tenant or memory.tenant
+        bound = memory.config.max_sessions_for(tenant)
+        if max_sessions is not None and max_sessions != bound:
+            raise ConfigError(
+                f"max_sessions={max_sessions!r} but the memory keeps {bound} sessions of tenant "
+                f"{tenant!r}: the bound is the memory's (MemoryConfig(max_sessions=...) or "
+                "[retention] max_sessions); open it with that, or leave max_sessions out"
+            )
+        self.memory = memory
+        self.tenant = tenant
+        self.max_sessions = bound
+        self.max_events_per_session = max_events_per_session
+        self.context_limit = context_limit
+        self.reader = reader
+
+    def _session(self, session_id: str) -> Session:
+        """A handle on one of the tenant's sessions; never the reserved `_tenant` (facts and
+        tenant-wide observations), which is no KAOS session: InvalidInput."""
+        command_specs.check_not_reserved(session_id)
+        return Session(self.memory, self.tenant, session_id)
+
+    def _sections(self) -> dict[str, dict]:
+        """The section a KAOS session keeps its events in: unbounded in tokens, at most
+        `max_events_per_session` events, the oldest evicted first."""
+        return {EVENTS: {"budget_tokens": None, "policy": "fifo",
+                         "max_items": self.max_events_per_session}}  # fmt: skip
+
+    # -- sessions
+
+    async def create_session(
+        self, app_name: str, user_id: str, session_id: str | None = None
+    ) -> str:
+        """A new session (SessionExists if the id is taken: ledgermem never replaces one)."""
+        session_id = session_id or f"session_{uuid.uuid4().hex[:12]}"
+        command_specs.check_not_reserved(session_id)
+        config = self.memory.config.with_overrides(self._sections())
+        metadata = {"app_name": app_name, "user_id": user_id}
+        await self.memory.run_async(
+            command_specs.CREATE_SESSION, self.tenant, session_id, (config, metadata)
+        )
+        return session_id
+
+    async def get_or_create_session(
+        self, session_id: str, app_name: str = "agent", user_id: str = "user"
+    ) -> str:
+        command_specs.check_not_reserved(session_id)
+        config = self.memory.config.with_overrides(self._sections())
+        metadata = {"app_name": app_name, "user_id": user_id}
+        await self.memory.run_async(
+            command_specs.GET_OR_CREATE_SESSION, self.tenant, session_id, (config, metadata)
+        )
+        return session_id
+
+    async def get_session(self, session_id: str) -> SessionMemory | None:
+        """The session with its events (a read: traced), or None."""
+        session = self._session(session_id)
+        try:
+            info = self.memory.session_info(self.tenant, session_id)
+            views = await session.events_async(reader=self.reader)
+        except SessionNotFound:
+            return None
+        metadata = info["metadata"]
+        return SessionMemory(
+            session_id, metadata.get("user_id"), metadata.get("app_name"),
+            [event_of(v) for v in views], _time(info["created_ts"]), _time(info["active_ts"]),
+        )  # fmt: skip
+
+    async def list_sessions(self, user_id: str | None = None) -> list[str]:
+        where = {"user_id": user_id} if user_id else None
+        return [s["session"] for s in self.memory.list_sessions(self.tenant, where)]
+
+    async def delete_session(self, session_id: str) -> bool:
+        """Delete the session (`session.deleted`); False when there is none."""
+        try:
+            await self._session(session_id).delete_async()
+        except SessionNotFound:
+            return False
+        return True
+
+    # -- events
+
+    def create_event(
+        self, event_type: str, content: Any, metadata: dict[str, Any] | None = None
+    ) -> MemoryEvent:
+        """A new event, not yet in any session (no record: `add_event` adds it)."""
+        return MemoryEvent(f"event_{uuid.uuid4().hex[:8]}", _now(), event_type, content,
+                           dict(metadata or {}))  # fmt: skip
+
+    async def add_event(
+        self,
+        session_id: str,
+        event_or_type: MemoryEvent | str,
+        content: Any = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> bool:
+        """Add an event (a MemoryEvent, or its type, content and metadata): one `item.added`.
+        False when the session does not exist, as in KAOS; InvalidInput for a malformed event."""
+        if isinstance(event_or_type, str):
+            if metadata is not None and type(metadata) is not dict:
+                raise InvalidInput("metadata must be a dict")
+            event_or_type = self.create_event(event_or_type, content, metadata)
+        item = _check_event(event_or_type)
+        session = self._session(session_id)
+        try:
+            await session.add_many_async(EVENTS, [item])
+        except SessionNotFound:
+            return False
+        except SectionNotFound:  # a session made another way: give it the events section
+            await session.configure_async(EVENTS, **self._sections()[EVENTS])
+            await session.add_many_async(EVENTS, [item])
+        return True
+
+    async def get_session_events(
+        self, session_id: str, event_types: list[str] | None = None
+    ) -> list[MemoryEvent]:
+        """The session's events in time order, of `event_types` (all when None or empty);
+        [] for an unknown session. A read: traced."""
+        try:
+            views = await self._session(session_id).events_async(
+                event_types or None, reader=self.reader
+            )
+        except SessionNotFound:
+            return []
+        return [event_of(v) for v in views]
+
+    async def recent_events(self, limit: int, session_id: str | None = None) -> list[MemoryEvent]:
+        """The newest `limit` events, oldest first: of one session, or of all the tenant's
+        sessions merged in log order (what `GET /memory/events` answers). Sessions are read
+        newest activity first and only while one can still hold a newer event than those found;
+        each read leaves its `items.read` record."""
+        if type(limit) is not int or limit < 0:
+            raise InvalidInput("limit must be a non-negative integer")
+        if limit == 0:
+            return []
+        if session_id is not None:
+            sessions = [session_id]
+        else:
+            found = self.memory.list_sessions(self.tenant)
+            found.sort(key=lambda s: s["active_ts"], reverse=True)
+            sessions = [s["session"] for s in found]
+            active = [s["active_ts"] for s in found]
+        views: list[ItemView] = []
+        for n, sid in enumerate(sessions):
+            if session_id is None and len(views) >= limit:
+                views.sort(key=lambda v: v.seq)
+                if views[-limit].ts > active[n]:
+                    break  # no event of this session or an older one can be among the newest
+            try:
+                views += await self._session(sid).events_async(recent=limit, reader=self.reader)
+            except SessionNotFound:
+                continue
+        views.sort(key=lambda v: (v.seq, _k(v.id)))
+        return [event_of(v) for v in views[-limit:]]
+
+    async def build_conversation_context(self, session_id: str, max_events: int = 20) -> str:
+        """The newest `max_events` user messages and agent responses, one "User: ..." or
+        "Assistant: ..." line each."""
+        if type(max_events) is not int or max_events < 0:
+            raise InvalidInput("max_events must be a non-negative integer")
+        if max_events == 0:
+            return ""
+        try:
+            views = await self._session(session_id).events_async(
+                list(CONVERSATION), recent=max_events, reader=self.reader
+            )
+        except SessionNotFound:
+            return ""
+        speaker = {"user_message": "User", "agent_response": "Assistant"}
+        return "\n".join(f"{speaker[event_type(v)]}: {v.content}" for v in views)
+
+    # -- statistics and retention
+
+    async def get_memory_stats(self) -> dict[str, int]:
+        """Sessions of the tenant, their events (items with an event type) and the average."""
+        counts = self.memory.read(lambda state: _event_counts(state, self.tenant))
+        total = sum(counts)
+        return {
+            "total_sessions": len(counts),
+            "total_events": total,
+            "avg_events_per_session": total // len(counts) if counts else 0,
+        }
+
+    async def cleanup_old_sessions(self, max_age_hours: float = 24) -> int:
+        """Remove the tenant's sessions with no change for `max_age_hours` (`Memory.cleanup`:
+        a `session.deleted` each, reason `max_age`); how many went."""
+        if type(max_age_hours) not in (int, float):
+            raise InvalidInput("max_age_hours must be a number of hours")
+        removed = await self.memory.cleanup_async(max_age_hours * 3600, tenant=self.tenant)
+        return len(removed)
+
+    async def close(self) -> None:
+        """Nothing to release: the `Memory` belongs to the caller."""
+
+
+def _event_counts(state, tenant: str) -> list[int]:
+    """Per session of the tenant (the reserved `_tenant` left out): items with an event type."""
+    return [
+        sum(
+            1
+            for section in s.sections.values()
+            for item in section.items.values()
+            if event_type(item) is not None
+        )  # fmt: skip
+        for (t, sid), s in state.sessions.items()
+        if t == tenant and sid != TENANT_SESSION
+    ]
+
+
+class NullMemory:
+    """KAOS's `NullMemory`: memory turned off. Every call succeeds and nothing is kept (and no
+    record is written)."""
+
+    max_sessions = 0
+    max_events_per_session = 0
+    context_limit = 0
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    async def create_session(self, app_name: str = "", user_id: str = "",
+                             session_id: str | None = None) -> str:  # fmt: skip
+        return session_id or "null-session"
+
+    async def get_or_create_session(self, session_id: str, app_name: str = "agent",
+                                    user_id: str = "user") -> str:  # fmt: skip
+        return session_id
+
+    async def get_session(self, session_id: str) -> None:
+        return None
+
+    async def list_sessions(self, user_id: str | None = None) -> list[str]:
+        return []
+
+    async def delete_session(self, session_id: str) -> bool:
+        return True
+
+    def create_event(self, event_type: str, content: Any,
+                     metadata: dict[str, Any] | None = None) -> MemoryEvent:  # fmt: skip
+        return MemoryEvent(f"event_{uuid.uuid4().hex[:8]}", _now(), event_type, content,
+                           dict(metadata or {}))  # fmt: skip
+
+    async def add_event(self, session_id: str, event_or_type: MemoryEvent | str = "",
+                        content: Any = None, metadata: dict[str, Any] | None = None) -> bool:  # fmt: skip
+        return True
+
+    async def get_session_events(self, session_id: str,
+                                 event_types: list[str] | None = None) -> list[MemoryEvent]:  # fmt: skip
+        return []
+
+    async def recent_events(self, limit: int, session_id: str | None = None) -> list[MemoryEvent]:
+        return []
+
+    async def build_conversation_context(self, session_id: str, max_events: int = 20) -> str:
+        return ""
+
+    async def get_memory_stats(self) -> dict[str, int]:
+        return {"total_sessions": 0, "total_events": 0, "avg_events_per_session": 0}
+
+    async def cleanup_old_sessions(self, max_age_hours: int = 24) -> int:
+        return 0
+
+    async def close(self) -> None:
+        pass
+
+
+# -- configuration from the environment, as KAOS's agent server reads it
+
+_TRUE = ("true", "1", "yes", "on")
+_FALSE = ("false", "0", "no", "off")
+
+
+def _int_env(env: Mapping[str, str], name: str, default: int) -> int:
+    value = env.get(name)
+    if value is None or value == "":
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        raise ConfigError(f"{name} must be a positive integer, not {value!r}") from None
+    if number < 1:
+        raise ConfigError(f"{name} must be a positive integer, not {value!r}")
+    return number
+
+
+def memory_from_env(
+    memory: Memory | None = None, env: Mapping[str, str] | None = None
+) -> LocalMemory | NullMemory:
+    """KAOS's memory as its `MEMORY_*` variables describe it: `MEMORY_ENABLED` (false: a
+    `NullMemory`), `MEMORY_TYPE` (`local`: a `LocalMemory` over ledgermem; KAOS's `redis` is
+    refused: the log is the store), `MEMORY_CONTEXT_LIMIT`, `MEMORY_MAX_SESSIONS`,
+    `MEMORY_MAX_SESSION_EVENTS`. Without `memory`, the ledgermem data directory
+    `LEDGERMEM_DATA` is opened with `max_sessions` = `MEMORY_MAX_SESSIONS` (1000 by default,
+    as KAOS; the caller closes `result.memory`); with one, `MEMORY_MAX_SESSIONS`, if set, must
+    agree with its bound. ConfigError for a value that cannot work."""
+    env = os.environ if env is None else env
+    enabled = env.get("MEMORY_ENABLED", "true").strip().lower()
+    if enabled not in _TRUE + _FALSE:
+        raise ConfigError(f"MEMORY_ENABLED must be true or false, not {enabled!r}")
+    if enabled in _FALSE:
+        return NullMemory()
+    kind = env.get("MEMORY_TYPE", "local").strip().lower()
+    if kind != "local":
+        raise ConfigError(f"MEMORY_TYPE {kind!r} is not supported here: use 'local' (ledgermem)")
+    options = {
+        "max_events_per_session": _int_env(env, "MEMORY_MAX_SESSION_EVENTS", DEFAULT_MAX_EVENTS),
+        "context_limit": _int_env(env, "MEMORY_CONTEXT_LIMIT", 6),
+    }
+    if memory is None:  # KAOS's default bound unless the variable says otherwise
+        data = env.get("LEDGERMEM_DATA")
+        if not data:
+            raise ConfigError("LEDGERMEM_DATA must name the ledgermem data directory")
+        bound = _int_env(env, "MEMORY_MAX_SESSIONS", DEFAULT_MAX_SESSIONS)
+        memory = Memory.open(data, config=MemoryConfig(max_sessions=bound))
+        try:
+            return LocalMemory(**options, memory=memory)
+        except BaseException:
+            memory.close()
+            raise
+    if env.get("MEMORY_MAX_SESSIONS"):  # a memory of the caller's: the bound must agree
+        options["max_sessions"] = _int_env(env, "MEMORY_MAX_SESSIONS", DEFAULT_MAX_SESSIONS)
+    return LocalMemory(**options, memory=memory)

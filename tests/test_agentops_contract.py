@@ -1,0 +1,425 @@
+"""AgentOps' memory contract (samyn92/agentops-memory) served by a real `ledgermem serve`: the
+scenarios of that service's server_test.go, ported, and what our model adds to them: tokens and
+tenants, every call a record, a transcript at end recorded and counted, replay equal to live.
+The model-level half (transcripts, the `<memory:sessions>` block) runs on a `Memory`."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from helpers.tenant_server import A, B, head, two_tenants
+from test_search import Clock
+
+from eventstore.errors import InvalidInput
+from sections.memory import Memory
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory):
+    with two_tenants(tmp_path_factory.mktemp("agentops")) as client:
+        yield client
+
+
+def _session(client, sid: str, project: str = "test", headers=A):
+    answer = client.post("/sessions", json={"id": sid, "project": project}, headers=headers)
+    assert answer.status_code == 201, answer.text
+    return answer.json()
+
+
+def _observe(client, headers=A, **fields):
+    body = {"session_id": "s1", "type": "decision", "title": "Test", "content": "Test content",
+            "project": "test", **fields}  # fmt: skip
+    return client.post("/observations", json=body, headers=headers)
+
+
+# ---- server_test.go: health and validation ------------------------------------------------------
+
+
+def test_health_answers_ok_without_a_token(client):
+    answer = client.get("/health")
+    assert answer.status_code == 200 and answer.json() == {"status": "ok"}
+
+
+def test_the_other_routes_need_a_token(client):
+    assert client.get("/stats").status_code == 401
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [({"id": "", "project": "test"}, "id"), ({"id": "s1", "project": ""}, "project")],
+)
+def test_create_session_refuses_an_empty_field_naming_it(client, body, field):
+    before = head(client)
+    answer = client.post("/sessions", json=body, headers=A)
+    assert answer.status_code == 400
+    assert answer.json() == {"error": f"validation failed: {field} is required"}
+    assert head(client) == before  # nothing appended
+
+
+def test_add_observation_names_every_missing_field(client):
+    _session(client, "s1")
+    before = head(client)
+    answer = client.post("/observations", json={}, headers=A)
+    assert answer.status_code == 400, answer.text
+    message = answer.json()["error"]
+    for field in ("session_id", "type", "title", "content", "project"):
+        assert f"{field} is required" in message
+    assert head(client) == before
+
+
+def test_add_observation_refuses_a_title_over_500_characters(client):
+    _session(client, "s1")
+    answer = _observe(client, title="x" * 501)
+    assert answer.status_code == 400
+    assert answer.json() == {"error": "validation failed: title exceeds 500 chars"}
+
+
+def test_add_observation_refuses_more_than_20_tags(client):
+    _session(client, "s1")
+    answer = _observe(client, tags=["tag"] * 21)
+    assert answer.status_code == 400
+    assert answer.json() == {"error": "validation failed: tags exceed 20 items"}
+
+
+def test_add_observation_with_every_field_is_created(client):
+    _session(client, "s1")
+    answer = _observe(
+        client, title="Valid observation", tags=["go", "testing"],
+        content="This is a valid observation with all required fields.",
+    )  # fmt: skip
+    assert answer.status_code == 201, answer.text
+    body = answer.json()
+    assert body["action"] == "created" and type(body["id"]) is int
+    assert (body["revision_count"], body["duplicate_count"]) == (1, 1)
+
+
+def test_a_body_over_the_services_limit_is_a_400(client):
+    answer = client.post(
+        "/sessions", content=b"x" * (2 << 20), headers={**A, "Content-Type": "application/json"}
+    )
+    assert answer.status_code == 400 and "error" in answer.json()
+
+
+# ---- server_test.go: the full CRUD flow --------------------------------------------------------
+
+
+def test_full_crud_flow(client):
+    _session(client, "sess-1", "myproject")
+    created = _observe(
+        client, session_id="sess-1", project="myproject", title="Chose Go",
+        content="Selected Go for its simplicity and SQLite support.", tags=["go", "language"],
+    )  # fmt: skip
+    assert created.status_code == 201, created.text
+    obs = created.json()["id"]
+    got = client.get(f"/observations/{obs}", headers=A)
+    assert got.status_code == 200
+    assert got.json()["title"] == "Chose Go" and got.json()["project"] == "myproject"
+    assert got.json()["session_id"] == "sess-1" and got.json()["scope"] == "project"
+    patched = client.patch(
+        f"/observations/{obs}", json={"title": "Chose Go for memory service"}, headers=A
+    )
+    assert patched.status_code == 200, patched.text
+    assert patched.json()["title"] == "Chose Go for memory service"
+    assert patched.json()["content"] == "Selected Go for its simplicity and SQLite support."
+    found = client.get("/search", params={"q": "SQLite", "project": "myproject"}, headers=A)
+    assert found.status_code == 200 and [r["id"] for r in found.json()] == [obs]
+    assert found.json()[0]["rank"] < 0  # the service's rank: lower is better
+    context = client.get("/context", params={"project": "myproject", "query": "Go language"},
+                         headers=A)  # fmt: skip
+    assert context.status_code == 200
+    assert context.json()["recent_observations"][0]["title"] == "Chose Go for memory service"
+    stats = client.get("/stats", params={"project": "myproject"}, headers=A).json()
+    assert stats["total_sessions"] == 1 and stats["total_observations"] == 1
+    assert "myproject" in stats["projects"]
+    assert client.delete(f"/observations/{obs}", headers=A).status_code == 204
+    assert client.get(f"/observations/{obs}", headers=A).status_code == 404
+    assert client.get("/search", params={"q": "SQLite", "project": "myproject"},
+                      headers=A).json() == []  # fmt: skip
+
+
+# ---- the three dedup tiers, mapped onto ours -----------------------------------------------------
+
+
+def test_identical_content_within_the_window_is_deduplicated(client):
+    _session(client, "dedup", "dedup")
+    first = _observe(client, session_id="dedup", project="dedup", content="Same content").json()
+    again = _observe(client, session_id="dedup", project="dedup", content="same   CONTENT").json()
+    assert again["id"] == first["id"] and again["action"] == "deduplicated"
+    assert again["duplicate_count"] == 2
+
+
+def test_a_topic_key_updates_in_place_and_counts_revisions(client):
+    _session(client, "topic", "topic")
+    fields = {"session_id": "topic", "project": "topic", "topic_key": "db/pool"}
+    first = _observe(client, content="pool=10", **fields).json()
+    second = _observe(client, content="pool=50", **fields).json()
+    assert second["id"] == first["id"] and second["action"] == "updated"
+    assert second["revision_count"] == 2
+    assert client.get(f"/observations/{first['id']}", headers=A).json()["content"] == "pool=50"
+    by_topic = client.get("/search", params={"q": "db/pool", "project": "topic"}, headers=A)
+    assert by_topic.json()[0]["id"] == first["id"] and by_topic.json()[0]["rank"] == -1000
+
+
+def test_the_same_topic_key_in_another_project_or_scope_is_another_observation(client):
+    _session(client, "tk", "alpha")
+    one = _observe(client, session_id="tk", project="alpha", topic_key="k", content="a1").json()
+    other = _observe(client, session_id="tk", project="beta", topic_key="k", content="b1").json()
+    scoped = _observe(client, session_id="tk", project="alpha", topic_key="k", scope="global",
+                      content="g1").json()  # fmt: skip
+    assert len({one["id"], other["id"], scoped["id"]}) == 3
+    assert {one["action"], other["action"], scoped["action"]} == {"created"}
+
+
+# ---- sessions, transcripts and context ------------------------------------------------------------
+
+
+def test_ending_with_a_transcript_counts_it_and_composes_the_services_summary(client):
+    _session(client, "ended", "ends")
+    transcript = [
+        {"role": "user", "content": "Deploy the new memory service to staging"},
+        {"role": "assistant", "content": "Deployed."},
+        {"role": "user", "content": "Can you verify the deployment rolled out cleanly?"},
+        {"role": "assistant", "content": "It did."},
+    ]
+    answer = client.post("/sessions/ended/end", json={"messages": transcript}, headers=A)
+    assert answer.status_code == 200, answer.text
+    assert answer.json() == {
+        "session_id": "ended",
+        "message_count": 4,
+        "summary": "Session: 4 messages (2 user, 2 assistant). Started with: Deploy the new memory "
+        "service to staging Ended with: Can you verify the deployment rolled out cleanly?",
+    }
+    recent = client.get("/sessions/recent", params={"project": "ends"}, headers=A).json()
+    assert [(s["id"], s["message_count"], s["summary"]) for s in recent] == [
+        ("ended", 4, answer.json()["summary"])
+    ]
+    assert "ended_at" in recent[0]
+    context = client.get("/context", params={"project": "ends"}, headers=A).json()
+    assert context["recent_sessions"] == [{"summary": answer.json()["summary"]}]
+    # the transcript is the session's messages now, in our own API too
+    items = client.get("/v1/sessions/ended/sections/messages/items", headers=A)
+    assert [i["content"] for i in items.json()["items"]] == [m["content"] for m in transcript]
+
+
+def test_our_own_end_takes_a_transcript_too(client):
+    assert client.put("/v1/sessions/v1-ended", headers=A).status_code == 201
+    transcript = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    ended = client.post("/v1/sessions/v1-ended/end", json={"messages": transcript}, headers=A)
+    assert ended.status_code == 200, ended.text
+    assert ended.json()["record"]["type"] == "session.ended"
+    summary = client.get("/v1/sessions/v1-ended/summary", headers=A).json()
+    assert summary["messages"] == 2 and summary["first_user"]["text"] == "hi"
+    bad = client.post("/v1/sessions/v1-ended/end", json={"messages": [{"role": 1}]}, headers=A)
+    assert bad.status_code == 400
+
+
+def test_ending_an_unknown_session_is_a_404_in_the_services_shape(client):
+    answer = client.post("/sessions/nobody/end", json={"messages": []}, headers=A)
+    assert answer.status_code == 404 and type(answer.json()["error"]) is str
+
+
+def test_context_ranks_by_bm25_then_backfills_newest_first_up_to_5(client):
+    _session(client, "ctx", "ctx")
+    ids = []
+    for n in range(7):
+        content = "kubernetes rollout stuck on probes" if n == 1 else f"unrelated note {n}"
+        body = _observe(client, session_id="ctx", project="ctx", title=f"t{n}", content=content)
+        ids.append(body.json()["id"])
+    context = client.get("/context", params={"project": "ctx", "query": "kubernetes"}, headers=A)
+    titles = [o["title"] for o in context.json()["recent_observations"]]
+    assert titles == ["t1", "t6", "t5", "t4", "t3"]  # the hit, then the newest of the rest
+    without = client.get("/context", params={"project": "ctx", "limit": 2}, headers=A).json()
+    assert [o["title"] for o in without["recent_observations"]] == ["t6", "t5"]
+
+
+def test_context_truncates_contents_to_300_characters(client):
+    _session(client, "long", "long")
+    _observe(client, session_id="long", project="long", content="y" * 400)
+    got = client.get("/context", params={"project": "long"}, headers=A).json()
+    assert got["recent_observations"][0]["content"] == "y" * 300 + "..."
+
+
+def test_recent_timeline_export_and_import(client):
+    _session(client, "tl", "tl")
+    ids = [
+        _observe(client, session_id="tl", project="tl", title=f"n{n}", content=f"c{n}").json()["id"]
+        for n in range(5)
+    ]
+    recent = client.get("/observations/recent", params={"project": "tl", "limit": 2}, headers=A)
+    assert [o["id"] for o in recent.json()] == [ids[4], ids[3]]
+    around = client.get("/timeline", params={"observation_id": ids[2], "before": 1, "after": 1},
+                        headers=A)  # fmt: skip
+    assert [e["id"] for e in around.json()] == ids[1:4]
+    assert client.get("/timeline", headers=A).json() == {"error": "observation_id required"}
+    exported = client.get("/export", params={"project": "tl"}, headers=A).json()
+    assert [s["id"] for s in exported["sessions"]] == ["tl"]
+    assert [o["id"] for o in exported["observations"]] == ids
+    # into another tenant: same sessions and observations there
+    imported = client.post("/import", json=exported, headers=B)
+    assert imported.json() == {"imported_sessions": 1, "imported_observations": 5}
+    theirs = client.get("/export", params={"project": "tl"}, headers=B).json()
+    assert [o["content"] for o in theirs["observations"]] == [f"c{n}" for n in range(5)]
+
+
+# ---- our tenancy and our log ---------------------------------------------------------------------
+
+
+def test_a_project_is_a_namespace_inside_the_tokens_tenant(client):
+    _session(client, "iso", "shared")
+    _observe(client, session_id="iso", project="shared", content="acme's secret plan")
+    _session(client, "iso", "shared", headers=B)
+    theirs = client.get("/search", params={"q": "secret plan", "project": "shared"}, headers=B)
+    assert theirs.json() == []
+    assert client.get("/context", params={"project": "shared"},
+                      headers=B).json()["recent_observations"] == []  # fmt: skip
+    ours = client.get("/search", params={"q": "secret plan", "project": "shared"}, headers=A)
+    assert len(ours.json()) == 1
+    assert client.get(f"/observations/{ours.json()[0]['id']}", headers=B).status_code == 404
+
+
+def test_every_call_that_changes_or_shows_memory_is_a_record(client):
+    _session(client, "rec", "rec")
+    obs = _observe(client, session_id="rec", project="rec", content="recorded").json()["id"]
+    _session(client, "rec-ended", "rec")
+    ended = {"messages": [{"role": "user", "content": "quoted"}]}
+    assert client.post("/sessions/rec-ended/end", json=ended, headers=A).status_code == 200
+    project = {"project": "rec"}
+    for call in (
+        lambda: client.get(f"/observations/{obs}", headers=A),
+        lambda: client.patch(f"/observations/{obs}", json={"tags": ["t"]}, headers=A),
+        lambda: client.get("/observations/recent", params=project, headers=A),
+        lambda: client.get("/sessions/recent", params=project, headers=A),
+        lambda: client.get("/search", params={"q": "recorded", **project}, headers=A),
+        lambda: client.get("/context", params=project, headers=A),
+        lambda: client.get("/timeline", params={"observation_id": obs}, headers=A),
+        lambda: client.get("/export", params=project, headers=A),
+    ):
+        before = head(client)
+        assert call().status_code == 200
+        assert head(client) > before
+    before = head(client)
+    assert client.get("/stats", params=project, headers=A).status_code == 200
+    assert head(client) == before  # counts only: no content shown, nothing appended
+    reads = client.get(
+        "/v1/sessions/_agentops:rec:project/items", headers={**A}
+    ).json()  # the holder session is ours to read as well
+    assert [i["metadata"]["session_id"] for i in reads["items"]] == ["rec"]
+
+
+# ---- the model: a transcript at end, and the runtime's sessions block ------------------------
+
+
+@pytest.fixture
+def mem(tmp_path):
+    memory = Memory.open(tmp_path / "data", seg_bits=6, clock=Clock())
+    yield memory
+    memory.close()
+
+
+def test_a_transcript_given_at_end_is_recorded_counted_and_replays(mem):
+    s = mem.session("s")
+    s.add("messages", "before the end", role="user")
+    s.end([{"role": "assistant", "content": "ok"}, {"role": "user", "content": "last words"}])
+    summary = s.summary()
+    assert summary["messages"] == 3
+    assert summary["first_user"]["text"] == "before the end"
+    assert summary["last_user"]["text"] == "last words"
+    assert mem.rebuild().state_hash() == mem.state_hash()
+
+
+def test_a_retried_end_with_its_key_records_the_transcript_once(mem):
+    s = mem.session("s")
+    transcript = [{"role": "user", "content": "only once"}]
+    first = s.end(transcript, idempotency_key="k")
+    again = s.end(transcript, idempotency_key="k")
+    assert again.seq == first.seq and s.summary()["messages"] == 1
+
+
+def test_a_bad_transcript_is_refused_and_nothing_is_appended(mem):
+    s = mem.session("s")
+    size = mem.writer.size
+    with pytest.raises(InvalidInput, match=r"messages\[0\]"):
+        s.end([{"role": "user"}])
+    assert mem.writer.size == size
+    s.add("messages", "still open", role="user")  # the session did not end
+
+
+def _ended(mem, sid, first, last):
+    s = mem.session(sid)
+    s.add("messages", first, role="user")
+    s.add("messages", "sure", role="assistant")
+    s.add("messages", last, role="user")
+    s.end()
+
+
+def test_the_sessions_block_is_the_runtimes_and_context_at_replays_it(mem):
+    _ended(mem, "old", "Fix the FTS5 index", 'Run the "test" suite again')
+    _ended(mem, "new", "Deploy to staging", "Verify the rollout")
+    s = mem.session("now")
+    s.add("messages", "hello", role="user")
+    record, messages = s.assemble(sessions=2)
+    block = [m for m in messages if m["content"].startswith("<memory:sessions>")]
+    assert block == [{"role": "system", "content": (
+        '<memory:sessions>\n'
+        '- Session with 3 messages. Started: "Deploy to staging" — Ended: "Verify the rollout"\n'
+        '- Session with 3 messages. Started: "Fix the FTS5 index" — Ended: "Run the \\"test\\" suite again"\n'
+        '</memory:sessions>'
+    )}]  # fmt: skip
+    assert record.payload["inject"]["sessions"] == 2
+    assert mem.context_at(record.seq) == messages
+    assert mem.rebuild().state_hash() == mem.state_hash()
+
+
+def test_without_the_option_the_context_has_no_sessions_block(mem):
+    _ended(mem, "old", "first", "last")
+    s = mem.session("now")
+    s.add("messages", "hello", role="user")
+    record, messages = s.assemble(summaries=1)
+    assert not any("<memory:sessions>" in m["content"] for m in messages)
+    assert "sessions" not in record.payload["inject"]
+    assert not any(e.get("inject") == "session" for e in record.payload["manifest"])
+    assert mem.context_at(record.seq) == messages
+
+
+# ---- replay: the contract over HTTP on a test's memory, then rebuilt -----------------------
+
+
+def test_the_contract_replays_the_live_state_and_answers(tmp_path):
+    from helpers.live_api import LiveApi
+
+    memory = Memory.open(tmp_path / "data", seg_bits=6, clock=Clock())
+    api = LiveApi(memory).start()
+    try:
+        with httpx.Client(base_url=api.url, timeout=30) as c:
+            for sid, project in (("a", "web"), ("b", "web"), ("c", "ops")):
+                assert c.post("/sessions", json={"id": sid, "project": project}).status_code == 201
+            for n, (sid, project) in enumerate((("a", "web"), ("b", "web"), ("c", "ops")) * 3):
+                body = {"session_id": sid, "project": project, "type": "learning",
+                        "title": f"t{n % 4}", "content": f"note {n % 5} on rollouts",
+                        "topic_key": "k/1" if n == 4 else None}  # fmt: skip
+                assert c.post("/observations", json=body).status_code == 201
+            c.patch("/observations/" + str(c.get("/observations/recent").json()[0]["id"]),
+                    json={"content": "patched rollout note"})  # fmt: skip
+            dropped = c.get("/observations/recent", params={"project": "ops"}).json()[-1]["id"]
+            assert c.delete(f"/observations/{dropped}").status_code == 204
+            erased = c.get("/observations/recent", params={"project": "web"}).json()[-1]["id"]
+            assert c.delete(f"/observations/{erased}", params={"hard": "true"}).status_code == 204
+            transcript = [
+                {"role": "user", "content": "roll out"},
+                {"role": "assistant", "content": "ok"},
+            ]
+            assert c.post("/sessions/a/end", json={"messages": transcript}).status_code == 200
+            asked = {"project": "web", "query": "rollouts"}
+            before = (c.get("/context", params=asked).json(), c.get("/stats").json())
+    finally:
+        api.stop()
+    assert memory.rebuild().state_hash() == memory.state_hash()
+    memory.close()
+    reopened = Memory.open(tmp_path / "data", seg_bits=6, clock=Clock())
+    api = LiveApi(reopened).start()
+    try:
+        with httpx.Client(base_url=api.url, timeout=30) as c:
+            assert (c.get("/context", params=asked).json(), c.get("/stats").json()) == before
+    finally:
+        api.stop()
+        reopened.close()
