@@ -97,7 +97,7 @@ def _add_items(memory, state, tenant, session, args, idem, expected) -> Decision
             target,
             section,
             items,
-            memory.counter,
+            memory.counter_of(target),
             idem,
             expected,
             memory.content_of,
@@ -110,7 +110,9 @@ def _update_item(memory, state, tenant, session, args, idem, expected) -> Decisi
     section, item, changes = args
     target = get_session(state, tenant, session)
     return _one(
-        commands.update_item(target, section, item, changes, memory.counter, idem, expected)
+        commands.update_item(
+            target, section, item, changes, memory.counter_of(target), idem, expected
+        )
     )
 
 
@@ -179,7 +181,7 @@ def _record_transcript(memory: Memory, tenant: str, session: str, args: tuple) -
                     target,
                     "messages",
                     items,
-                    memory.counter,
+                    memory.counter_of(target),
                     key,
                     expected,
                     memory.content_of,
@@ -204,7 +206,7 @@ def _compact_for_payload(memory, state, tenant, session, args, idem, expected) -
     section, target_bytes, budget, names, summarizer = args
     target = get_session(state, tenant, session)
     command, outcome = commands.compact_for_payload_error(
-        target, section, target_bytes, budget, names, memory.content_of, memory.counter,
+        target, section, target_bytes, budget, names, memory.content_of, memory.counter_of(target),
         summarizer or memory.summarizer, idem, expected,
     )  # fmt: skip
     return Decision((command,) if command is not None else (), outcome, target.version)
@@ -260,7 +262,7 @@ def _create_session(memory, state, tenant, session, args, idem, _expected) -> De
     config, metadata = args
     check_not_reserved(session)
     created = commands.create_session(
-        state, tenant, session, config, memory.counter, metadata, idem
+        state, tenant, session, config, memory.counter_for(config), metadata, idem
     )
     return Decision((created, *_make_room(memory, state, tenant)))
 
@@ -502,6 +504,7 @@ def _assemble(memory, state, tenant, session_id, args, _idem, _expected) -> Deci
     budget, sections, reader, extra, hits, fact_hits = args
     extra: Extra
     session = get_session(state, tenant, session_id)
+    counter = memory.counter_of(session)
     injection = None
     if extra.observations or extra.summaries or extra.facts or extra.sessions:
         pool = inject.observation_pool(state, tenant, session_id)
@@ -522,16 +525,16 @@ def _assemble(memory, state, tenant, session_id, args, _idem, _expected) -> Deci
         limit = budget
         while True:  # the injected block, rendered, within the budget: fewer lines until it is
             injection = inject.build(
-                chosen, recent, extra.observation_chars, memory.content_of, memory.counter,
+                chosen, recent, extra.observation_chars, memory.content_of, counter,
                 limit, settings, known,
             )  # fmt: skip
-            injection = inject.add_sessions(injection, agentops, memory.counter, limit)
-            over = render.tokens_of(injection.messages, memory.counter) - budget
+            injection = inject.add_sessions(injection, agentops, counter, limit)
+            over = render.tokens_of(injection.messages, counter) - budget
             if over <= 0:
                 break
             limit -= over
     command, messages = commands.assemble_context(
-        session, sections, budget, memory.content_of, memory.counter, reader, injection
+        session, sections, budget, memory.content_of, counter, reader, injection
     )
     return Decision((command,), messages)
 
@@ -641,7 +644,7 @@ def _observe(memory, state, tenant, _session, args, _idem, _expected) -> Decisio
     if source is not None:  # an ended session writes nothing more, tenant-wide neither
         commands.check_open(get_session(state, tenant, source))
     command, tier, item = observations.decide(
-        target, obs, memory.decision_ts, memory.dedup_window_us, memory.counter,
+        target, obs, memory.decision_ts, memory.dedup_window_us, memory.counter_of(target),
         memory.content_of, source,
     )  # fmt: skip
     return Decision((command,), (session_id, tier, item))

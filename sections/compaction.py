@@ -33,7 +33,7 @@ from .errors import NeedsPreparation, SummarizerFailed
 from .projection import apply_compaction
 from .render import MESSAGE_FIELDS, ContentOf, _text
 from .state import Item, SectionState
-from .tokens import TokenCounter
+from .tokens import APPROX, TokenCounter
 
 Summarizer = Callable[[list[dict], int], str]
 SUMMARY_KIND = "summary"  # the summary item's event type (sections/item_filter.py)
@@ -45,11 +45,11 @@ MIN_TOOL_CHARS = 64  # payload errors cut tool outputs down to this, not further
 MIN_SUMMARY_TOKENS = 8  # a span this small (halved) is not worth a summary
 
 
-def digest(messages: list[dict], max_tokens: int) -> str:
+def digest(messages: list[dict], max_tokens: int, counter: TokenCounter = APPROX) -> str:
     """The default summarizer, deterministic: one line per message (role, tool names, first
     line of text); an earlier digest among them gives its lines, so a summary of a summary still
-    names what it covered. When the lines do not fit about four characters a token below
-    `max_tokens`, the oldest go first."""
+    names what it covered. When the lines do not fit `max_tokens` as the session's `counter`
+    counts them, the oldest go first."""
     covered, lines = 0, []
     for m in messages:
         text = m.get("content")
@@ -68,10 +68,22 @@ def digest(messages: list[dict], max_tokens: int) -> str:
             said = f"{said}: {first}" if said else first
         lines.append(f"- {who}: {said}"[:DIGEST_LINE_CHARS])
     header = f"[Summary of {covered} earlier messages]"
-    limit = max_tokens * 4 - 4  # the default counter's rule; checked with the real one anyway
-    while lines and len(header) + sum(len(line) + 1 for line in lines) > limit:
+    # Lines counted one by one first (a join costs about what its parts do), then the exact
+    # count of the text, dropping the oldest line until it fits.
+    costs = [counter.count(line) for line in lines]
+    total = counter.count(header) + sum(costs)
+    while lines and total > max_tokens:
+        total -= costs.pop(0)
         lines.pop(0)
-    return "\n".join([header, *lines])[:limit]
+    text = "\n".join([header, *lines])
+    while lines and counter.count(text) > max_tokens:
+        lines.pop(0)
+        text = "\n".join([header, *lines])
+    if counter.count(text) > max_tokens:  # the header alone is too long: cut it to fit
+        text = header[: max(1, max_tokens)]
+        while len(text) > 1 and counter.count(text) > max_tokens:
+            text = text[:-1]
+    return text
 
 
 digest.name = "ledgermem.digest/1"  # type: ignore[attr-defined]
@@ -319,7 +331,10 @@ def plan(
 def summarize(summarizer: Summarizer, messages: list[dict], max_tokens: int, counter) -> str:
     """The summarizer's text, checked; SummarizerFailed when it fails or returns bad output."""
     try:
-        text = summarizer(messages, max_tokens)
+        if summarizer is digest:  # ours counts with the session's counter
+            text = digest(messages, max_tokens, counter)
+        else:
+            text = summarizer(messages, max_tokens)
     except NeedsPreparation:  # not a failure: the runner writes it outside the lock
         raise
     except Exception as exc:  # a runtime's function (an LLM call): any failure refuses the write

@@ -212,6 +212,8 @@ class MemoryConfig:
 
     sections: tuple[SectionConfig, ...] = DEFAULT_SECTIONS
     seed_items: dict[str, tuple[dict, ...]] | None = None  # immutable content, by section
+    # The token counter new sessions count with (sections/tokens.py); None: the memory's own.
+    token_counter: str | None = None
     capture: CaptureRules = CaptureRules()  # declarative capture (sections/capture_rules.py)
     # Retention (docs/sections.md, "Retention"). None of it goes into records as config: what
     # it decides does (each removal, with its reason), so replay never depends on it.
@@ -293,16 +295,23 @@ def load_config(path: str | Path) -> MemoryConfig:
     policy = "lru"
     lifetime = "turn"
     ```
+
+    A top-level `token_counter = "cl100k_base"` picks the counter new sessions count with.
     """
     try:
         data = tomllib.loads(Path(path).read_text("utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"cannot read config {path}: {exc}") from None
     sections = data.get("sections", {})
-    unknown = set(data) - {"sections", "retention", SAVE_KEY, INJECT_KEY}
+    unknown = set(data) - {"sections", "retention", "token_counter", SAVE_KEY, INJECT_KEY}
     if unknown:
         raise ConfigError(f"{path}: unknown top-level keys {sorted(unknown)}")
-    config = MemoryConfig().with_overrides(sections)
+    token_counter = data.get("token_counter")
+    if token_counter is not None:
+        from .tokens import counter_named  # the counters import config's errors
+
+        counter_named(token_counter)
+    config = replace(MemoryConfig().with_overrides(sections), token_counter=token_counter)
     try:
         capture = load_capture_rules(data)
     except ConfigError as exc:

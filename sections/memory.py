@@ -44,7 +44,7 @@ from .search import SearchIndex
 from .session import Session
 from .snapshot import Snapshot, purge_snapshots, read_attachment, write_snapshot
 from .state import Item, MemoryState
-from .tokens import DEFAULT_COUNTER, TokenCounter
+from .tokens import DEFAULT_COUNTER, TokenCounter, counter_named
 from .views import MAX_TOP_K, Extra, ItemView, SearchHit
 
 SNAPSHOT_EVERY = 100_000  # records between automatic snapshots
@@ -68,7 +68,7 @@ class Memory(CommandRunner, fact_specs.FactCommands):
         data_dir: str | os.PathLike[str],
         *,
         config: MemoryConfig | str | Path | None = None,
-        counter: TokenCounter = DEFAULT_COUNTER,
+        counter: TokenCounter | str | None = None,
         tenant: str = "default",
         durability: Durability = Durability.FSYNC,
         seg_bits: int = DEFAULT_SEG_BITS,
@@ -102,7 +102,7 @@ class Memory(CommandRunner, fact_specs.FactCommands):
         *,
         key: KeyInfo | None = None,
         config: MemoryConfig | str | Path | None = None,
-        counter: TokenCounter = DEFAULT_COUNTER,
+        counter: TokenCounter | str | None = None,
         tenant: str = "default",
         snapshot_every: int = SNAPSHOT_EVERY,
         dedup_window_us: int = observations.DEFAULT_WINDOW_US,
@@ -149,7 +149,7 @@ class Memory(CommandRunner, fact_specs.FactCommands):
         self,
         root: Path,
         config: MemoryConfig | str | Path | None,
-        counter: TokenCounter,
+        counter: TokenCounter | str | None,
         tenant: str,
         snapshot_every: int,
         dedup_window_us: int,
@@ -163,7 +163,12 @@ class Memory(CommandRunner, fact_specs.FactCommands):
             if config
             else MemoryConfig()
         )
-        self.counter = counter
+        # New sessions count with `counter` (an instance, or a built-in's name), else with the
+        # config's `token_counter`, else o200k_base; a session keeps the one it was created with.
+        if counter is None:
+            counter = self.config.token_counter or DEFAULT_COUNTER
+        self.counter = counter_named(counter) if isinstance(counter, str) else counter
+        self._counters = {self.counter.name: self.counter}
         self.tenant = tenant
         self.snapshot_every = snapshot_every
         if type(dedup_window_us) is not int or dedup_window_us < 0:
@@ -411,18 +416,42 @@ class Memory(CommandRunner, fact_specs.FactCommands):
         metadata: dict | None = None,
         sections: dict[str, dict] | None = None,
         create: bool = True,
+        token_counter: str | None = None,
     ) -> Session:
-        """Get a session, creating it (with `metadata` and per-section overrides) if it is new.
-        Without an id, a new session gets a generated one (`s.id`)."""
+        """Get a session, creating it (with `metadata`, per-section overrides and its token
+        counter) if it is new. Without an id, a new session gets a generated one (`s.id`)."""
         tenant = tenant or self.tenant
+        new = {"metadata": metadata, "sections": sections, "token_counter": token_counter}
         if session_id is None:
-            record = self.create_session(tenant=tenant, metadata=metadata, sections=sections)
+            record = self.create_session(tenant=tenant, **new)
             return Session(self, tenant, record.session)
         if create:
-            self.get_or_create(session_id, tenant=tenant, metadata=metadata, sections=sections)
+            self.get_or_create(session_id, tenant=tenant, **new)
         else:
             self.require_session(tenant, session_id)
         return Session(self, tenant, session_id)
+
+    def session_config(
+        self, sections: dict | None = None, token_counter: str | None = None
+    ) -> MemoryConfig:
+        """The config of a new session: the memory's, with per-section overrides and the token
+        counter it will count with for good (a built-in's name: o200k_base, cl100k_base,
+        approx-chars-per-4, or one this memory was opened with)."""
+        config = self.config.with_overrides(sections)
+        if token_counter is not None:
+            counter_named(token_counter, self._counters)  # an unknown name fails here
+            config = replace(config, token_counter=token_counter)
+        return config
+
+    def counter_for(self, config: MemoryConfig) -> TokenCounter:
+        """The counter a session created with `config` counts with."""
+        name = config.token_counter
+        return self.counter if name is None else counter_named(name, self._counters)
+
+    def counter_of(self, session) -> TokenCounter:
+        """The counter a session was created with (its `session.created` names it), so a log
+        written with one counter goes on counting with it, whatever this memory's default."""
+        return counter_named(session.counter["name"], self._counters)
 
     def get_or_create(
         self,
@@ -431,9 +460,10 @@ class Memory(CommandRunner, fact_specs.FactCommands):
         tenant: str | None = None,
         metadata: dict | None = None,
         sections: dict | None = None,
+        token_counter: str | None = None,
     ) -> tuple[Record | None, bool]:
         """Create the session unless it exists; returns (its creation record or None, created)."""
-        config = self.config.with_overrides(sections)
+        config = self.session_config(sections, token_counter)
         return self.run(
             command_specs.GET_OR_CREATE_SESSION,
             tenant or self.tenant,
@@ -449,13 +479,15 @@ class Memory(CommandRunner, fact_specs.FactCommands):
         metadata: dict | None = None,
         sections: dict | None = None,
         idempotency_key: str | None = None,
+        token_counter: str | None = None,
     ) -> Record:
         """Create a session; SessionExists if it is there already. `sections` overrides settings
         per section and seeds sections with `{"items": [...]}`, immutable ones included
         (docs/sections.md, "Seeding a session"). Without an id the memory makes one (the
         record's `session`): random, or derived from `idempotency_key`, so that a retry with
-        the same key answers the first `session.created` and creates nothing."""
-        config = self.config.with_overrides(sections)
+        the same key answers the first `session.created` and creates nothing. `token_counter`
+        names the counter the session counts with for good (docs/tokens.md)."""
+        config = self.session_config(sections, token_counter)
         if session_id is None:
             session_id = command_specs.session_id_for(idempotency_key)
         command_specs.check_not_reserved(session_id)

@@ -187,9 +187,9 @@ class Api:
         Idempotency-Key the id is derived from the key, so a retry answers the same session
         (its first `session.created`) and creates nothing."""
         p = self.service.principal(request, "write")
-        metadata, sections = _session_body(await self._body(request, required=False))
+        metadata, sections, counter = _session_body(await self._body(request, required=False))
         memory = self.memory(p)
-        config = memory.config.with_overrides(sections)
+        config = memory.session_config(sections, counter)
         key = request.headers.get("idempotency-key")
         session_id = specs.session_id_for(key)
         with self.service.write():
@@ -203,9 +203,9 @@ class Api:
 
     async def put_session(self, request: Request) -> Response:
         p = self.service.principal(request, "write")
-        metadata, sections = _session_body(await self._body(request, required=False))
+        metadata, sections, counter = _session_body(await self._body(request, required=False))
         memory = self.memory(p)
-        config = memory.config.with_overrides(sections)
+        config = memory.session_config(sections, counter)
         with self.service.write():
             record, created = await memory.run_async(
                 specs.GET_OR_CREATE_SESSION,
@@ -451,19 +451,25 @@ class Api:
         return json_response({"record": record_json(record), "erased": erased})
 
 
-def _session_body(body: dict) -> tuple[dict | None, dict | None]:
-    """`metadata` and `sections` (settings and seed `items` per section) of a new session."""
-    unknown = set(body) - {"metadata", "sections"}
+def _session_body(body: dict) -> tuple[dict | None, dict | None, str | None]:
+    """`metadata`, `sections` (settings and seed `items` per section) and `token_counter` (the
+    counter it counts with for good: docs/tokens.md) of a new session."""
+    unknown = set(body) - {"metadata", "sections", "token_counter"}
     if unknown:
         raise ApiError(
-            400, "invalid_input", f"unknown fields {sorted(unknown)}; use metadata and sections"
+            400,
+            "invalid_input",
+            f"unknown fields {sorted(unknown)}; use metadata, sections and token_counter",
         )
     metadata, sections = body.get("metadata"), body.get("sections")
+    counter = body.get("token_counter")
+    if counter is not None and type(counter) is not str:
+        raise ApiError(400, "invalid_input", "token_counter must be a counter's name")
     if metadata is not None and type(metadata) is not dict:
         raise ApiError(400, "invalid_input", "metadata must be an object")
     if sections is not None and type(sections) is not dict:
         raise ApiError(400, "invalid_input", "sections must be an object of per-section settings")
-    return metadata, sections
+    return metadata, sections, counter
 
 
 def _time_param(name: str, value: str) -> int:

@@ -111,6 +111,7 @@ _FACT_QUERY = [
 _NEW_SESSION = {"type": "object", "properties": {
     "metadata": {"type": "object"},
     "sections": {"type": "object", "description": "per section: settings, and items: [item, ...] to seed it (immutable sections too)"},
+    "token_counter": {"type": "string", "enum": ["o200k_base", "cl100k_base", "approx-chars-per-4"], "description": "the counter the session counts with for good (default o200k_base; docs/tokens.md)"},
 }}  # fmt: skip
 _LIST = [
     {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 0}},

@@ -32,6 +32,7 @@ from starlette.types import Scope
 from eventstore.writer import Durability
 from sections.config import MemoryConfig, load_config
 from sections.memory import Memory
+from sections.tokens import warm_counter
 
 from .auth import Principal, authenticate, authenticate_scope
 from .errors import ApiError
@@ -144,6 +145,9 @@ class Service:
             await self._start_cluster()
         else:
             await self._start_files()
+        # Load the token counter's vocabulary (about a second of CPU) before taking requests,
+        # so no write waits for it (sections/tokens.py).
+        await asyncio.to_thread(warm_counter, self.settings.memory_config)
         self.accepting = True
         self.ready = True
         if self.announce is not None:

@@ -37,6 +37,8 @@ def _config(at: int, keep: int = 1, tool_chars: int = 200, budget: int | None = 
 
 
 def _open(path: Path, config: MemoryConfig, **kw) -> Memory:
+    # The thresholds and sizes below are worked out at four characters a token.
+    kw.setdefault("counter", "approx-chars-per-4")
     return Memory.open(path, config=config, durability=Durability.UNSAFE_NO_FSYNC, **kw)
 
 

@@ -24,18 +24,19 @@ from sections import commands
 from sections.config import MemoryConfig, SectionConfig
 from sections.errors import ItemTooLarge, NotAdmitted, SessionEnded
 from sections.memory import Memory
-from sections.tokens import DEFAULT_COUNTER
+from sections.tokens import APPROX
 
 
 @pytest.fixture
 def mem(tmp_path):
-    memory = Memory.open(tmp_path / "d", seg_bits=8)
+    # the budgets below are worked out at four characters a token
+    memory = Memory.open(tmp_path / "d", seg_bits=8, counter="approx-chars-per-4")
     yield memory
     memory.close()
 
 
 def rendered(messages: list[dict]) -> int:
-    return sum(DEFAULT_COUNTER.count(m) for m in messages)
+    return sum(APPROX.count(m) for m in messages)  # the counter of `mem`
 
 
 def pairing_holds(messages: list[dict]) -> bool:
@@ -112,7 +113,12 @@ def test_property_context_never_splits_a_call_from_its_results(batches, split, b
     root = tempfile.mkdtemp()
     try:
         config = MemoryConfig(sections=(SectionConfig("messages", 300, "fifo", "durable"),))
-        mem = Memory.open(root + "/d", config=config, durability=Durability.UNSAFE_NO_FSYNC)
+        mem = Memory.open(
+            root + "/d",
+            config=config,
+            durability=Durability.UNSAFE_NO_FSYNC,
+            counter="approx-chars-per-4",
+        )
         s = mem.session("s")
         n = 0
         for b, batch in enumerate(batches):
@@ -254,7 +260,12 @@ def test_property_rendered_tokens_never_exceed_the_budget(items, budgets, named)
     root = tempfile.mkdtemp()
     try:
         config = MemoryConfig(sections=_SECTIONS, seed_items={"role": [{"content": "Be brief."}]})
-        mem = Memory.open(root + "/d", config=config, durability=Durability.UNSAFE_NO_FSYNC)
+        mem = Memory.open(
+            root + "/d",
+            config=config,
+            durability=Durability.UNSAFE_NO_FSYNC,
+            counter="approx-chars-per-4",
+        )
         s = mem.session("s")
         for section, text, priority in items:
             fields = {"role": "user"} if section == "messages" else {"priority": priority}

@@ -36,8 +36,9 @@ class Clock:
 
 def _open(path: Path, clock: Clock | None = None, **config) -> Memory:
     return Memory.open(
-        path, config=MemoryConfig(**config), clock=clock or Clock(), snapshot_every=10**9
-    )
+        path, config=MemoryConfig(**config), clock=clock or Clock(), snapshot_every=10**9,
+        counter="approx-chars-per-4",  # the budgets below are worked out at 4 characters a token
+    )  # fmt: skip
 
 
 def _sessions(mem: Memory, tenant: str = "default") -> list[str]:
