@@ -141,8 +141,14 @@ def _assert(memory, state, tenant, _holder, args, idem, _expected) -> Decision:
         holder = get_session(state, tenant, TENANT_SESSION)
         made.append(
             facts.assert_facts(
-                state, holder, new, memory.decision_ts, memory.counter_of(holder), extractor,
-                session, idem,
+                state,
+                holder,
+                new,
+                memory.decision_ts,
+                memory.counter_of(holder),
+                extractor,
+                session,
+                idem,
             )
         )
     if reads:
