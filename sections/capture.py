@@ -102,6 +102,7 @@ def _plan(rules: CaptureRules, session: str, tool: str, args: dict, output, call
         observe = observation_args(
             obs["type"], obs["title"], obs["content"], tags=obs["tags"], source=obs["source"],
             session=session if save.scope == "session" else None,
+            from_session=session if save.scope == "tenant" else None,
         )  # fmt: skip
     return trace, save, observe
 

@@ -577,7 +577,10 @@ def compact_for_payload_error(
     def remembered(messages: list[dict], max_tokens: int) -> str:
         key = (orjson.dumps(messages), max_tokens)
         if key not in summaries:
-            summaries[key] = summarizer(messages, max_tokens)
+            if summarizer is compaction.digest:  # ours fits what the session's counter counts
+                summaries[key] = compaction.digest(messages, max_tokens, counter)
+            else:
+                summaries[key] = summarizer(messages, max_tokens)
         return summaries[key]
 
     remembered.name = compaction.summarizer_name(summarizer)  # type: ignore[attr-defined]

@@ -42,6 +42,8 @@ TYPES = (
 SCOPES = ("session", "tenant")
 DEFAULT_WINDOW_US = 15 * 60 * 1_000_000
 TITLE_MAX = 500
+# What the dedup tiers keep in an observation's metadata: a `source` may not set them.
+RESERVED_METADATA = frozenset(("title", "revision", "duplicates", "topic_key", "session"))
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,9 @@ class Observation:
         source = source or {}
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in source.items()):
             raise InvalidInput("an observation's source must map strings to strings")
+        taken = sorted(set(source) & RESERVED_METADATA)
+        if taken:  # they would overwrite what the tiers keep
+            raise InvalidInput(f"an observation's source cannot set {taken}")
         return cls(type, title, content, tuple(tags), topic_key, tuple(sorted(source.items())))
 
 

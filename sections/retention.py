@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from eventstore.errors import InvalidInput
 
+from .agentops import HOLDER_PREFIX
 from .commands import Command, base_payload
 from .config import SESSION_SECTION, check_seconds
 from .observations import TENANT_SESSION
@@ -37,12 +38,15 @@ def activity(session: SessionState) -> tuple[int, int, int]:
 
 
 def tenant_sessions(state: MemoryState, tenant: str | None) -> list[SessionState]:
-    """A tenant's sessions (every tenant's with None) that retention may remove: all but
-    `_tenant`."""
+    """A tenant's sessions (every tenant's with None) that retention may remove: all but the
+    memory's own holders, `_tenant` (tenant-wide observations, facts) and AgentOps' project
+    holders (`_agentops:<project>:<scope>`), which hold what outlives any one session."""
     return [
         s
         for (t, sid), s in state.sessions.items()
-        if (tenant is None or t == tenant) and sid != TENANT_SESSION
+        if (tenant is None or t == tenant)
+        and sid != TENANT_SESSION
+        and not sid.startswith(HOLDER_PREFIX)
     ]
 
 

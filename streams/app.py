@@ -18,7 +18,7 @@ from starlette.middleware.errors import ServerErrorMiddleware
 from starlette.routing import Match
 from starlette.types import Receive, Scope, Send
 
-from . import agentops_api, api, mcp_mount, openapi, proofs_api, status, ui
+from . import agentops_api, api, openapi, proofs_api, status, ui
 from .errors import EXCEPTION_HANDLERS
 from .forwarding import ForwardToLeader, LeaderRoutes, leader_route_list
 from .guards import GuardPolicy, RequestGuard, body_refusal
@@ -95,7 +95,6 @@ def create_app(settings: Settings, service: Service | None = None) -> Starlette:
         + channels.routes(service)
         + openapi.routes()
         + ui.routes(service)
-        + mcp_mount.routes(service)  # none without the `mcp` extra (docs/mcp.md)
     )
     guard = GuardPolicy.from_settings(settings)
     app = LedgerApp(

@@ -109,7 +109,16 @@ class LeaderRoutes:
 def leader_route_list(service) -> list:
     """The routes that need the partition's leader (store mode forwards them to it): every
     route that reads or writes a tenant's memory. The app serves these very routes."""
-    from . import agentops_api, api, capture_api, facts_api, kaos_api, retention_api, search_api
+    from . import (
+        agentops_api,
+        api,
+        capture_api,
+        facts_api,
+        kaos_api,
+        mcp_mount,
+        retention_api,
+        search_api,
+    )
 
     return (
         api.routes(service)
@@ -119,6 +128,7 @@ def leader_route_list(service) -> list:
         + capture_api.routes(service)
         + retention_api.routes(service)
         + kaos_api.routes(service)  # KAOS's /memory/* (docs/adapters/kaos.md)
+        + mcp_mount.routes(service)  # stateless JSON POSTs; none without the mcp extra
     )
 
 

@@ -69,7 +69,10 @@ class SearchApi(Api):
         p = self.service.principal(request, "write")
         body = await self._body(request)
         from_session = request.path_params.get("session")
-        allowed = OBSERVATION_FIELDS | {"scope"} if from_session else OBSERVATION_FIELDS
+        # on a session's route the path names the session: a body `session` would be ignored
+        allowed = (
+            (OBSERVATION_FIELDS - {"session"}) | {"scope"} if from_session else OBSERVATION_FIELDS
+        )
         unknown = set(body) - allowed
         if unknown:
             raise InvalidInput(f"unknown observation fields {sorted(unknown)}")

@@ -14,7 +14,7 @@ from test_search import Clock
 from sections import capture_rules
 from sections.capture_rules import CaptureRules
 from sections.config import MemoryConfig, load_config
-from sections.errors import ConfigError
+from sections.errors import ConfigError, SessionEnded
 from sections.memory import Memory
 
 RULES = """
@@ -265,3 +265,19 @@ def test_the_rest_endpoint_applies_the_services_rules(tmp_path):
         assert refused.status_code == 400 and "tool call" in refused.json()["error"]["message"]
         missing = client.post("/v1/sessions/nobody/tool-calls", json=call)
         assert missing.status_code == 404
+
+
+def test_a_tenant_rule_names_its_session_and_an_ended_session_saves_nothing(mem):
+    s = mem.session("s")
+    saved = s.tool_call("bash", {"command": "kubectl apply -f x"}, "created")["saved"]
+    assert saved["rule"] == "kubectl-apply" and saved["session"] == "_tenant"
+    holder = mem.read(lambda state: state.sessions[("default", "_tenant")])
+    found = holder.sections["observations"].items[saved["id"]]
+    assert found.metadata["session"] == "s"  # as Session.observe records it
+    s.end()
+    size = mem.writer.size
+    with pytest.raises(SessionEnded):
+        s.tool_call("bash", {"command": "kubectl apply -f y"}, "created")
+    # the inject rule's search before the tool is a read, traced; no observation is written
+    after = [mem.reader.get(seq).type for seq in range(size, mem.writer.size)]
+    assert set(after) <= {"items.read"}

@@ -557,3 +557,16 @@ def test_a_runtime_summarizer_runs_outside_the_lock_in_the_async_runner(tmp_path
     assert any(i.kind == "summary" for i in _section(mem).items.values())
     assert mem.rebuild().state_hash() == mem.state_hash()
     mem.close()
+
+
+def test_payload_error_compaction_of_cjk_text_fits_the_session_s_own_counter(tmp_path):
+    """The default digest counts with the session's counter (o200k_base here), which counts
+    CJK text far above four characters a token."""
+    with Memory.open(tmp_path / "d", durability=Durability.UNSAFE_NO_FSYNC) as mem:
+        s = mem.session("s")
+        for i in range(61):
+            s.add("messages", f"第{i}回の会議では、東京の天気と予算について長く話し合いました。",
+                  role="user" if i % 2 == 0 else "assistant")  # fmt: skip
+        before = len(orjson.dumps(s.context(100_000, ["messages"])))
+        outcome = s.compact_for_payload_error(before // 2)
+        assert outcome["bytes_after"] <= before // 2

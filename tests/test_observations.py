@@ -272,3 +272,12 @@ def test_an_observation_from_an_unknown_session_is_refused_with_nothing_appended
     with pytest.raises(InvalidInput, match="from_session names the session"):
         mem.observe("learning", "t", "lesson", session="a", from_session="b")
     assert mem.writer.next_seq == head
+
+
+def test_a_source_cannot_overwrite_what_the_tiers_keep(tmp_path):
+    with Memory.open(tmp_path / "d") as mem:
+        size = mem.writer.size
+        for key in ("session", "revision", "duplicates", "title", "topic_key"):
+            with pytest.raises(InvalidInput, match="source cannot set"):
+                mem.observe("learning", "t", "lesson", source={key: "forged"})
+        assert mem.writer.size == size

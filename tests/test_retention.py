@@ -552,3 +552,18 @@ def test_max_items_holds_and_groups_stay_whole(tmp_path_factory, adds, policy, m
             assert group_members <= live or not (group_members & live)
     assert mem.rebuild().state_hash() == mem.state_hash()
     mem.close()
+
+
+def test_max_sessions_never_removes_the_memory_s_own_holders(tmp_path):
+    """`_tenant` and AgentOps' project holders hold what outlives any one session."""
+    from sections.agentops_specs import ensure_holder
+
+    mem = _open(tmp_path / "d", max_sessions=2)
+    mem.session("a")
+    holder = asyncio.run(ensure_holder(mem, "default", "proj", "project"))
+    mem.observe("decision", "t", "kept", session=holder)
+    mem.session("b").observe("decision", "t2", "tenant-wide")  # makes `_tenant`
+    mem.session("c")
+    live = mem.read(lambda state: sorted(sid for (_, sid) in state.sessions))
+    assert holder in live and "_tenant" in live
+    assert [s for s in live if not s.startswith("_")] == ["b", "c"]
