@@ -206,7 +206,9 @@ def plan_import(bundle: Bundle, report: BundleReport, bundle_sha256: str) -> Imp
         provenance["via"] = metadata["imported_from"]
     metadata["imported_from"] = provenance
     config = MemoryConfig(
-        sections=tuple(s.config for s in session.sections.values()), seed_items=seed or None
+        sections=tuple(s.config for s in session.sections.values()),
+        seed_items=seed or None,
+        token_counter=session.counter["name"],  # counted again as the source counted them
     )
     return ImportPlan(config, metadata, sections, count)
 

@@ -30,8 +30,12 @@ class TokenCounter(Protocol):
 
 
 def _text(content: object) -> str:
-    """What a counter counts: the string, or the compact JSON of any other content."""
-    return content if isinstance(content, str) else orjson.dumps(content).decode()
+    """What a counter counts: the string, or the compact JSON of any other content with its
+    keys sorted, as the record stores it (JCS), so that the count depends on the value and not
+    on the order a caller wrote its keys in (a BPE count would)."""
+    if isinstance(content, str):
+        return content
+    return orjson.dumps(content, option=orjson.OPT_SORT_KEYS).decode()
 
 
 class ApproxTokenCounter:

@@ -39,6 +39,15 @@ def test_every_content_costs_a_token_and_json_is_counted_on_its_compact_form():
     assert O200K.count(content) == O200K.count('[{"type":"text","text":"hello"}]')
 
 
+def test_json_content_counts_the_same_whatever_the_order_of_its_keys():
+    """A record stores JSON in JCS (sorted keys): a session imported from a bundle must count
+    a tool call exactly as its source did."""
+    written = [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]
+    stored = [{"function": {"arguments": "{}", "name": "f"}, "id": "c1", "type": "function"}]
+    for counter in (O200K, CL100K, APPROX):
+        assert counter.count(written) == counter.count(stored)
+
+
 def test_an_unknown_counter_is_refused_naming_the_known_ones():
     with pytest.raises(ConfigError) as refused:
         counter_named("gpt2")
