@@ -141,13 +141,14 @@ class Service:
         self._idle = asyncio.Event()
         self._idle.set()
         self.replica_secret = load_replica_secret(self.settings.data)
+        # Load the token counter's vocabulary (about a second of CPU) before taking requests,
+        # so no write waits for it (sections/tokens.py). First: nothing may await between the
+        # start of the loops below (the TTL's writes) and `accepting`.
+        await asyncio.to_thread(warm_counter, self.settings.memory_config)
         if self.settings.store:
             await self._start_cluster()
         else:
             await self._start_files()
-        # Load the token counter's vocabulary (about a second of CPU) before taking requests,
-        # so no write waits for it (sections/tokens.py).
-        await asyncio.to_thread(warm_counter, self.settings.memory_config)
         self.accepting = True
         self.ready = True
         if self.announce is not None:

@@ -255,7 +255,13 @@ def test_the_dashboard_reads_as_operator_and_never_as_agent(browser, server, api
 
 
 def test_filling_a_fifo_section_past_its_budget_shows_the_eviction(browser, server, api):
-    api.put("/v1/sessions/evict-1", json={"sections": {"messages": {"budget_tokens": 30}}})
+    api.put(  # the sizes below are worked out at four characters a token
+        "/v1/sessions/evict-1",
+        json={
+            "sections": {"messages": {"budget_tokens": 30}},
+            "token_counter": "approx-chars-per-4",
+        },
+    )
     with dashboard(browser, server.url) as board:
         page = board.open("/#session=evict-1").page
         page.locator('#feed-conn[data-state="live"]').wait_for()
