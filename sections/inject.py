@@ -12,7 +12,7 @@ manifest (marked `inject`), so `context_at` renders them again byte for byte.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import orjson
 
@@ -98,47 +98,49 @@ def build(
     of them (the lines depend on the item alone); they are what a trace of the assembly shows
     (sections/tracing.py), kept in the record so that the log and the trace agree."""
     out = Injection(settings=settings)
-    lines = []
-    for rank, (sid, item, method, score) in enumerate(observations, 1):
-        text = observation_line(item, content_of(item), chars)
-        tokens = counter.count(text)
-        if out.tokens + tokens > budget:
-            break
-        out.tokens += tokens
-        lines.append(text)
+
+    def observation(rank: int, sid: str, item: Item, method: str, score: float | None):
         entry = {"inject": "observation", "session": sid, "section": SECTION, "id": item.id,
-                 "h": item.h, "tokens": tokens, "rank": rank, "method": method}  # fmt: skip
+                 "h": item.h, "rank": rank, "method": method}  # fmt: skip
         if score is not None:
             entry["score"] = score
-        out.entries.append(entry)
+        return observation_line(item, content_of(item), chars), entry
+
+    lines = take(out, counter, budget, (observation(r, *o) for r, o in enumerate(observations, 1)))
     if lines:
         out.messages.append(block("observations", lines))
-    lines = []
-    for item in fact_items:
-        text = facts.line(item)
-        tokens = counter.count(text)
-        if out.tokens + tokens > budget:
-            break
-        out.tokens += tokens
-        lines.append(text)
-        out.entries.append({"inject": "fact", "session": TENANT_SESSION, "section": facts.SECTION,
-                            "id": item.id, "h": item.h, "tokens": tokens})  # fmt: skip
+    lines = take(out, counter, budget, (
+        (facts.line(item), {"inject": "fact", "session": TENANT_SESSION,
+                            "section": facts.SECTION, "id": item.id, "h": item.h})
+        for item in fact_items
+    ))  # fmt: skip
     if lines:
         out.messages.append(block("facts", lines))
-    lines = []
-    for session in recent:
-        text = summaries.line(session.id, session.summary)  # type: ignore[arg-type]
-        tokens = counter.count(text)
-        if out.tokens + tokens > budget:
-            break
-        out.tokens += tokens
-        lines.append(text)
-        seq, h = session.summary_at  # type: ignore[misc]
-        out.entries.append({"inject": "summary", "session": session.id, "seq": seq, "h": h,
-                            "tokens": tokens})  # fmt: skip
+    lines = take(out, counter, budget, (
+        (summaries.line(s.id, s.summary),  # type: ignore[arg-type]
+         {"inject": "summary", "session": s.id, "seq": s.summary_at[0], "h": s.summary_at[1]})  # type: ignore[index]
+        for s in recent
+    ))  # fmt: skip
     if lines:
         out.messages.append(block("recent sessions", lines))
     return out
+
+
+def take(
+    out: Injection, counter: TokenCounter, budget: int, candidates: Iterable[tuple[str, dict]]
+) -> list[str]:
+    """The lines of `candidates` ((line, manifest entry) pairs, made one at a time) taken in
+    order while they fit what `budget` leaves of `out`; each taken entry goes into `out`'s
+    manifest with its `tokens`."""
+    lines = []
+    for text, entry in candidates:
+        tokens = counter.count(text)
+        if out.tokens + tokens > budget:
+            break
+        out.tokens += tokens
+        lines.append(text)
+        out.entries.append({**entry, "tokens": tokens})
+    return lines
 
 
 # ---- recent sessions as AgentOps' runtime injects them (`sessions=N`) ---------------------------
@@ -166,17 +168,11 @@ def add_sessions(
     out: Injection, recent: list[SessionState], counter: TokenCounter, budget: int
 ) -> Injection:
     """`out` with the `<memory:sessions>` block of `recent` that fits `budget`, taken in order."""
-    lines = []
-    for session in recent:
-        text = session_line(session.summary)  # type: ignore[arg-type]
-        tokens = counter.count(text)
-        if out.tokens + tokens > budget:
-            break
-        out.tokens += tokens
-        lines.append(text)
-        seq, h = session.summary_at  # type: ignore[misc]
-        out.entries.append({"inject": "session", "session": session.id, "seq": seq, "h": h,
-                            "tokens": tokens})  # fmt: skip
+    lines = take(out, counter, budget, (
+        (session_line(s.summary),  # type: ignore[arg-type]
+         {"inject": "session", "session": s.id, "seq": s.summary_at[0], "h": s.summary_at[1]})  # type: ignore[index]
+        for s in recent
+    ))  # fmt: skip
     if lines:
         out.messages.append(sessions_block(lines))
     return out
