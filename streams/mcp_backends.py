@@ -60,12 +60,13 @@ class EmbeddedBackend:
                 specs.GET_OR_CREATE_SESSION, self.tenant, session, (config, None)
             )
 
-    async def observe(self, session: str | None, observation: Observation) -> dict:
+    async def observe(self, session: str, scope: str, observation: Observation) -> dict:
         o = observation
+        where = {"session": session} if scope == "session" else {"from_session": session}
         with _refusals(), self.writing():
             outcome = await self.memory.observe_async(
                 o.type, o.title, o.content, tags=list(o.tags), topic_key=o.topic_key,
-                tenant=self.tenant, session=session,
+                tenant=self.tenant, **where,
             )  # fmt: skip
         return {"id": outcome.id, "session": outcome.session, "tier": outcome.tier,
                 "revision": outcome.revision, "duplicates": outcome.duplicates}  # fmt: skip
@@ -139,12 +140,11 @@ class HttpBackend:
     async def open_session(self, session: str) -> None:
         await self._call("PUT", self._session(session))
 
-    async def observe(self, session: str | None, observation: Observation) -> dict:
+    async def observe(self, session: str, scope: str, observation: Observation) -> dict:
         o = observation
         body = {"type": o.type, "title": o.title, "content": o.content, "tags": list(o.tags),
-                "topic_key": o.topic_key}  # fmt: skip
-        path = "/v1/observations" if session is None else self._session(session) + "/observations"
-        return await self._call("POST", path, json=body)
+                "topic_key": o.topic_key, "scope": scope}  # fmt: skip
+        return await self._call("POST", self._session(session) + "/observations", json=body)
 
     async def search(self, query: str, top_k: int) -> list[dict]:
         return (await self._call("GET", "/v1/search", params={"q": query, "top_k": top_k}))["hits"]

@@ -44,7 +44,7 @@ class Backend(Protocol):
 
     async def open_session(self, session: str) -> None: ...
 
-    async def observe(self, session: str | None, observation: Observation) -> dict: ...
+    async def observe(self, session: str, scope: str, observation: Observation) -> dict: ...
 
     async def search(self, query: str, top_k: int) -> list[dict]: ...
 
@@ -89,9 +89,10 @@ async def save(
         observation = Observation.of(type, title, content, tags or (), topic_key)
     except LedgerError as exc:
         raise refusal_of(exc) from None
-    if scope == "session":
-        await backend.open_session(session)
-    outcome = await backend.observe(session if scope == "session" else None, observation)
+    # A tenant-wide save comes from the connection's session too: it is named in the
+    # observation's `metadata.session`, as `Session.observe` names it (docs/search.md).
+    await backend.open_session(session)
+    outcome = await backend.observe(session, scope, observation)
     return {k: outcome[k] for k in ("id", "session", "tier", "revision", "duplicates")}
 
 

@@ -402,6 +402,8 @@ def test_stdio_against_the_service(service: httpx.Client) -> None:
             }))  # fmt: skip
             record = await asyncio.wait_for(delivered, PATIENCE)
             assert (record["tenant"], record["session"]) == ("globex", "_tenant")
+            # saved from the connection's session, named as Session.observe names it
+            assert record["payload"]["items"][0]["metadata"]["session"] == "cli-1"
             hits = structured(await b.call_tool("mem_search", {"query": "certificates renew"}))
             assert [h["id"] for h in hits["hits"]] == [saved["id"]]
             section = resource_json(
