@@ -9,7 +9,6 @@ import contextlib
 import json
 import random
 import socket
-import threading
 import time
 from pathlib import Path
 from urllib.parse import quote
@@ -17,7 +16,6 @@ from urllib.parse import quote
 import httpx
 import orjson
 import pytest
-import uvicorn
 from server import Server as ServeProcess
 from stream_clients import (
     CHANNELS,
@@ -36,6 +34,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidMessage, InvalidStatus
 
 from eventstore.reader import LogReader
+from tests.helpers.inprocess import InProcessServer
 
 SPECIAL = 'raw U+2028 [\u2028] and U+0085 [\u0085] and a quote " and é'
 FAST_ENV = {
@@ -676,37 +675,6 @@ def test_one_client_may_hold_only_so_many_subscriptions_and_shutdown_ends_them_c
 
 
 # ---- a stalled client --------------------------------------------------------------------------
-
-
-class InProcessServer:
-    """The real app on uvicorn in a thread, so that the test can look into the hub."""
-
-    def __init__(self, data: Path, **settings) -> None:
-        from streams.app import create_app
-        from streams.service import Service
-        from streams.settings import Settings
-
-        self.settings = Settings(data=str(data), unsafe_no_fsync=True, **settings)
-        self.service = Service(self.settings)
-        app = create_app(self.settings, self.service)
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        self.sock.bind(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]})
-
-    def __enter__(self) -> InProcessServer:
-        self.thread.start()
-        deadline = time.monotonic() + 20
-        while not self.server.started:
-            assert time.monotonic() < deadline and self.thread.is_alive(), "no server"
-            time.sleep(0.01)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.service.begin_shutdown_threadsafe()
-        self.server.should_exit = True
-        self.thread.join(30)
 
 
 @pytest.mark.parametrize("channel", ["sse", "jsonl"])

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import http.server
 import json
-import socket
 import subprocess
 import sys
 import threading
@@ -21,7 +20,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -30,11 +28,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from sections.errors import NotFound
 from sections.memory import Memory
 from sections.tracing import OBSERVATION_EVENT
-from streams.app import create_app
 from streams.service import Service
-from streams.settings import Settings
 from streams.telemetry import Telemetry, configured
 from tests.helpers.cli import ledgermem
+from tests.helpers.inprocess import InProcessServer
 from tests.helpers.pg import pg_url  # noqa: F401  (the fixture)
 from tests.helpers.replicas import leading, make_replicas, wait_until
 from tests.server import ROOT, Server
@@ -42,7 +39,7 @@ from tests.server import ROOT, Server
 ITEMS = "/v1/sessions/{session}/sections/{section}/items"
 
 
-class TracedServer:
+class TracedServer(InProcessServer):
     """The real app (create_app) traced into an in-memory exporter, on uvicorn in a thread."""
 
     def __init__(self, data: Path) -> None:
@@ -50,27 +47,12 @@ class TracedServer:
         provider = TracerProvider()
         provider.add_span_processor(SimpleSpanProcessor(self.exporter))
         telemetry = Telemetry(provider)
-        self.service = Service(Settings(data=str(data), unsafe_no_fsync=True))
-        self.service.tracing = telemetry.tracing  # as `ledgermem serve` does when configured
-        app = telemetry.instrument(create_app(self.service.settings, self.service))
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        self.sock.bind(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]})
 
-    def __enter__(self) -> TracedServer:
-        self.thread.start()
-        deadline = time.monotonic() + 20
-        while not self.server.started:
-            assert time.monotonic() < deadline and self.thread.is_alive(), "no server"
-            time.sleep(0.01)
-        return self
+        def traced(service: Service, app: object) -> object:
+            service.tracing = telemetry.tracing  # as `ledgermem serve` does when configured
+            return telemetry.instrument(app)
 
-    def __exit__(self, *exc: object) -> None:
-        self.service.begin_shutdown_threadsafe()
-        self.server.should_exit = True
-        self.thread.join(30)
+        super().__init__(data, wrap=traced)
 
     def spans(self, name: str, count: int = 1) -> list:
         """The finished spans called `name`, once there are `count` of them (a server span ends
