@@ -15,7 +15,6 @@ from urllib.parse import quote
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import request_response
 from starlette.types import Receive, Scope, Send
 
 from eventstore.errors import InvalidInput, LedgerError
@@ -29,11 +28,12 @@ from sections.memory import Memory, Session
 from sections.session import item_ids
 from sections.views import Extra
 
+from .apidoc import keep_operation
 from .auth import Principal
 from .errors import ApiError, error_response, from_exception
 from .json_body import parse_object, read_body
 from .responses import json_response, record_json, send_json
-from .routing import RawRoute
+from .routing import RawRoute, routes_of
 from .service import Service
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -507,10 +507,6 @@ def _item_filter(request: Request, allowed: frozenset[str], timeline: bool = Fal
     )  # fmt: skip
 
 
-def _wrap(handler: Handler) -> Callable:
-    return request_response(handler)
-
-
 def lean(handler: LeanHandler) -> Callable:
     """A route as a raw ASGI app: no Starlette `Request` or `Response`, its refusals answered
     here exactly as the app's exception handlers would (streams/errors.py). Marked `lean`, so
@@ -529,7 +525,7 @@ def lean(handler: LeanHandler) -> Callable:
             await send_json(send, body, status, headers)
 
     endpoint.lean = True  # type: ignore[attr-defined]
-    return endpoint
+    return keep_operation(endpoint, handler)
 
 
 def is_lean(endpoint: Callable) -> bool:
@@ -561,10 +557,7 @@ def routes(service: Service) -> list[RawRoute]:
             {"GET": api.get_item, "PATCH": api.update_item, "DELETE": api.remove_item},
         ),
     ]
-    return [
-        RawRoute(pattern, {m: h if is_lean(h) else _wrap(h) for m, h in endpoints.items()})
-        for pattern, endpoints in table
-    ]
+    return routes_of(table)
 
 
 __all__ = ["InvalidInput", "routes"]

@@ -87,15 +87,17 @@ def create_app(settings: Settings, service: Service | None = None) -> Starlette:
     # The routes that need the partition's leader (store mode forwards them to it); the others
     # every replica answers from its own hub and mirror.
     leader_routes = leader_route_list(service)
+    served: list = []  # /openapi.json describes the routes served, filled in below
     routes = (
         status.routes(service)
         + agentops_api.health_routes(service)
         + proofs_api.routes(service)
         + leader_routes
         + channels.routes(service)
-        + openapi.routes()
+        + openapi.routes(lambda: served)
         + ui.routes(service)
     )
+    served.extend(routes)
     guard = GuardPolicy.from_settings(settings)
     app = LedgerApp(
         service=service,

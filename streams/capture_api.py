@@ -13,9 +13,9 @@ from starlette.responses import Response
 
 from sections import capture
 
-from .api import Api, _only, _wrap
+from .api import Api, _only
 from .responses import json_response
-from .routing import RawRoute
+from .routing import RawRoute, routes_of
 from .service import Service
 
 FIELDS = frozenset(("tool", "args", "output", "call_id"))
@@ -35,4 +35,4 @@ class CaptureApi(Api):
 
 def routes(service: Service) -> list[RawRoute]:
     api = CaptureApi(service)
-    return [RawRoute("/v1/sessions/{session}/tool-calls", {"POST": _wrap(api.tool_call)})]
+    return routes_of([("/v1/sessions/{session}/tool-calls", {"POST": api.tool_call})])

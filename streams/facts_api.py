@@ -20,9 +20,9 @@ from eventstore.timestamps import parse_time
 from sections import fact_specs
 from sections.fact_specs import HOLDER
 
-from .api import Api, Handler, _reader, _wrap
+from .api import Api, Handler, _reader
 from .responses import json_response, record_json
-from .routing import RawRoute
+from .routing import RawRoute, routes_of
 from .service import Service
 
 RETRACT_FIELDS = frozenset(("at", "reason"))
@@ -101,4 +101,4 @@ def routes(service: Service) -> list[RawRoute]:
         ("/v1/facts/{fact}/retract", {"POST": api.retract}),
         ("/v1/sessions/{session}/facts", {"POST": api.assert_facts, "GET": api.read_facts}),
     ]
-    return [RawRoute(p, {m: _wrap(h) for m, h in endpoints.items()}) for p, endpoints in table]
+    return routes_of(table)

@@ -17,10 +17,10 @@ from starlette.responses import Response
 
 from sections.adapters.kaos import LocalMemory
 
-from .api import Api, Handler, _int_param, _wrap
+from .api import Api, Handler, _int_param
 from .errors import ApiError
 from .responses import json_response
-from .routing import RawRoute
+from .routing import RawRoute, routes_of
 from .service import Service
 
 DEFAULT_LIMIT = 100
@@ -59,4 +59,4 @@ def routes(service: Service) -> list[RawRoute]:
         ("/memory/events", {"GET": api.events}),
         ("/memory/sessions", {"GET": api.sessions}),
     ]
-    return [RawRoute(p, {m: _wrap(h) for m, h in endpoints.items()}) for p, endpoints in table]
+    return routes_of(table)

@@ -1,13 +1,19 @@
-"""`/openapi.json` and a human-readable API page at `/docs` (no external requests)."""
+"""`/openapi.json`, generated from the routes the app serves (streams/apidoc), and a
+human-readable API page at `/docs` (no external requests).
+
+The operations not yet described by their handlers are taken from `_legacy_paths` until they are.
+"""
 
 from __future__ import annotations
 
 import html
+from collections.abc import Callable, Iterable
 
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import request_response
 
+from . import apidoc
 from .responses import json_response
 from .routing import RawRoute
 
@@ -174,7 +180,7 @@ def _op(
     return op
 
 
-def document() -> dict:
+def _legacy_paths() -> dict:
     s, sec, item = [_SESSION], [_SESSION, _SECTION], [_SESSION, _SECTION, _ITEM]
     w = [_IDEM, _IF_MATCH]
     paths = {
@@ -260,17 +266,15 @@ def document() -> dict:
         "/memory/events": {"get": _op("KAOS: the newest events (?limit=100, max 1000; ?session_id=), oldest first: {agent, events, total}; leaves items.read records (operator)")},
         "/memory/sessions": {"get": _op("KAOS: the tenant's session ids: {agent, sessions, total}")},
     }  # fmt: skip
-    return {
-        "openapi": "3.1.0",
-        "info": {
-            "title": "ledgermem",
-            "version": "1",
-            "description": "Memory for AI agents on a signed, hash-chained log. Credentials: Authorization: Bearer, "
-            "a token query parameter, or the ledgermem_token cookie. The wire contract (command line, "
-            "writes, cursor, streams) is docs/wire.md of the repository.",
-        },
-        "paths": paths,
-    }
+    return paths
+
+
+def document(routes: Iterable[RawRoute]) -> dict:
+    doc = apidoc.document(routes)
+    for path, methods in _legacy_paths().items():
+        for method, op in methods.items():
+            doc["paths"].setdefault(path, {}).setdefault(method, op)
+    return doc
 
 
 _PAGE = """<!doctype html><html lang="en"><head><meta charset="utf-8">
@@ -282,14 +286,13 @@ li{{margin:.3rem 0}}</style></head><body><h1>ledgermem API</h1><p>{intro}</p>
 <p>Machine-readable: <a href="/openapi.json"><code>/openapi.json</code></a></p>{body}</body></html>"""
 
 
-def page() -> str:
-    doc = document()
+def page(doc: dict) -> str:
     rows = []
     for path, methods in doc["paths"].items():
         for method, op in methods.items():
             rows.append(
                 f'<li><span class="m">{method.upper()}</span><code>{html.escape(path)}</code> '
-                f"— {html.escape(op['summary'])}</li>"
+                f"— {html.escape(op.get('summary', ''))}</li>"
             )
     return _PAGE.format(
         intro=html.escape(doc["info"]["description"]),
@@ -297,12 +300,20 @@ def page() -> str:
     )
 
 
-def routes() -> list[RawRoute]:
+def routes(served: Callable[[], list[RawRoute]]) -> list[RawRoute]:
+    """The document of the routes `served()` gives (the app's, once it is built), made once."""
+    made: list[dict] = []
+
+    def built() -> dict:
+        if not made:
+            made.append(document(served()))
+        return made[0]
+
     async def openapi_json(request: Request) -> Response:
-        return json_response(document())
+        return json_response(built())
 
     async def docs(request: Request) -> Response:
-        return HTMLResponse(page())
+        return HTMLResponse(page(built()))
 
     return [
         RawRoute("/openapi.json", {"GET": request_response(openapi_json)}),

@@ -13,10 +13,10 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import Response
 
-from .api import Api, Handler, _only, _wrap
+from .api import Api, Handler, _only
 from .errors import ApiError
 from .responses import json_response
-from .routing import RawRoute
+from .routing import RawRoute, routes_of
 from .service import Service
 
 CLEANUP_FIELDS = frozenset(("max_age_seconds",))
@@ -38,4 +38,4 @@ class RetentionApi(Api):
 def routes(service: Service) -> list[RawRoute]:
     api = RetentionApi(service)
     table: list[tuple[str, dict[str, Handler]]] = [("/v1/cleanup", {"POST": api.cleanup})]
-    return [RawRoute(p, {m: _wrap(h) for m, h in endpoints.items()}) for p, endpoints in table]
+    return routes_of(table)

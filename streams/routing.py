@@ -16,9 +16,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from urllib.parse import unquote
 
-from starlette.routing import BaseRoute, Match, Router
+from starlette.routing import BaseRoute, Match, Router, request_response
 from starlette.types import Receive, Scope, Send
 
+from .apidoc import keep_operation
 from .errors import error_response
 from .guards import body_refusal
 
@@ -127,6 +128,23 @@ class RawRoute(BaseRoute):
 
     def url_path_for(self, name: str, /, **path_params: str):  # pragma: no cover - unused
         raise NotImplementedError
+
+
+def endpoints_of(handlers: dict[str, Callable]) -> dict[str, Callable]:
+    """Method -> ASGI endpoint: Starlette's `request_response` around each `Request -> Response`
+    handler, a lean one (already raw ASGI: streams/api.py `lean`) as it is; each endpoint keeps
+    its handler's operation, which /openapi.json describes it by (streams/apidoc)."""
+    return {
+        method: handler
+        if getattr(handler, "lean", False)
+        else keep_operation(request_response(handler), handler)
+        for method, handler in handlers.items()
+    }
+
+
+def routes_of(table: Iterable[tuple[str, dict[str, Callable]]]) -> list[RawRoute]:
+    """A route table's `(pattern, {method: handler})` rows as RawRoutes (`endpoints_of`)."""
+    return [RawRoute(pattern, endpoints_of(handlers)) for pattern, handlers in table]
 
 
 class RouteTable(BaseRoute):

@@ -23,10 +23,10 @@ from eventstore.timestamps import parse_time
 from sections import command_specs as specs
 from sections.observations import Outcome
 
-from .api import Api, Handler, _int_param, _reader, _wrap
+from .api import Api, Handler, _int_param, _reader
 from .errors import ApiError
 from .responses import json_response
-from .routing import RawRoute
+from .routing import RawRoute, routes_of
 from .service import Service
 
 OBSERVATION_FIELDS = frozenset(("type", "title", "content", "tags", "topic_key", "session"))
@@ -135,4 +135,4 @@ def routes(service: Service) -> list[RawRoute]:
         ("/v1/summaries", {"GET": api.summaries}),
         (s + "/summary", {"GET": api.summary}),
     ]
-    return [RawRoute(p, {m: _wrap(h) for m, h in endpoints.items()}) for p, endpoints in table]
+    return routes_of(table)

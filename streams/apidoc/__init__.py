@@ -1,0 +1,33 @@
+"""The API's description, kept next to the handlers and generated from them (docs/openapi.md).
+
+Each handler carries an `Operation` (the `operation` decorator): its operationId, summary, the
+pydantic models of its query, headers, body and answers. `document(routes)` walks the routes the
+app serves and writes OpenAPI 3.1 from those operations, so a route cannot be served without
+being described, and no schema is written twice: pydantic writes every JSON Schema.
+"""
+
+from .document import document
+from .operation import (
+    ANY_JSON,
+    IDEMPOTENCY_KEY,
+    IF_MATCH,
+    Header,
+    Operation,
+    Reply,
+    keep_operation,
+    operation,
+    operation_of,
+)
+
+__all__ = [
+    "ANY_JSON",
+    "IDEMPOTENCY_KEY",
+    "IF_MATCH",
+    "Header",
+    "Operation",
+    "Reply",
+    "document",
+    "keep_operation",
+    "operation",
+    "operation_of",
+]
