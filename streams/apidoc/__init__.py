@@ -14,9 +14,11 @@ from .operation import (
     Header,
     Operation,
     Reply,
+    hidden_reason,
     keep_operation,
     operation,
     operation_of,
+    undescribed,
 )
 
 __all__ = [
@@ -27,7 +29,9 @@ __all__ = [
     "Operation",
     "Reply",
     "document",
+    "hidden_reason",
     "keep_operation",
     "operation",
     "operation_of",
+    "undescribed",
 ]

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 F = TypeVar("F", bound=Callable)
 _ATTRIBUTE = "api_operation"
+_HIDDEN = "api_hidden"  # why a served route is not in /openapi.json
 ANY_JSON = Any  # a body or reply of any JSON value
 
 
@@ -94,13 +95,29 @@ def operation(op_id: str, summary: str, **fields: Any) -> Callable[[F], F]:
     return attach
 
 
+def undescribed(reason: str) -> Callable[[F], F]:
+    """Keep the decorated handler out of /openapi.json, for `reason` (which OpenAPI cannot
+    say: a WebSocket, a protocol with its own description, a variable number of segments)."""
+
+    def attach(handler: F) -> F:
+        setattr(handler, _HIDDEN, reason)
+        return handler
+
+    return attach
+
+
 def operation_of(endpoint: Callable) -> Operation | None:
     return getattr(endpoint, _ATTRIBUTE, None)
 
 
+def hidden_reason(endpoint: Callable) -> str | None:
+    return getattr(endpoint, _HIDDEN, None)
+
+
 def keep_operation(endpoint: F, handler: Callable) -> F:
-    """`endpoint` (an ASGI app wrapping `handler`) carrying `handler`'s operation."""
-    described = operation_of(handler)
-    if described is not None:
-        setattr(endpoint, _ATTRIBUTE, described)
+    """`endpoint` (an ASGI app wrapping `handler`) carrying what `handler` says of itself."""
+    for attribute in (_ATTRIBUTE, _HIDDEN):
+        value = getattr(handler, attribute, None)
+        if value is not None:
+            setattr(endpoint, attribute, value)
     return endpoint
