@@ -18,6 +18,7 @@ The reserved session `_tenant` (tenant-wide observations and facts) never counts
 from __future__ import annotations
 
 from eventstore.errors import InvalidInput
+from eventstore.jcs import MAX_SAFE_INTEGER
 
 from .agentops import HOLDER_PREFIX
 from .commands import Command, base_payload
@@ -61,9 +62,17 @@ def over_max_sessions(state: MemoryState, tenant: str, limit: int | None) -> lis
     return sorted(live, key=activity)[:excess]
 
 
+# The oldest age a cleanup may name: what a record timestamp (µs, a safe integer) can hold, about
+# 285 years. A larger one could select nothing more, and its microseconds would not fit.
+MAX_AGE_SECONDS = MAX_SAFE_INTEGER // 1_000_000
+
+
 def max_age_us(max_age_seconds: object) -> int:
-    """A cleanup's age in microseconds; InvalidInput unless a finite number of seconds >= 0."""
+    """A cleanup's age in microseconds; InvalidInput unless a finite number of seconds from 0
+    to MAX_AGE_SECONDS."""
     seconds = check_seconds("max_age_seconds", max_age_seconds, InvalidInput)
+    if seconds > MAX_AGE_SECONDS:
+        raise InvalidInput(f"max_age_seconds must be at most {MAX_AGE_SECONDS}")
     return round(seconds * 1_000_000)
 
 

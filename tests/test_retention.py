@@ -16,6 +16,7 @@ from eventstore.errors import InvalidInput
 from sections.config import MemoryConfig, load_config
 from sections.errors import BudgetExceeded, ConfigError, ItemTooLarge, NotAdmitted
 from sections.memory import Memory
+from sections.retention import MAX_AGE_SECONDS
 
 S = 1_000_000_000  # a second of the fake clock, in nanoseconds
 T0 = 1_700_000_000 * S
@@ -320,7 +321,17 @@ def test_cleanup_removes_exactly_the_sessions_older_than_the_age(tmp_path):
     _same_as_replay(mem, tmp_path / "d")
 
 
-@pytest.mark.parametrize("bad", [-1, math.nan, math.inf, "60", None, True, [60]])
+def test_the_oldest_age_allowed_removes_nothing_younger(tmp_path):
+    mem = _open(tmp_path / "d")
+    mem.session("s")
+    mem.cleanup(MAX_AGE_SECONDS)
+    assert _sessions(mem) == ["s"]
+    mem.close()
+
+
+@pytest.mark.parametrize(
+    "bad", [-1, math.nan, math.inf, "60", None, True, [60], 1.4e308, 2**63, MAX_AGE_SECONDS + 1]
+)
 def test_a_bad_age_is_refused_with_nothing_appended(tmp_path, bad):
     mem = _open(tmp_path / "d")
     mem.session("s")

@@ -79,7 +79,8 @@ def test_cleanup_removes_the_tenants_idle_sessions_and_answers_which(client):
 @pytest.mark.parametrize(
     "body",
     [{}, {"max_age_seconds": -1}, {"max_age_seconds": "60"}, {"max_age_seconds": True},
-     {"max_age_seconds": None}, {"max_age_seconds": 60, "tenant": "globex"}, [60], "60"],
+     {"max_age_seconds": None}, {"max_age_seconds": 60, "tenant": "globex"}, [60], "60",
+     {"max_age_seconds": 1.4e308}],
 )  # fmt: skip
 def test_a_bad_cleanup_is_400_json_with_nothing_appended(client, body):
     assert client.put("/v1/sessions/stays", headers=A).status_code in (200, 201)
