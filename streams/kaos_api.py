@@ -12,12 +12,17 @@ scopes are the REST API's: a token's tenant, the `read` scope.
 
 from __future__ import annotations
 
+from typing import Any
+
+from pydantic import Field
 from starlette.requests import Request
 from starlette.responses import Response
 
 from sections.adapters.kaos import LocalMemory
 
 from .api import Api, Handler, _int_param
+from .apidoc import operation
+from .apidoc.models import Count, Identifier, JsonObject, Open, Strict
 from .errors import ApiError
 from .responses import json_response
 from .routing import RawRoute, routes_of
@@ -28,6 +33,37 @@ MAX_LIMIT = 1000  # KAOS caps `limit` here too
 PARAMETERS = frozenset(("limit", "session_id", "token"))
 
 
+class KaosEventsQuery(Strict):
+    limit: Count = Field(
+        DEFAULT_LIMIT, description=f"how many of the newest events; at most {MAX_LIMIT} are given"
+    )
+    session_id: Identifier | None = Field(
+        None, description="one session's; all the tenant's if absent"
+    )
+
+
+class KaosEvent(Open):
+    """A KAOS `MemoryEvent` (sections/adapters/kaos.py)."""
+
+    event_id: str = Field(description="the item's id")
+    timestamp: str = Field(description="when it was written, ISO-8601")
+    event_type: str
+    content: Any
+    metadata: JsonObject
+
+
+class KaosEvents(Open):
+    agent: str = Field(description="the caller's tenant")
+    events: list[KaosEvent] = Field(description="oldest first")
+    total: Count
+
+
+class KaosSessions(Open):
+    agent: str = Field(description="the caller's tenant")
+    sessions: list[str] = Field(description="session ids, in creation order")
+    total: Count
+
+
 class KaosApi(Api):
     def _local(self, request: Request) -> tuple[str, LocalMemory]:
         p = self.service.principal(request, "read")
@@ -36,6 +72,13 @@ class KaosApi(Api):
             raise ApiError(400, "invalid_input", f"unknown query parameters {sorted(unknown)}")
         return p.tenant, LocalMemory(memory=self.memory(p), tenant=p.tenant, reader="operator")
 
+    @operation(
+        "kaosRecentEvents",
+        "KAOS: the newest events, oldest first (each session read leaves its items.read record)",
+        query=KaosEventsQuery,
+        replies={200: KaosEvents},
+        tags=("KAOS",),
+    )
     async def events(self, request: Request) -> Response:
         tenant, local = self._local(request)
         limit = _int_param(request, "limit", DEFAULT_LIMIT)
@@ -47,6 +90,12 @@ class KaosApi(Api):
         found = [e.to_dict() for e in events]
         return json_response({"agent": tenant, "events": found, "total": len(found)})
 
+    @operation(
+        "kaosListSessions",
+        "KAOS: the tenant's session ids",
+        replies={200: KaosSessions},
+        tags=("KAOS",),
+    )
     async def sessions(self, request: Request) -> Response:
         tenant, local = self._local(request)
         sessions = await local.list_sessions()

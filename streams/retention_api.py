@@ -10,10 +10,17 @@ memory is configured to (`[retention] erase`). The answer names what went:
 
 from __future__ import annotations
 
+from typing import Annotated
+
+from pydantic import Field
 from starlette.requests import Request
 from starlette.responses import Response
 
+from sections.retention import MAX_AGE_SECONDS
+
 from .api import Api, Handler, _only
+from .apidoc import operation
+from .apidoc.models import Open, Strict
 from .errors import ApiError
 from .responses import json_response
 from .routing import RawRoute, routes_of
@@ -22,7 +29,27 @@ from .service import Service
 CLEANUP_FIELDS = frozenset(("max_age_seconds",))
 
 
+class CleanupRequest(Strict):
+    max_age_seconds: Annotated[float, Field(ge=0, le=MAX_AGE_SECONDS)] = Field(
+        description="remove the sessions idle longer than this many seconds (0: every session)"
+    )
+
+
+class CleanupReply(Open):
+    removed: list[str] = Field(description="the session ids removed, least recently active first")
+    reason: str = Field(description='always "max_age"')
+    erased: bool = Field(description="whether their content was erased from the files too")
+
+
 class RetentionApi(Api):
+    @operation(
+        "cleanupSessions",
+        "admin: remove the tenant's sessions idle longer than max_age_seconds",
+        body=CleanupRequest,
+        replies={200: CleanupReply},
+        writes=True,
+        tags=("retention",),
+    )
     async def cleanup(self, request: Request) -> Response:
         p = self.service.principal(request, "admin")
         body = _only(await self._body(request), CLEANUP_FIELDS, "the cleanup's max_age_seconds")

@@ -13,6 +13,7 @@ from server import Server
 
 from eventstore.partitions import partition_of
 from sections.memory import Memory
+from sections.retention import MAX_AGE_SECONDS
 from tests.helpers.pg import pg_url  # noqa: F401  (the fixture)
 from tests.helpers.replicas import as_replica, leading, make_replicas, replica, wait_until
 
@@ -90,9 +91,22 @@ def test_a_bad_cleanup_is_400_json_with_nothing_appended(client, body):
     assert client.get("/v1/sessions/stays", headers=A).status_code == 200
 
 
-def test_openapi_lists_the_cleanup_route(client):
-    paths = client.get("/openapi.json").json()["paths"]
-    assert "max_age_seconds" in str(paths["/v1/cleanup"]["post"])
+def test_openapi_describes_the_cleanup_from_its_models(client):
+    doc = client.get("/openapi.json").json()
+    op = doc["paths"]["/v1/cleanup"]["post"]
+    schemas = doc["components"]["schemas"]
+
+    def resolved(schema):
+        return schemas[schema["$ref"].rsplit("/", 1)[-1]]
+
+    assert op["operationId"] == "cleanupSessions"
+    body = resolved(op["requestBody"]["content"]["application/json"]["schema"])
+    assert body["required"] == ["max_age_seconds"] and body["additionalProperties"] is False
+    assert body["properties"]["max_age_seconds"]["maximum"] == MAX_AGE_SECONDS
+    reply = resolved(op["responses"]["200"]["content"]["application/json"]["schema"])
+    answer = client.post("/v1/cleanup", json={"max_age_seconds": 3600}, headers=A).json()
+    assert set(answer) == set(reply["required"]) == set(reply["properties"])
+    assert {"403", "4XX", "503", "507"} <= set(op["responses"])
 
 
 def test_cleanup_needs_the_admin_scope(client):
