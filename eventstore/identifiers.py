@@ -7,10 +7,17 @@ import re
 from .errors import InvalidIdentifier
 from .record import CONTROL_TENANT
 
+IDENTIFIER_PATTERN = r"[A-Za-z0-9._:@/+-]{1,128}"
 # A full match is required: `$` would accept a trailing newline.
-_IDENTIFIER = re.compile(r"[A-Za-z0-9._:@/+-]{1,128}")
+_IDENTIFIER = re.compile(IDENTIFIER_PATTERN)
 
-__all__ = ["CONTROL_TENANT", "check_event_identifiers", "check_identifier", "is_identifier"]
+__all__ = [
+    "CONTROL_TENANT",
+    "IDENTIFIER_PATTERN",
+    "check_event_identifiers",
+    "check_identifier",
+    "is_identifier",
+]
 
 
 def is_identifier(value: object) -> bool:

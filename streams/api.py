@@ -528,10 +528,6 @@ def lean(handler: LeanHandler) -> Callable:
     return keep_operation(endpoint, handler)
 
 
-def is_lean(endpoint: Callable) -> bool:
-    return getattr(endpoint, "lean", False)
-
-
 def routes(service: Service) -> list[RawRoute]:
     api = Api(service)
     s = "/v1/sessions/{session}"

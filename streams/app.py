@@ -18,11 +18,11 @@ from starlette.middleware.errors import ServerErrorMiddleware
 from starlette.routing import Match
 from starlette.types import Receive, Scope, Send
 
-from . import agentops_api, api, openapi, proofs_api, status, ui
+from . import agentops_api, openapi, proofs_api, status, ui
 from .errors import EXCEPTION_HANDLERS
 from .forwarding import ForwardToLeader, LeaderRoutes, leader_route_list
 from .guards import GuardPolicy, RequestGuard, body_refusal
-from .routing import ROUTE, TableRouter
+from .routing import ROUTE, TableRouter, is_lean
 from .service import Service
 from .settings import Settings
 
@@ -56,7 +56,7 @@ class LedgerApp(Starlette):
             return False
         route = child[ROUTE]
         endpoint = route.endpoints[scope["method"]]
-        if not api.is_lean(endpoint) or not self.guard.passes(scope):
+        if not is_lean(endpoint) or not self.guard.passes(scope):
             return False
         if body_refusal(scope) is not None:
             return False

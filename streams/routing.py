@@ -130,14 +130,17 @@ class RawRoute(BaseRoute):
         raise NotImplementedError
 
 
+def is_lean(endpoint: Callable) -> bool:
+    """Whether `endpoint` is a lean route (streams/api.py `lean`): raw ASGI already."""
+    return getattr(endpoint, "lean", False)
+
+
 def endpoints_of(handlers: dict[str, Callable]) -> dict[str, Callable]:
     """Method -> ASGI endpoint: Starlette's `request_response` around each `Request -> Response`
     handler, a lean one (already raw ASGI: streams/api.py `lean`) as it is; each endpoint keeps
     its handler's operation, which /openapi.json describes it by (streams/apidoc)."""
     return {
-        method: handler
-        if getattr(handler, "lean", False)
-        else keep_operation(request_response(handler), handler)
+        method: handler if is_lean(handler) else keep_operation(request_response(handler), handler)
         for method, handler in handlers.items()
     }
 

@@ -2,8 +2,8 @@
 
 Each handler carries an `Operation` (the `operation` decorator): its operationId, summary, the
 pydantic models of its query, headers, body and answers. `document(routes)` walks the routes the
-app serves and writes OpenAPI 3.1 from those operations, so a route cannot be served without
-being described, and no schema is written twice: pydantic writes every JSON Schema.
+app serves and writes OpenAPI 3.1 from those operations; no schema is written twice: pydantic
+writes every JSON Schema.
 """
 
 from .document import document

@@ -80,18 +80,18 @@ class _Schemas:
 
     def __init__(self, ops: Iterable[Operation]) -> None:
         wanted: dict[tuple[int, str], tuple[Any, str]] = {}
-        self._query: dict[int, Any] = {}
+        queries: set[int] = set()
         for op in ops:
             for kind in _types_of(op):
                 wanted.setdefault((id(kind[0]), kind[1]), kind)
             if op.query is not None:
-                self._query[id(op.query)] = op.query
+                queries.add(id(op.query))
         inputs = [(key, mode, TypeAdapter(kind)) for key, (kind, mode) in wanted.items()]
         found, definitions = TypeAdapter.json_schemas(inputs, ref_template=REF)
         self._found = found
         self.components: dict[str, dict] = dict(definitions.get("$defs", {}))
         # A query model's fields become parameters; the model itself is no component.
-        self._fields = {key: self._inline(key) for key in self._query}
+        self._fields = {key: self._inline(key) for key in queries}
 
     def of(self, kind: Any, mode: str) -> dict:
         return self._found[((id(kind), mode), mode)]

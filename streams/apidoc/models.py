@@ -10,10 +10,11 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from eventstore.identifiers import IDENTIFIER_PATTERN
 from eventstore.jcs import MAX_SAFE_INTEGER
 
-# docs/format.md section 2: 1 to 128 of A-Z a-z 0-9 . _ : @ / + -
-Identifier = Annotated[str, Field(pattern=r"^[A-Za-z0-9._:@/+-]{1,128}$")]
+# docs/format.md section 2; anchored, as JSON Schema's `pattern` is a search.
+Identifier = Annotated[str, Field(pattern=f"^{IDENTIFIER_PATTERN}$")]
 Hex64 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 SafeInt = Annotated[int, Field(ge=-MAX_SAFE_INTEGER, le=MAX_SAFE_INTEGER)]
 Count = Annotated[int, Field(ge=0, le=MAX_SAFE_INTEGER)]
@@ -38,7 +39,7 @@ class Record(Open):
     """One record, exactly its line in the segment file (docs/format.md section 2)."""
 
     v: int
-    seq: Annotated[int, Field(ge=0, le=MAX_SAFE_INTEGER)]
+    seq: Count
     ts: SafeInt
     tenant: str
     session: str
