@@ -1,21 +1,20 @@
-"""`/openapi.json`, generated from the routes the app serves (streams/apidoc), and a
-human-readable API page at `/docs` (no external requests).
+"""`/openapi.json`, generated from the routes the app serves (streams/apidoc), and the explorer
+over it at `/docs` (streams/explorer.py).
 
 The operations not yet described by their handlers are taken from `_legacy_paths` until they are.
 """
 
 from __future__ import annotations
 
-import html
 from collections.abc import Callable, Iterable
 
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, Response
-from starlette.routing import request_response
+from starlette.responses import Response
 
-from . import apidoc
+from . import apidoc, explorer
+from .apidoc.models import JsonObject
 from .responses import json_response
-from .routing import RawRoute
+from .routing import RawRoute, routes_of
 
 _ERROR = {"description": "refused: {error: {code, message}}; nothing was appended"}
 _WRITE = {"description": "durable: the record's exact line under `record`"}
@@ -277,31 +276,9 @@ def document(routes: Iterable[RawRoute]) -> dict:
     return doc
 
 
-_PAGE = """<!doctype html><html lang="en"><head><meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1"><title>ledgermem API</title>
-<style>body{{font:15px/1.5 system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;color:#1d1d1f}}
-code{{font:13px ui-monospace,monospace;background:#f3f3f5;padding:.1rem .3rem;border-radius:4px}}
-h2{{border-bottom:1px solid #ddd;padding-bottom:.2rem;margin-top:2rem}} .m{{display:inline-block;width:4.5rem;font-weight:600}}
-li{{margin:.3rem 0}}</style></head><body><h1>ledgermem API</h1><p>{intro}</p>
-<p>Machine-readable: <a href="/openapi.json"><code>/openapi.json</code></a></p>{body}</body></html>"""
-
-
-def page(doc: dict) -> str:
-    rows = []
-    for path, methods in doc["paths"].items():
-        for method, op in methods.items():
-            rows.append(
-                f'<li><span class="m">{method.upper()}</span><code>{html.escape(path)}</code> '
-                f"— {html.escape(op.get('summary', ''))}</li>"
-            )
-    return _PAGE.format(
-        intro=html.escape(doc["info"]["description"]),
-        body="<h2>Endpoints</h2><ul>" + "".join(rows) + "</ul>",
-    )
-
-
 def routes(served: Callable[[], list[RawRoute]]) -> list[RawRoute]:
-    """The document of the routes `served()` gives (the app's, once it is built), made once."""
+    """`/openapi.json`, the document of the routes `served()` gives (the app's, once it is
+    built), made once; and the explorer over it at `/docs` (streams/explorer.py)."""
     made: list[dict] = []
 
     def built() -> dict:
@@ -309,13 +286,13 @@ def routes(served: Callable[[], list[RawRoute]]) -> list[RawRoute]:
             made.append(document(served()))
         return made[0]
 
+    @apidoc.operation(
+        "getApiDescription",
+        "this document: the API in OpenAPI 3.1, generated from the routes served",
+        replies={200: apidoc.Reply(JsonObject, "the OpenAPI document")},
+        tags=("service",),
+    )
     async def openapi_json(request: Request) -> Response:
         return json_response(built())
 
-    async def docs(request: Request) -> Response:
-        return HTMLResponse(page(built()))
-
-    return [
-        RawRoute("/openapi.json", {"GET": request_response(openapi_json)}),
-        RawRoute("/docs", {"GET": request_response(docs)}),
-    ]
+    return routes_of([("/openapi.json", {"GET": openapi_json})]) + explorer.routes()
