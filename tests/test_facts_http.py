@@ -93,8 +93,10 @@ def test_session_routes_take_item_ids_and_read_what_the_session_taught(client):
         ("POST", "/v1/facts", {"facts": "s"}, None),
         ("POST", "/v1/facts", {"subject": "s", "predicate": "p", "object": "o", "extra": 1}, None),
         ("GET", "/v1/facts", None, {"as_of": "yesterday"}),
+        ("GET", "/v1/facts", None, {"as_of": ""}),
         ("GET", "/v1/facts", None, {"as_of": "5", "history": "1"}),
         ("GET", "/v1/facts", None, {"history": "maybe"}),
+        ("GET", "/v1/facts", None, {"history": "true"}),  # 0 or 1, as /openapi.json says
         ("GET", "/v1/facts", None, {"limit": "10"}),
         ("POST", "/v1/facts/1/retract", {"at": "soon"}, None),
         ("POST", "/v1/facts/1/retract", {"when": 1}, None),

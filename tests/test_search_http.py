@@ -125,6 +125,7 @@ def test_summaries_and_context_injection_over_http(client):
         ("GET", "/v1/search", {"params": {"q": "x", "top_k": "0"}}, 400),
         ("GET", "/v1/search", {"params": {"q": "x", "top_k": "ten"}}, 400),
         ("GET", "/v1/search", {"params": {"q": "x", "since": "last week"}}, 400),
+        ("GET", "/v1/search", {"params": {"q": "x", "until": ""}}, 400),  # no time, not "unbounded"
         ("GET", "/v1/search", {"params": {"q": "x", "reader": "bot"}}, 400),
         ("GET", "/v1/search", {"params": {"q": "x", "since": "²"}}, 400),
         ("GET", "/v1/search", {"params": {"q": "x", "since": "9" * 30}}, 400),
