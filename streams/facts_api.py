@@ -23,6 +23,7 @@ from sections.fact_specs import HOLDER
 from .api import Api, Handler, _reader
 from .apidoc import IDEMPOTENCY_KEY, Reply, operation
 from .facts_models import (
+    FACTS_WHEN,
     FactAsserted,
     FactList,
     FactRetracted,
@@ -102,6 +103,7 @@ class FactsApi(Api):
         "listFacts",
         "the tenant's facts valid now, as_of a time, or every one (history=1); traced",
         query=FactsQuery,
+        free_query=FACTS_WHEN,
         replies={200: FactList},
         tags=("facts",),
     )
@@ -112,6 +114,7 @@ class FactsApi(Api):
         "listSessionFacts",
         "the facts asserted in this session or learned from its items; traced",
         query=FactsQuery,
+        free_query=FACTS_WHEN,
         replies={200: FactList},
         tags=("facts",),
     )

@@ -13,10 +13,10 @@ from pydantic import Field
 from sections.facts import FIELD_CHARS, MAX_FACTS, MAX_SOURCES
 
 from .apidoc.models import Count, JsonObject, Open, RecordReply, SafeInt, Strict, Time
-from .search_models import Absent, Reader, SafeJsonObject, absent
+from .search_models import NOT_SPACE, Absent, Reader, SafeJsonObject, absent
 
 # A subject, predicate or object: not empty nor only whitespace (`pattern` is a search).
-FactText = Annotated[str, Field(pattern=r"\S", max_length=FIELD_CHARS)]
+FactText = Annotated[str, Field(pattern=NOT_SPACE, max_length=FIELD_CHARS)]
 # A time in a body: an integer of µs; the core takes ±2**62, a record only ±(2**53-1).
 FactMicros = Annotated[SafeInt, Field(description="µs since the epoch")]
 
@@ -109,9 +109,30 @@ class FactsQuery(Strict):
     subject: str | Absent = absent("exact subject")
     predicate: str | Absent = absent("exact predicate")
     object: str | Absent = absent("exact object")
-    as_of: Time | Absent = absent("valid at this time (µs or ISO-8601); default now")
-    history: Literal[0, 1] = Field(0, description="1: every fact, valid or not (not with as_of)")
     reader: Reader = Field("agent", description="who reads")
+
+
+# `as_of` and `history=1` exclude each other, which separate parameters cannot say: the two are
+# one form-exploded object parameter (each property its own query parameter) of either shape.
+class FactsAsOf(Strict):
+    """The facts valid at a time."""
+
+    as_of: Time = Field(description="µs since the epoch, or an ISO-8601 time")
+    history: Literal[0] = 0
+
+
+class FactsHistory(Strict):
+    """The facts valid now (history=0), or every one, valid or not (history=1)."""
+
+    history: Literal[0, 1] = 0
+
+
+FACTS_WHEN = (
+    "when",
+    FactsAsOf | FactsHistory,
+    "which facts: those valid `as_of` a time, valid now, or every one (`history=1`); `as_of` "
+    "and `history=1` exclude each other",
+)
 
 
 class FactList(Open):

@@ -18,15 +18,22 @@ from sections.views import MAX_TOP_K
 
 from .apidoc.models import Count, Hex64, Identifier, JsonObject, Open, SafeInt, Strict, Time
 
-# The core refuses a string that is empty or only whitespace; `pattern` is a search in JSON
-# Schema, so this asks for one character that is not whitespace.
-Text = Annotated[str, Field(pattern=r"\S")]
-# Any JSON a record can hold (eventstore/jcs.py): a number beyond ±(2**53-1) is refused, as an
-# integer or as an integral double (every double that large is integral).
+# The core refuses a string that is empty or only whitespace (str.strip); `pattern` is a search
+# in JSON Schema, so this asks for one character that is not. Spelled out: ECMA's \s, which
+# JSON Schema reads, differs from Python's (U+001C-U+001F, U+0085, U+FEFF).
+NOT_SPACE = r"[^\t-\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
+Text = Annotated[str, Field(pattern=NOT_SPACE)]
+# Any JSON a record can hold (eventstore/jcs.py): an integer within ±(2**53-1); a double that
+# large is integral, and refused below 1e21, where JCS writes it in exponent form.
+JCS_EXPONENT_FROM = 1e21
+SafeNumber = (
+    Annotated[float, Field(ge=-MAX_SAFE_INTEGER, le=MAX_SAFE_INTEGER)]
+    | Annotated[float, Field(ge=JCS_EXPONENT_FROM)]
+    | Annotated[float, Field(le=-JCS_EXPONENT_FROM)]
+)
 SafeJson = TypeAliasType(
     "SafeJson",
-    "None | bool | Annotated[float, Field(ge=-MAX_SAFE_INTEGER, le=MAX_SAFE_INTEGER)] | str | "
-    "list[SafeJson] | dict[str, SafeJson]",
+    "None | bool | SafeNumber | str | list[SafeJson] | dict[str, SafeJson]",  # type: ignore[misc]
 )
 SafeJsonObject = dict[str, SafeJson]
 # A query parameter a client leaves out: absent, never null (a query string has no null).

@@ -88,7 +88,6 @@ def test_session_routes_take_item_ids_and_read_what_the_session_taught(client):
         ("POST", "/v1/facts", {"subject": "", "predicate": "p", "object": "o"}, None),
         ("POST", "/v1/facts", {"subject": "s", "predicate": "p"}, None),
         ("POST", "/v1/facts", {"subject": "s", "predicate": "p", "object": "o", "valid_from": "x"}, None),
-        ("POST", "/v1/facts", {"subject": "s", "predicate": "p", "object": "o", "sources": [{"session": "chat", "id": "9999"}]}, None),
         ("POST", "/v1/facts", {"facts": [], "subject": "s"}, None),
         ("POST", "/v1/facts", {"facts": "s"}, None),
         ("POST", "/v1/facts", {"subject": "s", "predicate": "p", "object": "o", "extra": 1}, None),
@@ -108,6 +107,22 @@ def test_bad_input_is_a_400_json_and_appends_nothing(client, method, path, body,
     response = client.request(method, path, json=body, params=params, headers=A)
     assert response.status_code == 400, response.text
     assert response.json()["error"]["code"] == "invalid_input"
+    assert head(client) == before
+
+
+def test_what_the_state_refuses_is_a_409_and_appends_nothing(client):
+    """The request is well-formed; the memory's state refuses it: 409 fact_conflict."""
+    gone = {"session": "chat", "id": "9999"}
+    fact = {"subject": "s", "predicate": "p", "object": "o"}
+    made = client.post("/v1/facts", json={**fact, "valid_from": 10}, headers=A).json()["fact"]
+    before = head(client)
+    refusals = [
+        client.post("/v1/facts", json={**fact, "sources": [gone]}, headers=A),
+        client.post(f"/v1/facts/{made['id']}/retract", json={"at": 5}, headers=A),
+    ]
+    for refused in refusals:
+        assert refused.status_code == 409, refused.text
+        assert refused.json()["error"]["code"] == "fact_conflict"
     assert head(client) == before
 
 
