@@ -7,6 +7,8 @@
     GET  /v1/sessions/{session}/facts          the facts asserted in it or learned from its items
 
 `as_of`, `valid_from` and `at` are microseconds since the epoch; `as_of` may also be ISO-8601.
+A source that is not a live item, or a retraction at a time the fact is not valid, is a 409
+`fact_conflict`: the request is well-formed, the memory's state refuses it.
 Reads leave an `items.read` record (purpose "facts") on the tenant's session `_tenant`.
 """
 
@@ -129,7 +131,8 @@ class FactsApi(Api):
         if unknown:
             raise InvalidInput(f"unknown query parameters {sorted(unknown)}")
         history = params.get("history", "0")
-        if history not in ("0", "1"):  # as documented: "true" was taken, but said nowhere
+        # 0 or 1, as docs/facts.md and /openapi.json say ("true" and "false" were taken unsaid)
+        if history not in ("0", "1"):
             raise InvalidInput("history must be 1 or 0")
         # an empty as_of is refused as any other text that is no time (it is not "now")
         as_of = parse_time(params["as_of"]) if "as_of" in params else None
