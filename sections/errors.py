@@ -23,6 +23,12 @@ class ConfigError(InvalidInput):
     """A section configuration that cannot work, e.g. policy `none` on a bounded section."""
 
 
+class FactConflict(InvalidInput):
+    """A well-formed fact command the memory's state refuses: a source that is not a live item,
+    a retraction of a fact not valid at that time. Still InvalidInput to the Python API; HTTP
+    answers 409, as for any request its target's current state refuses."""
+
+
 class NotFound(MemoryError_, LookupError):
     """Unknown tenant/session, section or item. Another tenant's session is also 'not found'."""
 

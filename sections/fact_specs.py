@@ -171,7 +171,7 @@ ASSERT_FACTS = CommandSpec(
 
 def _retract(memory, state, tenant, _holder, args, idem, _expected) -> Decision:
     _where, fact_id, at, reason = args
-    facts.check_time("at", at)
+    at = facts.check_time("at", at)
     holder = state.sessions.get((tenant, TENANT_SESSION))
     if holder is None or SECTION not in holder.sections:
         raise ItemNotFound(f"no fact {fact_id!r}")

@@ -29,7 +29,7 @@ from eventstore.errors import InvalidInput
 
 from .commands import Command, base_payload, get_section
 from .config import SectionConfig
-from .errors import ItemNotFound
+from .errors import FactConflict, ItemNotFound
 from .search import MAX_TIME
 from .state import Item, MemoryState, SectionState, SessionState, item_id
 from .tokens import TokenCounter, count_input
@@ -115,8 +115,7 @@ class NewFact:
                     f"a fact's {name} must be a non-empty string of at most {FIELD_CHARS} "
                     "characters"
                 )
-        valid_from = data.get("valid_from")
-        check_time("valid_from", valid_from)
+        valid_from = check_time("valid_from", data.get("valid_from"))
         metadata = data.get("metadata")
         if metadata is not None and type(metadata) is not dict:
             raise InvalidInput("a fact's metadata must be an object")
@@ -150,11 +149,17 @@ def _sources(value: object, default_session: str | None) -> tuple[tuple[str, str
     return tuple(dict.fromkeys(out))
 
 
-def check_time(name: str, value: object) -> None:
+def check_time(name: str, value: object) -> int | None:
+    """`value` as µs since the epoch, or None. An integral double (5.0) is the integer it equals:
+    JSON does not tell the two apart (JSON Schema's `integer` takes both) and a record writes
+    both as `5`."""
+    if type(value) is float and value.is_integer():
+        value = int(value)
     if value is not None and (type(value) is not int or abs(value) > MAX_TIME):
         raise InvalidInput(
             f"{name} must be an integer of microseconds since the epoch, within ±2**62"
         )
+    return value
 
 
 # ---- the timeline --------------------------------------------------------------------------
@@ -208,7 +213,7 @@ def check_sources(state: MemoryState, tenant: str, fact: NewFact) -> None:
     for session_id, id_ in fact.sources:
         session = state.sessions.get((tenant, session_id))
         if session is None or not any(id_ in s.items for s in session.sections.values()):
-            raise InvalidInput(
+            raise FactConflict(
                 f"source {session_id}/{id_} is not a live item of this tenant: a fact's sources "
                 "are items it was learned from"
             )
@@ -307,7 +312,7 @@ def retract(
     if item is None or fact is None:
         raise ItemNotFound(f"no fact {fact_id!r}")
     if not fact.valid(at):
-        raise InvalidInput(
+        raise FactConflict(
             f"fact {fact_id!r} is not valid at {at} (valid from {fact.valid_at} to "
             f"{fact.invalid_at}): only a valid fact can be retracted"
         )
@@ -337,7 +342,7 @@ class FactQuery:
         for name, value in (("subject", subject), ("predicate", predicate), ("object", object)):
             if value is not None and type(value) is not str:
                 raise InvalidInput(f"{name} must be a string")
-        check_time("as_of", as_of)
+        as_of = check_time("as_of", as_of)
         if type(include_history) is not bool:
             raise InvalidInput("include_history must be true or false")
         if include_history and as_of is not None:

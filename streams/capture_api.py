@@ -8,20 +8,73 @@ the memory's capture rules apply (sections/capture.py, docs/agentops.md).
 
 from __future__ import annotations
 
+from typing import Annotated, Literal
+
+from pydantic import Field
 from starlette.requests import Request
 from starlette.responses import Response
 
 from sections import capture
 
 from .api import Api, _only
+from .apidoc import operation
+from .apidoc.models import Count, Open, Strict
 from .responses import json_response
 from .routing import RawRoute, routes_of
+from .search_models import SafeJson, SafeJsonObject
 from .service import Service
 
 FIELDS = frozenset(("tool", "args", "output", "call_id"))
+NonEmpty = Annotated[str, Field(min_length=1)]
+
+
+class ToolCallReport(Strict):
+    tool: NonEmpty = Field(description="the tool's name")
+    args: SafeJsonObject | None = Field(None, description="the tool's arguments")
+    output: SafeJson = Field(None, description="what the tool answered: any JSON")
+    call_id: NonEmpty | None = Field(None, description="the runtime's id of the call")
+
+
+class CapturedItem(Open):
+    session: str
+    id: str
+
+
+class CaptureInjected(Open):
+    """The inject rule's search, traced as one items.read (nothing is injected)."""
+
+    rule: str
+    query: str
+    seq: Count = Field(description="the items.read record")
+    found: list[CapturedItem]
+
+
+class CaptureSaved(Open):
+    """The save rule's observation."""
+
+    rule: str
+    id: str
+    session: str
+    tier: Literal["inserted", "revised", "duplicate"]
+    revision: Count
+    duplicates: Count
+
+
+class ToolCallCaptured(Open):
+    injected: CaptureInjected | None = Field(description="null: no inject rule for this tool")
+    saved: CaptureSaved | None = Field(description="null: no save rule matched")
 
 
 class CaptureApi(Api):
+    @operation(
+        "reportToolCall",
+        "report a tool call and its result: the capture rules trace an inject search and save a "
+        "matching result as an observation",
+        body=ToolCallReport,
+        replies={200: ToolCallCaptured},
+        writes=True,
+        tags=("capture",),
+    )
     async def tool_call(self, request: Request) -> Response:
         session = self._session(self.service.principal(request, "write"), request)
         body = _only(await self._body(request), FIELDS, "the tool call")

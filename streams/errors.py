@@ -14,6 +14,7 @@ from eventstore.sink import CommitRefused
 from sections.errors import (
     BudgetExceeded,
     CannotCompact,
+    FactConflict,
     IdempotencyConflict,
     ImmutableSection,
     ItemTooLarge,
@@ -48,6 +49,7 @@ _STATUS: tuple[tuple[type[BaseException], int, str], ...] = (
     (IdempotencyConflict, 409, "idempotency_key_reused"),
     (StalePosition, 409, "stale_position"),
     (ImmutableSection, 409, "immutable_section"),
+    (FactConflict, 409, "fact_conflict"),
     (ItemTooLarge, 422, "item_too_large"),
     (NotAdmitted, 422, "not_admitted"),
     (BudgetExceeded, 422, "budget_exceeded"),

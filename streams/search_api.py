@@ -24,12 +24,29 @@ from sections import command_specs as specs
 from sections.observations import Outcome
 
 from .api import Api, Handler, _int_param, _reader
+from .apidoc import Reply, operation
 from .errors import ApiError
 from .responses import json_response
 from .routing import RawRoute, routes_of
+from .search_models import (
+    ObservationOutcome,
+    ObservationRequest,
+    SearchHits,
+    SearchQuery,
+    SessionObservationRequest,
+    SessionSearchQuery,
+    SessionSummaries,
+    SessionSummary,
+    SummariesQuery,
+    SummaryQuery,
+)
 from .service import Service
 
 OBSERVATION_FIELDS = frozenset(("type", "title", "content", "tags", "topic_key", "session"))
+OBSERVED = {
+    201: Reply(ObservationOutcome, "inserted: a new observation"),
+    200: Reply(ObservationOutcome, "revised (same topic_key) or duplicate (recent same content)"),
+}
 
 
 class SearchApi(Api):
@@ -38,7 +55,8 @@ class SearchApi(Api):
         query = params.get("q")
         if not query:
             raise ApiError(400, "invalid_input", "give the search query as ?q=")
-        times = {k: parse_time(params[k]) for k in ("since", "until") if params.get(k)}
+        # an empty time is refused as any other text that is no time (it is not "unbounded")
+        times = {k: parse_time(params[k]) for k in ("since", "until") if k in params}
         return {
             "sections": params.getlist("section") or None,
             "tags": params.getlist("tag") or None,
@@ -47,7 +65,27 @@ class SearchApi(Api):
             **times,
         }
 
-    async def search(self, request: Request) -> Response:
+    @operation(
+        "searchTenant",
+        "BM25 search of the tenant's searchable sections; hits leave items.read records",
+        query=SearchQuery,
+        replies={200: SearchHits},
+        tags=("search",),
+    )
+    async def search_tenant(self, request: Request) -> Response:
+        return await self._search(request)
+
+    @operation(
+        "searchSession",
+        "search one session's items and the tenant's observations",
+        query=SessionSearchQuery,
+        replies={200: SearchHits},
+        tags=("search",),
+    )
+    async def search_session(self, request: Request) -> Response:
+        return await self._search(request)
+
+    async def _search(self, request: Request) -> Response:
         p = self.service.principal(request, "read")
         options = self._search_options(request)
         wanted = request.path_params.get("session")
@@ -62,7 +100,29 @@ class SearchApi(Api):
             )  # fmt: skip
         return json_response({"hits": [hit.to_json() for hit in hits]})
 
-    async def observe(self, request: Request) -> Response:
+    @operation(
+        "observeTenant",
+        "record an observation, tenant-wide or in {session}'s own section; deduplicated",
+        body=ObservationRequest,
+        replies=OBSERVED,
+        writes=True,
+        tags=("observations",),
+    )
+    async def observe_tenant(self, request: Request) -> Response:
+        return await self._observe(request)
+
+    @operation(
+        "observeFromSession",
+        "record an observation from this session: tenant-wide unless {scope: session}",
+        body=SessionObservationRequest,
+        replies=OBSERVED,
+        writes=True,
+        tags=("observations",),
+    )
+    async def observe_from_session(self, request: Request) -> Response:
+        return await self._observe(request)
+
+    async def _observe(self, request: Request) -> Response:
         """POST /v1/observations is `Memory.observe` (tenant-wide, or in {"session"}'s own
         section); POST /v1/sessions/{s}/observations is `Session.observe`: tenant-wide from
         that session unless {"scope": "session"} (docs/search.md)."""
@@ -102,6 +162,13 @@ class SearchApi(Api):
             status,
         )  # fmt: skip
 
+    @operation(
+        "listSummaries",
+        "the newest session summaries of the tenant (their quotes' reads are traced)",
+        query=SummariesQuery,
+        replies={200: SessionSummaries},
+        tags=("summaries",),
+    )
     async def summaries(self, request: Request) -> Response:
         p = self.service.principal(request, "read")
         limit = _int_param(request, "limit", 10)
@@ -113,6 +180,13 @@ class SearchApi(Api):
             )
         return json_response({"summaries": found})
 
+    @operation(
+        "getSessionSummary",
+        "the summary the memory appended when the session ended (404 before)",
+        query=SummaryQuery,
+        replies={200: SessionSummary},
+        tags=("summaries",),
+    )
     async def summary(self, request: Request) -> Response:
         session = self._session(self.service.principal(request, "read"), request)
         with self.service.write():
@@ -128,10 +202,10 @@ def routes(service: Service) -> list[RawRoute]:
     api = SearchApi(service)
     s = "/v1/sessions/{session}"
     table: list[tuple[str, dict[str, Handler]]] = [
-        ("/v1/search", {"GET": api.search}),
-        (s + "/search", {"GET": api.search}),
-        ("/v1/observations", {"POST": api.observe}),
-        (s + "/observations", {"POST": api.observe}),
+        ("/v1/search", {"GET": api.search_tenant}),
+        (s + "/search", {"GET": api.search_session}),
+        ("/v1/observations", {"POST": api.observe_tenant}),
+        (s + "/observations", {"POST": api.observe_from_session}),
         ("/v1/summaries", {"GET": api.summaries}),
         (s + "/summary", {"GET": api.summary}),
     ]

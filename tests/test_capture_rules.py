@@ -8,6 +8,7 @@ import asyncio
 
 import httpx
 import pytest
+from helpers.described import conforms, reply_schema
 from server import Server
 from test_search import Clock
 
@@ -265,6 +266,13 @@ def test_the_rest_endpoint_applies_the_services_rules(tmp_path):
         assert refused.status_code == 400 and "tool call" in refused.json()["error"]["message"]
         missing = client.post("/v1/sessions/nobody/tool-calls", json=call)
         assert missing.status_code == 404
+        # the answer is what /openapi.json says, its two parts included
+        doc = client.get("/openapi.json").json()
+        assert doc["paths"][url.replace("/s/", "/{session}/")]["post"]["operationId"] == (
+            "reportToolCall"
+        )
+        conforms(doc, reply_schema(doc, "/v1/sessions/{session}/tool-calls", "post", 200),
+                 answer.json())  # fmt: skip
 
 
 def test_a_tenant_rule_names_its_session_and_an_ended_session_saves_nothing(mem):

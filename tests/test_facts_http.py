@@ -1,10 +1,12 @@
 """Facts through a real `ledgermem serve` with per-tenant tokens: assert, query (as of a time,
-history, by field), retract, the session routes, refusals (400 JSON, nothing appended) and
-tenant isolation."""
+history, by field), retract, the session routes, refusals (400 or 409 JSON, nothing appended),
+tenant isolation and the routes' description in /openapi.json."""
 
 from __future__ import annotations
 
+import jsonschema
 import pytest
+from helpers.described import conforms, ids, reply_schema
 from helpers.tenant_server import A, B, head, two_tenants
 
 
@@ -88,13 +90,14 @@ def test_session_routes_take_item_ids_and_read_what_the_session_taught(client):
         ("POST", "/v1/facts", {"subject": "", "predicate": "p", "object": "o"}, None),
         ("POST", "/v1/facts", {"subject": "s", "predicate": "p"}, None),
         ("POST", "/v1/facts", {"subject": "s", "predicate": "p", "object": "o", "valid_from": "x"}, None),
-        ("POST", "/v1/facts", {"subject": "s", "predicate": "p", "object": "o", "sources": [{"session": "chat", "id": "9999"}]}, None),
         ("POST", "/v1/facts", {"facts": [], "subject": "s"}, None),
         ("POST", "/v1/facts", {"facts": "s"}, None),
         ("POST", "/v1/facts", {"subject": "s", "predicate": "p", "object": "o", "extra": 1}, None),
         ("GET", "/v1/facts", None, {"as_of": "yesterday"}),
+        ("GET", "/v1/facts", None, {"as_of": ""}),
         ("GET", "/v1/facts", None, {"as_of": "5", "history": "1"}),
         ("GET", "/v1/facts", None, {"history": "maybe"}),
+        ("GET", "/v1/facts", None, {"history": "true"}),  # 0 or 1, as /openapi.json says
         ("GET", "/v1/facts", None, {"limit": "10"}),
         ("POST", "/v1/facts/1/retract", {"at": "soon"}, None),
         ("POST", "/v1/facts/1/retract", {"when": 1}, None),
@@ -106,6 +109,22 @@ def test_bad_input_is_a_400_json_and_appends_nothing(client, method, path, body,
     response = client.request(method, path, json=body, params=params, headers=A)
     assert response.status_code == 400, response.text
     assert response.json()["error"]["code"] == "invalid_input"
+    assert head(client) == before
+
+
+def test_what_the_state_refuses_is_a_409_and_appends_nothing(client):
+    """The request is well-formed; the memory's state refuses it: 409 fact_conflict."""
+    gone = {"session": "chat", "id": "9999"}
+    fact = {"subject": "s", "predicate": "p", "object": "o"}
+    made = client.post("/v1/facts", json={**fact, "valid_from": 10}, headers=A).json()["fact"]
+    before = head(client)
+    refusals = [
+        client.post("/v1/facts", json={**fact, "sources": [gone]}, headers=A),
+        client.post(f"/v1/facts/{made['id']}/retract", json={"at": 5}, headers=A),
+    ]
+    for refused in refusals:
+        assert refused.status_code == 409, refused.text
+        assert refused.json()["error"]["code"] == "fact_conflict"
     assert head(client) == before
 
 
@@ -140,3 +159,47 @@ def test_an_idempotency_key_answers_a_retry_with_the_first_record(client):
     again = client.post("/v1/facts", json=body, headers=key)
     assert again.status_code == 201 and again.json() == first.json()
     assert head(client) == before
+
+
+def test_openapi_describes_the_facts_from_their_models(client):
+    doc = client.get("/openapi.json").json()
+    f, s = "/v1/facts", "/v1/sessions/{session}/facts"
+    routes = [(f, "post"), (f, "get"), ("/v1/facts/{fact}/retract", "post"), (s, "post"),
+              (s, "get")]  # fmt: skip
+    assert ids(doc, *routes) == [
+        "assertFacts", "listFacts", "retractFact", "assertSessionFacts", "listSessionFacts"
+    ]  # fmt: skip
+    body = doc["paths"][f]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    one = {"subject": "doc", "predicate": "is", "object": "generated", "valid_from": 7}
+    conforms(doc, body, one)
+    conforms(doc, body, {"facts": [one]})
+    with pytest.raises(jsonschema.ValidationError):  # bodies are strict
+        conforms(doc, body, {**one, "extra": 1})
+    made = client.post(f, json=one, headers=A)
+    conforms(doc, reply_schema(doc, f, "post", 201), made.json())
+    batch = client.post(f, json={"facts": [{**one, "predicate": "was"}]}, headers=A)
+    conforms(doc, reply_schema(doc, f, "post", 201), batch.json())
+    found = client.get(f, params={"subject": "doc", "history": 1}, headers=A)
+    conforms(doc, reply_schema(doc, f, "get", 200), found.json())
+    retract = f"/v1/facts/{made.json()['fact']['id']}/retract"
+    ended = client.post(retract, json={"at": 8, "reason": "test"}, headers=A)
+    conforms(doc, reply_schema(doc, "/v1/facts/{fact}/retract", "post", 200), ended.json())
+    # as_of and history=1 exclude each other: one exploded parameter of either shape
+    [when] = [p for p in doc["paths"][f]["get"]["parameters"] if p["name"] == "when"]
+    assert when["explode"] is True
+    conforms(doc, when["schema"], {"as_of": "2026-01-01T00:00:00Z"})
+    conforms(doc, when["schema"], {"history": 1})
+    with pytest.raises(jsonschema.ValidationError):
+        conforms(doc, when["schema"], {"as_of": 5, "history": 1})
+
+
+def test_a_time_written_as_an_integral_double_is_that_integer(client):
+    """JSON Schema's `integer` takes 5.0; so does the server, as 5."""
+    body = {"subject": "double", "predicate": "is", "object": "integral", "valid_from": 5.0}
+    made = client.post("/v1/facts", json=body, headers=A)
+    assert made.status_code == 201, made.text
+    assert made.json()["fact"]["valid_at"] == 5
+    ended = client.post(f"/v1/facts/{made.json()['fact']['id']}/retract", json={"at": 6.0},
+                        headers=A)  # fmt: skip
+    assert ended.status_code == 200, ended.text
+    assert ended.json()["fact"]["invalid_at"] == 6

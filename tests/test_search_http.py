@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import jsonschema
 import pytest
+from helpers.described import conforms, ids, reply_schema
 from helpers.tenant_server import A, B, head, two_tenants
 
 
@@ -125,6 +127,7 @@ def test_summaries_and_context_injection_over_http(client):
         ("GET", "/v1/search", {"params": {"q": "x", "top_k": "0"}}, 400),
         ("GET", "/v1/search", {"params": {"q": "x", "top_k": "ten"}}, 400),
         ("GET", "/v1/search", {"params": {"q": "x", "since": "last week"}}, 400),
+        ("GET", "/v1/search", {"params": {"q": "x", "until": ""}}, 400),  # no time, not "unbounded"
         ("GET", "/v1/search", {"params": {"q": "x", "reader": "bot"}}, 400),
         ("GET", "/v1/search", {"params": {"q": "x", "since": "²"}}, 400),
         ("GET", "/v1/search", {"params": {"q": "x", "since": "9" * 30}}, 400),
@@ -190,3 +193,33 @@ def test_bad_requests_get_a_json_4xx_and_append_nothing(client, method, path, kw
     assert response.status_code == status, response.text
     assert response.headers["content-type"] == "application/json"
     assert response.json()["error"]["message"]
+
+
+def test_openapi_describes_search_observations_and_summaries_from_their_models(client):
+    doc = client.get("/openapi.json").json()
+    s = "/v1/sessions/{session}"
+    routes = [("/v1/search", "get"), (s + "/search", "get"), ("/v1/observations", "post"),
+              (s + "/observations", "post"), ("/v1/summaries", "get"), (s + "/summary", "get")]  # fmt: skip
+    assert ids(doc, *routes) == [
+        "searchTenant", "searchSession", "observeTenant", "observeFromSession", "listSummaries",
+        "getSessionSummary",
+    ]  # fmt: skip
+    add(client, "described", "messages", "describe the searchable models", role="user")
+    hits = client.get("/v1/search", params={"q": "searchable models"}, headers=A)
+    assert hits.json()["hits"]
+    conforms(doc, reply_schema(doc, "/v1/search", "get", 200), hits.json())
+    note = {"type": "pattern", "title": "described", "content": "answers match their schema"}
+    body = doc["paths"]["/v1/observations"]["post"]["requestBody"]["content"]["application/json"]
+    conforms(doc, body["schema"], note)
+    with pytest.raises(jsonschema.ValidationError):  # as the core: not only whitespace
+        conforms(doc, body["schema"], {**note, "title": "\x85 "})
+    inserted = client.post("/v1/observations", json=note, headers=A)
+    duplicate = client.post("/v1/observations", json=note, headers=A)
+    assert (inserted.status_code, duplicate.status_code) == (201, 200)
+    conforms(doc, reply_schema(doc, "/v1/observations", "post", 201), inserted.json())
+    conforms(doc, reply_schema(doc, "/v1/observations", "post", 200), duplicate.json())
+    assert client.post("/v1/sessions/described/end", headers=A).status_code == 200
+    summary = client.get("/v1/sessions/described/summary", headers=A)
+    conforms(doc, reply_schema(doc, s + "/summary", "get", 200), summary.json())
+    listed = client.get("/v1/summaries", headers=A)
+    conforms(doc, reply_schema(doc, "/v1/summaries", "get", 200), listed.json())

@@ -1,0 +1,169 @@
+"""What search, observations and summaries take and answer over HTTP (streams/search_api.py).
+
+The memory core judges the values (sections/command_specs.py `search_query`,
+sections/observations.py `Observation.of`); these models say the same to a client.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
+from pydantic.json_schema import SkipJsonSchema
+from typing_extensions import TypeAliasType
+
+from eventstore.jcs import MAX_SAFE_INTEGER
+from sections.observations import TITLE_MAX, TYPES
+from sections.views import MAX_TOP_K
+
+from .apidoc.models import Count, Hex64, Identifier, JsonObject, Open, SafeInt, Strict, Time
+
+# The core refuses a string that is empty or only whitespace (str.strip); `pattern` is a search
+# in JSON Schema, so this asks for one character that is not. Spelled out: ECMA's \s, which
+# JSON Schema reads, differs from Python's (U+001C-U+001F, U+0085, U+FEFF).
+NOT_SPACE = r"[^\t-\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
+Text = Annotated[str, Field(pattern=NOT_SPACE)]
+# Any JSON a record can hold (eventstore/jcs.py): an integer within ±(2**53-1); a double that
+# large is integral, and refused below 1e21, where JCS writes it in exponent form.
+JCS_EXPONENT_FROM = 1e21
+SafeNumber = (
+    Annotated[float, Field(ge=-MAX_SAFE_INTEGER, le=MAX_SAFE_INTEGER)]
+    | Annotated[float, Field(ge=JCS_EXPONENT_FROM)]
+    | Annotated[float, Field(le=-JCS_EXPONENT_FROM)]
+)
+SafeJson = TypeAliasType(
+    "SafeJson",
+    "None | bool | SafeNumber | str | list[SafeJson] | dict[str, SafeJson]",  # type: ignore[misc]
+)
+SafeJsonObject = dict[str, SafeJson]
+# A query parameter a client leaves out: absent, never null (a query string has no null).
+Absent = SkipJsonSchema[None]
+Reader = Literal["agent", "operator"]
+READER = Field(
+    "agent", description="who reads: `agent` reads count for eviction, `operator` ones do not"
+)
+
+
+def absent(description: str) -> Any:
+    """An optional query parameter: its schema has no `default: null`."""
+    return Field(None, description=description, json_schema_extra=_no_default)
+
+
+def _no_default(schema: dict) -> None:
+    schema.pop("default", None)
+
+
+# ---- search --------------------------------------------------------------------------------
+
+
+class SessionSearchQuery(Strict):
+    """A session's search: its items and the tenant's observations."""
+
+    q: Text = Field(description="the words searched for (BM25, any of them)")
+    section: list[str] = Field(default_factory=list, description="only these sections; may repeat")
+    tag: list[str] = Field(default_factory=list, description="items with every one of these tags")
+    since: Time | Absent = absent("the item's time >= this (µs or ISO-8601)")
+    until: Time | Absent = absent("the item's time < this (µs or ISO-8601)")
+    top_k: Annotated[int, Field(ge=1, le=MAX_TOP_K)] = Field(10, description="at most this many")
+    reader: Reader = READER
+
+
+class SearchQuery(SessionSearchQuery):
+    session: list[str] = Field(default_factory=list, description="only these sessions; may repeat")
+
+
+class SearchItem(Open):
+    """The item a hit found, as it is now."""
+
+    id: str
+    section: str
+    content: Any = Field(description="a string or any JSON")
+    tokens: Count
+    kind: str | None
+    role: str | None
+    tags: list[str]
+    priority: float
+    metadata: JsonObject
+    group: str | None
+    seq: Count = Field(description="the record that last changed the item")
+    h: Hex64
+    ts: SafeInt = Field(description="when its content was set, µs since the epoch")
+
+
+class SearchHit(Open):
+    session: str
+    score: float = Field(description="BM25: higher is better")
+    snippet: str = Field(description="the matched words between [ and ]")
+    item: SearchItem
+
+
+class SearchHits(Open):
+    hits: list[SearchHit] = Field(description="best first")
+
+
+# ---- observations --------------------------------------------------------------------------
+
+ObservationType = Literal[TYPES]  # type: ignore[valid-type]
+
+
+class _Observation(Strict):
+    type: ObservationType  # type: ignore[valid-type]
+    title: Annotated[Text, Field(max_length=TITLE_MAX)]
+    content: Text
+    tags: list[str] = Field(default_factory=list)
+    topic_key: Annotated[str, Field(min_length=1)] | None = Field(
+        None, description="one observation per topic: a new one revises it"
+    )
+
+
+class SessionObservationRequest(_Observation):
+    scope: Literal["tenant", "session"] = Field(
+        "tenant", description="tenant-wide (from this session), or in this session's own section"
+    )
+
+
+class ObservationRequest(_Observation):
+    session: Identifier | None = Field(
+        None, description="in this session's own section; tenant-wide if absent"
+    )
+
+
+class ObservationOutcome(Open):
+    id: str = Field(description="the observation's item id")
+    session: str = Field(description="the session holding it (`_tenant` for tenant-wide ones)")
+    tier: Literal["inserted", "revised", "duplicate"]
+    revision: Count
+    duplicates: Count
+
+
+# ---- summaries -----------------------------------------------------------------------------
+
+
+class SummariesQuery(Strict):
+    limit: Annotated[int, Field(ge=1, le=1000)] = Field(10, description="the newest this many")
+    reader: Reader = READER
+
+
+class SummaryQuery(Strict):
+    reader: Reader = READER
+
+
+class SummaryQuote(Open):
+    id: str = Field(description="the message's item id")
+    text: str | None = Field(description="its text, truncated; null once erased")
+
+
+class SessionSummary(Open):
+    """What the memory wrote of a session when it ended (sections/summaries.py)."""
+
+    session: str
+    seq: Count = Field(description="the session.summarized record")
+    ended_seq: Count | None
+    messages: Count
+    first_user: SummaryQuote | None
+    last_user: SummaryQuote | None
+    sections: list[str] = Field(description="the sections the session wrote")
+
+
+class SessionSummaries(Open):
+    summaries: list[SessionSummary] = Field(description="newest first")
