@@ -26,9 +26,11 @@ from .apidoc import Reply
 from .apidoc.models import Count, ErrorReply, Hex64, Identifier, Open, Strict
 from .apidoc.operation import RETRY_AFTER
 
-# The service's `_blank`: a string with something besides whitespace (Python's `\s` is
-# str.isspace, what strip() removes).
-NOT_BLANK = r"\S"
+# The service's `_blank`: a string with a character strip() keeps. Spelled out, as JSON Schema's
+# `\s` (ECMA-262's) is not str.isspace: it lacks U+001C-U+001F and U+0085 and has U+FEFF.
+# Every character str.isspace() holds is below U+3001.
+_SPACES = "".join(f"\\u{n:04x}" for n in range(0x3001) if chr(n).isspace())
+NOT_BLANK = f"[^{_SPACES}]"
 # A project or scope names the holder session `_agentops:<project>:<scope>` (an identifier of
 # at most 128 characters); a project has no ':' as it ends at the first one.
 PROJECT_CHARS = "A-Za-z0-9._@/+-"

@@ -330,6 +330,19 @@ def test_openapi_describes_the_contract_from_its_models(client):
 # ---- what the document says the server holds to --------------------------------------------------
 
 
+@pytest.mark.parametrize("title", ["\x1c", " \x85\u3000", "\ufeff"])
+def test_the_document_and_the_server_agree_on_a_blank_title(client, title):
+    """strip()'s whitespace, not JSON Schema's `\\s`: U+001C is blank here, U+FEFF is not."""
+    _session(client, "s1")
+    schema = client.get("/openapi.json").json()["components"]["schemas"]["AgentOpsNewObservation"]
+    blank = not title.strip()
+    valid = jsonschema.Draft202012Validator(schema["properties"]["title"]).is_valid(title)
+    assert valid is not blank
+    assert _observe(client, title=title, content=f"blank {title!r}").status_code == (
+        400 if blank else 201
+    )
+
+
 def test_a_transcript_that_is_not_a_list_is_refused(client):
     _session(client, "not-a-list")
     before = head(client)
