@@ -33,7 +33,7 @@ _SPACES = "".join(f"\\u{n:04x}" for n in range(0x3001) if chr(n).isspace())
 NOT_BLANK = f"[^{_SPACES}]"
 # A project or scope names the holder session `_agentops:<project>:<scope>` (an identifier of
 # at most 128 characters); a project has no ':' as it ends at the first one.
-PROJECT_CHARS = "A-Za-z0-9._@/+-"
+PROJECT_CHARS = "A-Za-z0-9._@/+\\-"  # the '-' escaped: in a class it could make a range
 
 Time = Annotated[str, Field(json_schema_extra={"format": "date-time"})]
 Limit = Annotated[

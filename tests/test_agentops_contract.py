@@ -343,6 +343,19 @@ def test_the_document_and_the_server_agree_on_a_blank_title(client, title):
     )
 
 
+def test_the_document_and_the_server_agree_on_a_projects_characters(client):
+    schema = client.get("/openapi.json").json()["components"]["schemas"]["AgentOpsNewObservation"]
+    project = jsonschema.Draft202012Validator(schema["properties"]["project"])
+    scope = jsonschema.Draft202012Validator(schema["properties"]["scope"])
+    # Not "\n": JSON Schema's `$` is ECMA-262's, the string's end; Python's re (jsonschema's)
+    # also matches it before a final newline (the shared Identifier pattern has it too).
+    for char in (chr(n) for n in range(128) if n != 10):
+        assert project.is_valid(f"p{char}") is (
+            agentops.holder_error(f"p{char}".lower(), "s") is None
+        )
+        assert scope.is_valid(f"s{char}") is (agentops.holder_error("p", f"s{char}") is None)
+
+
 def test_a_transcript_that_is_not_a_list_is_refused(client):
     _session(client, "not-a-list")
     before = head(client)
