@@ -167,7 +167,8 @@ class AgentOpsApi:
         p = self.service.principal(request, "write")
         body = await self._body(request, required=False)
         messages = body.get("messages")
-        if messages is not None and not isinstance(messages, list):  # 0 or "" is no transcript
+        # Not a list: 400, as the Go decoder refuses it (0 or "" was taken as no transcript)
+        if messages is not None and not isinstance(messages, list):
             raise Invalid("messages must be a list of {role, content} objects")
         memory = self.memory(p)
         session = memory.session(request.path_params["id"], tenant=p.tenant, create=False)
@@ -652,7 +653,7 @@ def _objects(body: dict, name: str) -> list[dict]:
     value = body.get(name)
     if value is None:
         return []
-    if not isinstance(value, list):  # 0 or "" too, as 1 is
+    if not isinstance(value, list):  # 0 or "" too, as 1 was (they were taken as none)
         raise Invalid(f"{name} must be a list")
     return [entry for entry in value if isinstance(entry, dict)]
 
