@@ -39,6 +39,9 @@ MAX_TAG = 100
 MAX_TAGS = 20
 MAX_PROJECT = 200
 MAX_LIMIT = 1000
+# Ours: a project whose observations are kept, so that any scope the service takes fits the
+# holder's 128-character session id (`_agentops:<project>:<scope>`): 128 - 10 - 1 - 50.
+MAX_HOLDER_PROJECT = 128 - len(HOLDER_PREFIX) - 1 - MAX_SCOPE
 CONTEXT_CHARS = 300  # of each observation's content in /context
 CONTEXT_SESSIONS = 3  # summaries in /context
 QUOTE_CHARS = 200  # of each quoted user message in a session summary
@@ -76,8 +79,11 @@ def observation_errors(body: dict) -> list[str]:
             errors.append(f"{name} is required")
         elif limit is not None:
             _length(errors, name, body[name], limit)
-    _length(errors, "scope", body.get("scope"), MAX_SCOPE)
-    _length(errors, "topic_key", body.get("topic_key"), MAX_TOPIC)
+    for name, limit in (("scope", MAX_SCOPE), ("topic_key", MAX_TOPIC)):
+        value = body.get(name)
+        if value is not None and not isinstance(value, str):  # as the Go decoder refuses it
+            errors.append(f"{name} must be a string")
+        _length(errors, name, value, limit)
     tags = body.get("tags")
     if tags is not None and not (isinstance(tags, list) and all(type(t) is str for t in tags)):
         errors.append("tags must be a list of strings")
@@ -107,6 +113,8 @@ def holder(project: str, scope: str) -> str:
 
 def holder_error(project: str, scope: str) -> str | None:
     """Why (project, scope) cannot name a holder session, or None."""
+    if len(project) > MAX_HOLDER_PROJECT:
+        return f"project exceeds {MAX_HOLDER_PROJECT} chars for observations"
     if not is_identifier(holder(project, scope)) or ":" in project:
         return (
             f"project {project!r} and scope {scope!r} must be made of A-Z a-z 0-9 . _ @ / + - "

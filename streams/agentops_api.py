@@ -45,7 +45,10 @@ from sections.memory import Memory
 from sections.observations import SECTION, TYPES, Observation
 from sections.state import MemoryState
 
+from . import agentops_models as m
 from .api import read_json
+from .apidoc import Reply, keep_operation, operation
+from .apidoc.models import Identifier
 from .errors import ApiError, from_exception
 from .responses import json_response
 from .routing import RawRoute
@@ -54,6 +57,8 @@ from .service import Service
 Handler = Callable[[Request], Awaitable[Response]]
 MAX_BODY = 1 << 20  # the service's request body limit
 PATCH_RETRIES = 8  # a PATCH is a compare-and-set on the holder's version
+TAGS = ("AgentOps",)
+OBSERVATION_ID = {"id": (m.ObservationId, "the observation's id")}
 
 
 class Invalid(Exception):
@@ -65,6 +70,8 @@ def _error(status: int, message: str, headers: dict | None = None) -> Response:
 
 
 def _wrap(handler: Handler) -> Callable:
+    """The endpoint of `handler`, refusing in the service's shape, carrying its operation."""
+
     async def endpoint(request: Request) -> Response:
         try:
             return await handler(request)
@@ -78,7 +85,7 @@ def _wrap(handler: Handler) -> Callable:
             retry = answer.headers.get("retry-after")
             return _error(answer.status_code, message, {"Retry-After": retry} if retry else None)
 
-    return request_response(endpoint)
+    return keep_operation(request_response(endpoint), handler)
 
 
 def _limit(request: Request, name: str, default: int) -> int:
@@ -119,6 +126,14 @@ class AgentOpsApi:
 
     # -- sessions
 
+    @operation(
+        "createAgentOpsSession",
+        "AgentOps: create a session in a project (an existing id answers as it is)",
+        body=m.AgentOpsNewSession,
+        replies=m.replies({201: m.AgentOpsSession}, appends=True),
+        writes=True,
+        tags=TAGS,
+    )
     async def create_session(self, request: Request) -> Response:
         p = self.service.principal(request, "write")
         body = await self._body(request)
@@ -138,10 +153,23 @@ class AgentOpsApi:
         )
         return json_response(found, 201)
 
+    @operation(
+        "endAgentOpsSession",
+        "AgentOps: end a session, its transcript recorded first; answers its summary",
+        body=m.AgentOpsEndSession,
+        body_required=False,
+        path={"id": (Identifier, "the session id")},
+        replies=m.replies({200: m.AgentOpsSessionEnded}, appends=True),
+        writes=True,
+        tags=TAGS,
+    )
     async def end_session(self, request: Request) -> Response:
         p = self.service.principal(request, "write")
         body = await self._body(request, required=False)
-        messages = body.get("messages") or None
+        messages = body.get("messages")
+        # Not a list: 400, as the Go decoder refuses it (0 or "" was taken as no transcript)
+        if messages is not None and not isinstance(messages, list):
+            raise Invalid("messages must be a list of {role, content} objects")
         memory = self.memory(p)
         session = memory.session(request.path_params["id"], tenant=p.tenant, create=False)
         args = (specs.transcript_items(messages) if messages else None, None, None)
@@ -155,6 +183,13 @@ class AgentOpsApi:
 
         return json_response(self._read(memory, answer))
 
+    @operation(
+        "listRecentAgentOpsSessions",
+        "AgentOps: the sessions, newest started first (their summaries' quotes traced as read)",
+        query=m.AgentOpsRecentSessionsQuery,
+        replies=m.replies({200: list[m.AgentOpsSession]}, appends=True),
+        tags=TAGS,
+    )
     async def recent_sessions(self, request: Request) -> Response:
         p = self.service.principal(request, "read")
         project = agentops.project_of(request.query_params.get("project", ""))
@@ -171,6 +206,14 @@ class AgentOpsApi:
 
     # -- observations
 
+    @operation(
+        "addAgentOpsObservation",
+        "AgentOps: save an observation (created, updated by topic key, or deduplicated)",
+        body=m.AgentOpsNewObservation,
+        replies=m.replies({201: m.AgentOpsObservationCreated}, appends=True),
+        writes=True,
+        tags=TAGS,
+    )
     async def add_observation(self, request: Request) -> Response:
         p = self.service.principal(request, "write")
         body = await self._body(request)
@@ -211,11 +254,25 @@ class AgentOpsApi:
         sid, view = found[0]
         return agentops.observation_json(sid, view, view.content)
 
+    @operation(
+        "getAgentOpsObservation",
+        "AgentOps: one observation (traced as read)",
+        path=OBSERVATION_ID,
+        replies=m.replies({200: m.AgentOpsObservation}, appends=True),
+        tags=TAGS,
+    )
     async def get_observation(self, request: Request) -> Response:
-        if request.path_params["id"] == "recent":  # one route: PATCH .../recent is then a 405
-            return await self.recent_observations(request)
         return json_response(await self._one(request, "agentops.get"))
 
+    @operation(
+        "updateAgentOpsObservation",
+        "AgentOps: change an observation's type, title, content or tags; answers it",
+        body=m.AgentOpsObservationChanges,
+        path=OBSERVATION_ID,
+        replies=m.replies({200: m.AgentOpsObservation}, appends=True),
+        writes=True,
+        tags=TAGS,
+    )
     async def update_observation(self, request: Request) -> Response:
         p = self.service.principal(request, "write")
         wanted = _id(request)
@@ -241,6 +298,15 @@ class AgentOpsApi:
             raise ApiError(409, "conflict", "the observation kept changing; retry")
         return json_response(await self._one(request, "agentops.update"))
 
+    @operation(
+        "deleteAgentOpsObservation",
+        "AgentOps: remove an observation (?hard=true: erase it from the files too)",
+        query=m.AgentOpsDeleteQuery,
+        path=OBSERVATION_ID,
+        replies=m.replies({204: Reply(None, "removed")}, appends=True),
+        writes=True,
+        tags=TAGS,
+    )
     async def delete_observation(self, request: Request) -> Response:
         p = self.service.principal(request, "write")
         wanted = _id(request)
@@ -259,6 +325,13 @@ class AgentOpsApi:
                 await memory.run_async(specs.REMOVE_ITEMS, p.tenant, sid, args)
         return Response(status_code=204)
 
+    @operation(
+        "listRecentAgentOpsObservations",
+        "AgentOps: the observations, newest first (traced as read)",
+        query=m.AgentOpsRecentObservationsQuery,
+        replies=m.replies({200: list[m.AgentOpsObservation]}, appends=True),
+        tags=TAGS,
+    )
     async def recent_observations(self, request: Request) -> Response:
         p = self.service.principal(request, "read")
         params = request.query_params
@@ -280,6 +353,13 @@ class AgentOpsApi:
 
     # -- search and context
 
+    @operation(
+        "searchAgentOpsObservations",
+        "AgentOps: search the observations (topic keys, then BM25; hits traced as read)",
+        query=m.AgentOpsSearchQuery,
+        replies=m.replies({200: list[m.AgentOpsSearchResult]}, appends=True),
+        tags=TAGS,
+    )
     async def search(self, request: Request) -> Response:
         p = self.service.principal(request, "read")
         params = request.query_params
@@ -322,6 +402,13 @@ class AgentOpsApi:
                     break
         return json_response(results)
 
+    @operation(
+        "getAgentOpsContext",
+        "AgentOps: what the runtime injects: recent session summaries and observations",
+        query=m.AgentOpsContextQuery,
+        replies=m.replies({200: m.AgentOpsContext}, appends=True),
+        tags=TAGS,
+    )
     async def context(self, request: Request) -> Response:
         p = self.service.principal(request, "read")
         params = request.query_params
@@ -355,6 +442,13 @@ class AgentOpsApi:
         ]  # fmt: skip
         return json_response({"recent_sessions": recent, "recent_observations": observations})
 
+    @operation(
+        "getAgentOpsTimeline",
+        "AgentOps: the observations around one, in its project's order (traced as read)",
+        query=m.AgentOpsTimelineQuery,
+        replies=m.replies({200: list[m.AgentOpsTimelineEntry]}, appends=True),
+        tags=TAGS,
+    )
     async def timeline(self, request: Request) -> Response:
         p = self.service.principal(request, "read")
         given = request.query_params.get("observation_id", "")
@@ -396,6 +490,13 @@ class AgentOpsApi:
 
     # -- stats, export, import, health
 
+    @operation(
+        "getAgentOpsStats",
+        "AgentOps: counts of sessions and observations, and the projects",
+        query=m.AgentOpsProjectQuery,
+        replies=m.replies({200: m.AgentOpsStats}),
+        tags=TAGS,
+    )
     async def stats(self, request: Request) -> Response:
         p = self.service.principal(request, "read")
         project = agentops.project_of(request.query_params.get("project", ""))
@@ -412,6 +513,13 @@ class AgentOpsApi:
 
         return json_response(self._read(self.memory(p), count))
 
+    @operation(
+        "exportAgentOps",
+        "AgentOps: every session and observation (of a project), traced as read",
+        query=m.AgentOpsProjectQuery,
+        replies=m.replies({200: m.AgentOpsExport}, appends=True),
+        tags=TAGS,
+    )
     async def export(self, request: Request) -> Response:
         p = self.service.principal(request, "read")
         project = agentops.project_of(request.query_params.get("project", ""))
@@ -437,6 +545,14 @@ class AgentOpsApi:
             }
         )
 
+    @operation(
+        "importAgentOps",
+        "AgentOps: import sessions and observations as /export gives them",
+        body=m.AgentOpsImport,
+        replies=m.replies({200: m.AgentOpsImported}, appends=True),
+        writes=True,
+        tags=TAGS,
+    )
     async def import_(self, request: Request) -> Response:
         """Sessions are created (their project kept; an end or summary is not replayed), and
         observations written through our three tiers. Like the service, entries it cannot take
@@ -479,6 +595,12 @@ class AgentOpsApi:
                 imported["imported_observations"] += 1
         return json_response(imported)
 
+    @operation(
+        "checkAgentOpsHealth",
+        "AgentOps: liveness (no token needed)",
+        replies=m.replies({200: m.AgentOpsHealth}),
+        tags=TAGS,
+    )
     async def health(self, _request: Request) -> Response:
         return json_response({"status": "ok"})
 
@@ -510,6 +632,8 @@ def _patch(body: dict) -> dict:
     if body.get("content") is not None:
         if not isinstance(body["content"], str) or not body["content"].strip():
             raise Invalid("content must be a non-empty string")
+        if len(body["content"]) > agentops.MAX_CONTENT:  # POST's limits hold for a change too
+            raise Invalid(f"content exceeds {agentops.MAX_CONTENT} chars")
         changes["content"] = body["content"]
     if body.get("tags") is not None:
         tags = body["tags"]
@@ -517,6 +641,8 @@ def _patch(body: dict) -> dict:
             raise Invalid("tags must be a list of strings")
         if len(tags) > agentops.MAX_TAGS:
             raise Invalid(f"tags exceed {agentops.MAX_TAGS} items")
+        if any(len(t) > agentops.MAX_TAG for t in tags):
+            raise Invalid(f"tag exceeds {agentops.MAX_TAG} chars")
         changes["tags"] = tags
     if not changes:
         raise Invalid("nothing to update: give type, title, content or tags")
@@ -524,8 +650,10 @@ def _patch(body: dict) -> dict:
 
 
 def _objects(body: dict, name: str) -> list[dict]:
-    value = body.get(name) or []
-    if not isinstance(value, list):
+    value = body.get(name)
+    if value is None:
+        return []
+    if not isinstance(value, list):  # 0 or "" too, as 1 was (they were taken as none)
         raise Invalid(f"{name} must be a list")
     return [entry for entry in value if isinstance(entry, dict)]
 
@@ -555,8 +683,11 @@ def routes(service: Service) -> list[RawRoute]:
         ("/sessions/recent", {"GET": api.recent_sessions}),
         ("/sessions/{id}/end", {"POST": api.end_session}),
         ("/observations", {"POST": api.add_observation}),
+        # Before /observations/{id}, which takes the other methods on /observations/recent
+        # (a 400: not an id)
+        ("/observations/recent", {"GET": api.recent_observations}),
         (
-            "/observations/{id}",  # GET /observations/recent too (`get_observation`)
+            "/observations/{id}",
             {
                 "GET": api.get_observation,
                 "PATCH": api.update_observation,

@@ -6,11 +6,13 @@ The model-level half (transcripts, the `<memory:sessions>` block) runs on a `Mem
 from __future__ import annotations
 
 import httpx
+import jsonschema
 import pytest
 from helpers.tenant_server import A, B, head, two_tenants
 from test_search import Clock
 
 from eventstore.errors import InvalidInput
+from sections import agentops
 from sections.memory import Memory
 
 
@@ -259,6 +261,159 @@ def test_recent_timeline_export_and_import(client):
     assert imported.json() == {"imported_sessions": 1, "imported_observations": 5}
     theirs = client.get("/export", params={"project": "tl"}, headers=B).json()
     assert [o["content"] for o in theirs["observations"]] == [f"c{n}" for n in range(5)]
+
+
+# ---- the OpenAPI document: generated from the models (streams/agentops_models.py) --------------
+
+OPERATIONS = {
+    ("/sessions", "post"): "createAgentOpsSession",
+    ("/sessions/recent", "get"): "listRecentAgentOpsSessions",
+    ("/sessions/{id}/end", "post"): "endAgentOpsSession",
+    ("/observations", "post"): "addAgentOpsObservation",
+    ("/observations/recent", "get"): "listRecentAgentOpsObservations",
+    ("/observations/{id}", "get"): "getAgentOpsObservation",
+    ("/observations/{id}", "patch"): "updateAgentOpsObservation",
+    ("/observations/{id}", "delete"): "deleteAgentOpsObservation",
+    ("/search", "get"): "searchAgentOpsObservations",
+    ("/context", "get"): "getAgentOpsContext",
+    ("/timeline", "get"): "getAgentOpsTimeline",
+    ("/stats", "get"): "getAgentOpsStats",
+    ("/export", "get"): "exportAgentOps",
+    ("/import", "post"): "importAgentOps",
+    ("/health", "get"): "checkAgentOpsHealth",
+}
+
+
+def test_openapi_describes_the_contract_from_its_models(client):
+    doc = client.get("/openapi.json").json()
+    schemas = doc["components"]["schemas"]
+
+    def valid(answer: httpx.Response, path: str, method: str) -> None:
+        op = doc["paths"][path][method]
+        reply = op["responses"].get(str(answer.status_code)) or op["responses"]["4XX"]
+        schema = reply["content"]["application/json"]["schema"]
+        jsonschema.validate(answer.json(), {**schema, "components": doc["components"]})
+
+    for (path, method), op_id in OPERATIONS.items():
+        assert doc["paths"][path][method]["operationId"] == op_id
+    body = schemas["AgentOpsNewObservation"]
+    assert set(body["required"]) == {"session_id", "type", "title", "content", "project"}
+    assert body["properties"]["title"]["maxLength"] == agentops.MAX_TITLE
+    assert body["properties"]["tags"]["anyOf"][0]["maxItems"] == agentops.MAX_TAGS
+    timeline = doc["paths"]["/timeline"]["get"]["parameters"]
+    assert [p["name"] for p in timeline if p["required"]] == ["observation_id"]
+    assert "content" not in doc["paths"]["/observations/{id}"]["delete"]["responses"]["204"]
+
+    _session(client, "doc", "doc")
+    valid(client.post("/sessions", json={"id": "doc", "project": "doc"}, headers=A),
+          "/sessions", "post")  # fmt: skip
+    created = _observe(client, session_id="doc", project="doc", topic_key="a/b", tags=["t"])
+    valid(created, "/observations", "post")
+    obs = created.json()["id"]
+    for path, params in (
+        ("/observations/{id}", {}), ("/observations/recent", {}), ("/sessions/recent", {}),
+        ("/search", {"q": "a/b"}), ("/context", {"query": "Test"}),
+        ("/timeline", {"observation_id": obs}), ("/stats", {}), ("/export", {}), ("/health", {}),
+    ):  # fmt: skip
+        answer = client.get(path.format(id=obs), params={"project": "doc", **params}, headers=A)
+        assert answer.status_code == 200, (path, answer.text)
+        valid(answer, path, "get")
+    patched = client.patch(f"/observations/{obs}", json={"title": "T", "type": None}, headers=A)
+    valid(patched, "/observations/{id}", "patch")
+    valid(client.post("/import", json={}, headers=A), "/import", "post")
+    valid(client.post("/sessions/doc/end", headers=A), "/sessions/{id}/end", "post")
+    refused = client.post("/sessions/doc/end", headers=A)  # a second end
+    assert refused.status_code == 409
+    valid(refused, "/sessions/{id}/end", "post")
+
+
+# ---- what the document says the server holds to --------------------------------------------------
+
+
+@pytest.mark.parametrize("title", ["\x1c", " \x85\u3000", "\ufeff"])
+def test_the_document_and_the_server_agree_on_a_blank_title(client, title):
+    """strip()'s whitespace, not JSON Schema's `\\s`: U+001C is blank here, U+FEFF is not."""
+    _session(client, "s1")
+    schema = client.get("/openapi.json").json()["components"]["schemas"]["AgentOpsNewObservation"]
+    blank = not title.strip()
+    valid = jsonschema.Draft202012Validator(schema["properties"]["title"]).is_valid(title)
+    assert valid is not blank
+    assert _observe(client, title=title, content=f"blank {title!r}").status_code == (
+        400 if blank else 201
+    )
+
+
+def test_the_document_and_the_server_agree_on_a_projects_characters(client):
+    schema = client.get("/openapi.json").json()["components"]["schemas"]["AgentOpsNewObservation"]
+    project = jsonschema.Draft202012Validator(schema["properties"]["project"])
+    scope = jsonschema.Draft202012Validator(schema["properties"]["scope"])
+    # Not "\n": JSON Schema's `$` is ECMA-262's, the string's end; Python's re (jsonschema's)
+    # also matches it before a final newline (the shared Identifier pattern has it too).
+    for char in (chr(n) for n in range(128) if n != 10):
+        assert project.is_valid(f"p{char}") is (
+            agentops.holder_error(f"p{char}".lower(), "s") is None
+        )
+        assert scope.is_valid(f"s{char}") is (agentops.holder_error("p", f"s{char}") is None)
+
+
+def test_a_transcript_that_is_not_a_list_is_refused(client):
+    _session(client, "not-a-list")
+    before = head(client)
+    for messages in (0, "", {}, False):
+        answer = client.post("/sessions/not-a-list/end", json={"messages": messages}, headers=A)
+        assert answer.status_code == 400, answer.text  # was: no transcript, and ended
+        assert "messages must be a list" in answer.json()["error"]
+    assert head(client) == before
+    assert client.post("/sessions/not-a-list/end", json={"messages": None}, headers=A).is_success
+
+
+def test_an_import_list_that_is_not_a_list_is_refused(client):
+    before = head(client)
+    for empty in (0, "", {}, False):
+        answer = client.post("/import", json={"sessions": empty}, headers=A)
+        assert answer.status_code == 400 and answer.json() == {"error": "sessions must be a list"}
+    assert head(client) == before
+
+
+@pytest.mark.parametrize("name", ["scope", "topic_key"])
+@pytest.mark.parametrize("value", [0, False, [], {}, 7])
+def test_a_scope_or_topic_key_that_is_not_a_string_is_refused(client, name, value):
+    _session(client, "s1")
+    before = head(client)
+    answer = _observe(client, **{name: value})
+    assert answer.status_code == 400  # was: 0 or [] taken as absent, 7 as the scope "7"
+    assert answer.json() == {"error": f"validation failed: {name} must be a string"}
+    assert head(client) == before
+
+
+def test_a_project_keeping_observations_fits_any_scope_in_the_holders_id(client):
+    _session(client, "s1")
+    longest = "p" * agentops.MAX_HOLDER_PROJECT
+    assert _observe(client, project=longest, scope="s" * agentops.MAX_SCOPE).status_code == 201
+    before = head(client)
+    answer = _observe(client, project=longest + "p")  # was taken with the default scope
+    assert answer.status_code == 400
+    assert answer.json() == {"error": "project exceeds 67 chars for observations"}
+    assert head(client) == before
+
+
+def test_a_patch_holds_the_limits_of_a_new_observation(client):
+    _session(client, "s1")
+    obs = _observe(client, content="limits").json()["id"]
+    before = head(client)
+    for change, message in (
+        ({"content": "x" * (agentops.MAX_CONTENT + 1)}, "content exceeds 50000 chars"),
+        ({"tags": ["x" * (agentops.MAX_TAG + 1)]}, "tag exceeds 100 chars"),
+    ):
+        answer = client.patch(f"/observations/{obs}", json=change, headers=A)
+        assert answer.status_code == 400 and answer.json() == {"error": message}
+    assert head(client) == before
+
+
+def test_observations_recent_is_its_own_route(client):
+    assert client.get("/observations/recent", headers=A).status_code == 200
+    answer = client.patch("/observations/recent", json={"title": "t"}, headers=A)
+    assert answer.json() == {"error": "invalid observation id"}  # as before: not an id
 
 
 # ---- our tenancy and our log ---------------------------------------------------------------------
