@@ -30,10 +30,10 @@ from sections.views import Extra
 
 from .apidoc import IDEMPOTENCY_KEY, Reply, keep_operation, operation
 from .apidoc.models import RecordReply
-from .apidoc.operation import ETAG
 from .auth import Principal
 from .errors import ApiError, error_response, from_exception
 from .item_models import (
+    ETAG_ALWAYS,
     IF_MATCH_VERSION,
     ITEM_PATH,
     EventsQuery,
@@ -70,8 +70,10 @@ ITEM_PARAMS = frozenset(("id", "kind", *_FILTERS))
 EVENT_PARAMS = frozenset(("type", *_FILTERS))
 # What an item write says of itself: its headers and its answer, the record and the new version.
 _ITEM_WRITE = {"headers": (IDEMPOTENCY_KEY, IF_MATCH_VERSION), "writes": True, "tags": ("items",)}
-_ITEMS = Reply(ItemList, headers=(ETAG,))
-_WRITTEN = Reply(RecordReply, "durable: the record's exact line under `record`", headers=(ETAG,))
+_ITEMS = Reply(ItemList, headers=(ETAG_ALWAYS,))
+_WRITTEN = Reply(
+    RecordReply, "durable: the record's exact line under `record`", headers=(ETAG_ALWAYS,)
+)
 STATE_AT_CALLS = (
     1  # replays at once: a second one only shares the GIL (bench/state_at.py); 429 busy
 )
@@ -332,7 +334,7 @@ class Api:
             201: Reply(
                 ItemAdded | ItemsAdded,
                 "durable: the record, and the item (`item`) or the batch's (`items`)",
-                headers=(ETAG,),
+                headers=(ETAG_ALWAYS,),
             )
         },
         **_ITEM_WRITE,
@@ -409,7 +411,7 @@ class Api:
         "the session's timeline: items with an event type across sections in write order, each "
         "with its type; leaves an items.read record (purpose events)",
         query=EventsQuery,
-        replies={200: Reply(ItemEventList, headers=(ETAG,))},
+        replies={200: Reply(ItemEventList, headers=(ETAG_ALWAYS,))},
         tags=("items",),
     )
     async def get_events(self, request: Request) -> Response:
@@ -428,7 +430,7 @@ class Api:
         "one item; leaves an items.read record",
         query=ItemReadQuery,
         path=ITEM_PATH,
-        replies={200: Reply(ItemView, headers=(ETAG,))},
+        replies={200: Reply(ItemView, headers=(ETAG_ALWAYS,))},
         tags=("items",),
     )
     async def get_item(self, request: Request) -> Response:

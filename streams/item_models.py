@@ -19,7 +19,7 @@ from sections.config import LIFETIMES, POLICIES
 from sections.item_filter import MAX_PAGE
 
 from .apidoc.models import Count, Hex64, JsonObject, Open, Record, SafeInt, Strict, Time
-from .apidoc.operation import IF_MATCH
+from .apidoc.operation import ETAG, IF_MATCH
 from .settings import Settings
 
 # A record's payload is I-JSON (eventstore/jcs.py): a number within ±(2**53-1), or a double of
@@ -50,6 +50,7 @@ ItemId = Annotated[
 # streams/api.py `_expected_version`: surrounding spaces, one W/, any quotes around the digits.
 Version = Annotated[str, Field(pattern=r'^\s*(W/)?"*-?[0-9]{1,18}"*\s*$')]
 IF_MATCH_VERSION = replace(IF_MATCH, type=Version)
+ETAG_ALWAYS = replace(ETAG, required=True)  # every item answer carries the session's version
 ITEM_PATH = {"item": (ItemId, "the item's id")}
 # The service's default; a service may set another (413 batch_too_large beyond it).
 MAX_BATCH = Settings.max_batch_items
