@@ -56,7 +56,7 @@ ITEM_PATH = {"item": (ItemId, "the item's id")}
 MAX_BATCH = Settings.max_batch_items
 
 
-def _no_null_defaults(schema: dict[str, Any]) -> None:
+def _absent_unless_given(schema: dict[str, Any]) -> None:
     """Leave out `default: null` of an optional field: absent means "not given", and a null
     there is refused where the field's type has no null (a generator would send it)."""
     for field in schema.get("properties", {}).values():
@@ -64,12 +64,17 @@ def _no_null_defaults(schema: dict[str, Any]) -> None:
             del field["default"]
 
 
-class _Body(Strict):
-    model_config = ConfigDict(extra="forbid", json_schema_extra=_no_null_defaults)
+def _at_least_one(schema: dict[str, Any]) -> None:
+    _absent_unless_given(schema)
+    schema["minProperties"] = 1  # the core refuses an empty change
 
 
-class _Query(Strict):
-    model_config = ConfigDict(extra="forbid", json_schema_extra=_no_null_defaults)
+class _Fields(Strict):
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_absent_unless_given)
+
+
+class _Changes(Strict):
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_at_least_one)
 
 
 # -- bodies
@@ -82,7 +87,7 @@ class ItemToolCall(Open):
     __pydantic_extra__: dict[str, ItemJson]  # type: ignore[assignment]
 
 
-class ItemToAdd(_Body):
+class ItemToAdd(_Fields):
     """One item (sections/commands.py `_fields`)."""
 
     content: ItemJson = Field(description="the item's content: a string or any JSON")
@@ -104,7 +109,7 @@ class ItemToAdd(_Body):
     agent_calls: list[ItemJson] | None = None
 
 
-class ItemBatchToAdd(_Body):
+class ItemBatchToAdd(_Fields):
     """Many items in one record: all are added or none."""
 
     items: list[ItemToAdd] = Field(
@@ -112,16 +117,8 @@ class ItemBatchToAdd(_Body):
     )
 
 
-class ItemUpdate(_Body):
+class ItemUpdate(_Changes):
     """The fields an update sets (sections/commands.py UPDATABLE); the others stay."""
-
-    model_config = ConfigDict(
-        extra="forbid",
-        json_schema_extra=lambda schema: (
-            _no_null_defaults(schema),
-            schema.update(minProperties=1),
-        ),  # type: ignore[misc]
-    )
 
     content: ItemJson = None
     tags: list[str] = None  # type: ignore[assignment]
@@ -134,18 +131,10 @@ class ItemUpdate(_Body):
 Positive = Annotated[int, Field(ge=1, le=MAX_SAFE_INTEGER)]
 
 
-class SectionSettingsChange(_Body):
+class SectionSettingsChange(_Changes):
     """The settings a session changes of one section (sections/config.py SETTINGS), or those of
     a section it adds. The core also refuses some combinations: policy "none" of a mutable
     section with a budget or max_items; compact_at_tokens over budget_tokens."""
-
-    model_config = ConfigDict(
-        extra="forbid",
-        json_schema_extra=lambda schema: (
-            _no_null_defaults(schema),
-            schema.update(minProperties=1),
-        ),  # type: ignore[misc]
-    )
 
     budget_tokens: Positive | None = Field(None, description="null: unbounded")
     policy: Literal[POLICIES] = None  # type: ignore[valid-type]
@@ -165,7 +154,7 @@ Names = Annotated[list[str], Field(description="may repeat: any of them")]
 Page = Annotated[int, Field(ge=0, le=MAX_PAGE)]
 
 
-class ItemReadQuery(_Query):
+class ItemReadQuery(_Fields):
     reader: Literal["agent", "operator"] = Field(
         None, description="who reads: an operator's read counts for no eviction policy (agent)"
     )
@@ -205,7 +194,7 @@ class ItemView(Open):
 
     id: ItemId
     section: str
-    content: Any = Field(description="null while the item is erased or not yet read back")
+    content: Any = Field(description="a string or any JSON, as it was written")
     tokens: Count
     kind: str | None
     role: str | None
