@@ -36,6 +36,7 @@ from .item_models import (
     ETAG_ALWAYS,
     IF_MATCH_VERSION,
     ITEM_PATH,
+    SECTION_PATH,
     EventsQuery,
     ItemAdded,
     ItemBatchToAdd,
@@ -315,6 +316,7 @@ class Api:
         "configureSection",
         "change a section's settings for this session (or add the section)",
         body=SectionSettingsChange,
+        path=SECTION_PATH,
         replies={200: _WRITTEN},
         **_ITEM_WRITE,
     )

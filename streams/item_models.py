@@ -52,6 +52,9 @@ Version = Annotated[str, Field(pattern=r'^\s*(W/)?"*-?[0-9]{1,18}"*\s*$')]
 IF_MATCH_VERSION = replace(IF_MATCH, type=Version)
 ETAG_ALWAYS = replace(ETAG, required=True)  # every item answer carries the session's version
 ITEM_PATH = {"item": (ItemId, "the item's id")}
+# sections/config.py SectionConfig: a section's name is an identifier not starting with "_".
+SectionName = Annotated[str, Field(pattern=r"^[A-Za-z0-9.:@/+-][A-Za-z0-9._:@/+-]{0,127}$")]
+SECTION_PATH = {"section": (SectionName, "the section's name: an identifier not starting with _")}
 # The service's default; a service may set another (413 batch_too_large beyond it).
 MAX_BATCH = Settings.max_batch_items
 

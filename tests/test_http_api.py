@@ -317,6 +317,11 @@ def test_openapi_describes_the_item_operations_from_their_models(client):
         assert answer.headers["etag"] == client.get(f"/v1/sessions/{S}").headers["etag"]
         _schema_of(doc, op["responses"]["200"]["content"]).validate(answer.json())
     assert not _schema_of(doc, ops[writes[0][0]]["requestBody"]["content"]).is_valid({})
+    # A section's name must not start with "_" (reserved): the document says so, the core refuses.
+    (name,) = [p for p in ops[writes[1][0]]["parameters"] if p["name"] == "section"]
+    assert not jsonschema.Draft202012Validator(name["schema"]).is_valid("_mine")
+    refused = client.put(f"/v1/sessions/{S}/sections/_mine", json={"policy": "fifo"})
+    assert refused.status_code == 400, refused.text
 
 
 def test_reads_context_and_state_at(client):
