@@ -28,9 +28,28 @@ from sections.memory import Memory, Session
 from sections.session import item_ids
 from sections.views import Extra
 
-from .apidoc import keep_operation
+from .apidoc import IDEMPOTENCY_KEY, Reply, keep_operation, operation
+from .apidoc.models import RecordReply
 from .auth import Principal
 from .errors import ApiError, error_response, from_exception
+from .item_models import (
+    ETAG_ALWAYS,
+    IF_MATCH_VERSION,
+    ITEM_PATH,
+    SECTION_PATH,
+    EventsQuery,
+    ItemAdded,
+    ItemBatchToAdd,
+    ItemEventList,
+    ItemList,
+    ItemReadQuery,
+    ItemsAdded,
+    ItemsQuery,
+    ItemToAdd,
+    ItemUpdate,
+    ItemView,
+    SectionSettingsChange,
+)
 from .json_body import parse_object, read_body
 from .responses import json_response, record_json, send_json
 from .routing import RawRoute, routes_of
@@ -50,6 +69,12 @@ LIST_PAGING = frozenset(("limit", "offset", "since", "until"))
 _FILTERS = ("role", "since", "until", "recent", "offset", "limit", "reader", "token")
 ITEM_PARAMS = frozenset(("id", "kind", *_FILTERS))
 EVENT_PARAMS = frozenset(("type", *_FILTERS))
+# What an item write says of itself: its headers and its answer, the record and the new version.
+_ITEM_WRITE = {"headers": (IDEMPOTENCY_KEY, IF_MATCH_VERSION), "writes": True, "tags": ("items",)}
+_ITEMS = Reply(ItemList, headers=(ETAG_ALWAYS,))
+_WRITTEN = Reply(
+    RecordReply, "durable: the record's exact line under `record`", headers=(ETAG_ALWAYS,)
+)
 STATE_AT_CALLS = (
     1  # replays at once: a second one only shares the GIL (bench/state_at.py); 429 busy
 )
@@ -287,6 +312,14 @@ class Api:
         args = (_string(body, "section"),)
         return await self._write(request, self._writer_session(request), specs.COMMIT, args)
 
+    @operation(
+        "configureSection",
+        "change a section's settings for this session (or add the section)",
+        body=SectionSettingsChange,
+        path=SECTION_PATH,
+        replies={200: _WRITTEN},
+        **_ITEM_WRITE,
+    )
     async def configure_section(self, request: Request) -> Response:
         session = self._writer_session(request)
         body = _only(await self._body(request), SETTINGS, "section settings")
@@ -295,6 +328,19 @@ class Api:
 
     # -- items
 
+    @operation(
+        "addItems",
+        "add an item, or a batch {items: [...]} in one record (all or none)",
+        body=ItemToAdd | ItemBatchToAdd,
+        replies={
+            201: Reply(
+                ItemAdded | ItemsAdded,
+                "durable: the record, and the item (`item`) or the batch's (`items`)",
+                headers=(ETAG_ALWAYS,),
+            )
+        },
+        **_ITEM_WRITE,
+    )
     async def add_items(self, scope: Scope, receive: Receive):
         """POST .../items, a lean route (`lean`): the hot write path, with no Starlette request
         or response. The same checks in the same order as every other write: principal, session,
@@ -332,6 +378,26 @@ class Api:
         etag = b'"%d"' % session.version
         return 201, orjson.dumps(content), [(b"etag", etag)]
 
+    @operation(
+        "listSessionItems",
+        "items of every section, filtered; leaves an items.read record",
+        query=ItemsQuery,
+        replies={200: _ITEMS},
+        tags=("items",),
+    )
+    async def list_session_items(self, request: Request) -> Response:
+        return await self.get_items(request)
+
+    @operation(
+        "listSectionItems",
+        "items of a section, filtered (or ?id= those); leaves an items.read record",
+        query=ItemsQuery,
+        replies={200: _ITEMS},
+        tags=("items",),
+    )
+    async def list_section_items(self, request: Request) -> Response:
+        return await self.get_items(request)
+
     async def get_items(self, request: Request) -> Response:
         """GET .../items?kind=&role=&since=&until=&recent=&offset=&limit= (sections/item_filter.py;
         kind and role may repeat; times in µs or ISO-8601), or ?id= (repeats) for those items."""
@@ -342,6 +408,14 @@ class Api:
         views = await self._run(session, specs.READ_ITEMS, args)
         return json_response({"items": [v.to_json() for v in views]}, headers=self._etag(session))
 
+    @operation(
+        "listSessionEvents",
+        "the session's timeline: items with an event type across sections in write order, each "
+        "with its type; leaves an items.read record (purpose events)",
+        query=EventsQuery,
+        replies={200: Reply(ItemEventList, headers=(ETAG_ALWAYS,))},
+        tags=("items",),
+    )
     async def get_events(self, request: Request) -> Response:
         """GET .../events?type=&role=&since=&until=&recent=&offset=&limit=: the session's
         timeline (`Session.events`), traced as an `items.read` of purpose `events`."""
@@ -353,6 +427,14 @@ class Api:
         events = [{"type": event_type(v), **v.to_json()} for v in views]  # type: ignore[arg-type]
         return json_response({"events": events}, headers=self._etag(session))
 
+    @operation(
+        "getItem",
+        "one item; leaves an items.read record",
+        query=ItemReadQuery,
+        path=ITEM_PATH,
+        replies={200: Reply(ItemView, headers=(ETAG_ALWAYS,))},
+        tags=("items",),
+    )
     async def get_item(self, request: Request) -> Response:
         session = self._session(self.service.principal(request, "read"), request)
         path = request.path_params
@@ -360,12 +442,27 @@ class Api:
         views = await self._run(session, specs.READ_ITEMS, args)
         return json_response(views[0].to_json(), headers=self._etag(session))
 
+    @operation(
+        "updateItem",
+        "update an item's content, tags, priority, metadata, kind or role",
+        body=ItemUpdate,
+        path=ITEM_PATH,
+        replies={200: _WRITTEN},
+        **_ITEM_WRITE,
+    )
     async def update_item(self, request: Request) -> Response:
         session = self._writer_session(request)
         body = _only(await self._body(request), UPDATABLE, "item fields to update")
         args = (request.path_params["section"], request.path_params["item"], body)
         return await self._write(request, session, specs.UPDATE_ITEM, args)
 
+    @operation(
+        "removeItem",
+        "remove an item (its content stays in the log until erased)",
+        path=ITEM_PATH,
+        replies={200: _WRITTEN},
+        **_ITEM_WRITE,
+    )
     async def remove_item(self, request: Request) -> Response:
         path = request.path_params
         args = (path["section"], item_ids(path["item"]))
@@ -544,10 +641,13 @@ def routes(service: Service) -> list[RawRoute]:
         (s + "/context", {"POST": api.context}),
         (s + "/state", {"GET": api.state_at}),
         (s + "/erase", {"POST": api.erase}),
-        (s + "/items", {"GET": api.get_items}),
+        (s + "/items", {"GET": api.list_session_items}),
         (s + "/events", {"GET": api.get_events}),
         (s + "/sections/{section}", {"PUT": api.configure_section}),
-        (s + "/sections/{section}/items", {"POST": lean(api.add_items), "GET": api.get_items}),
+        (
+            s + "/sections/{section}/items",
+            {"POST": lean(api.add_items), "GET": api.list_section_items},
+        ),
         (
             s + "/sections/{section}/items/{item}",
             {"GET": api.get_item, "PATCH": api.update_item, "DELETE": api.remove_item},

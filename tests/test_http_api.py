@@ -12,6 +12,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 import httpx
+import jsonschema
 import pytest
 from server import ROOT, Server
 
@@ -227,6 +228,100 @@ def test_bad_input_is_a_4xx_json_error_and_appends_nothing(
     error = response.json()["error"]
     assert error["code"] and error["message"]
     assert _head(client) == head
+
+
+def _schema_of(doc: dict, content: dict) -> jsonschema.Draft202012Validator:
+    """A validator of the JSON body `content` (a request body's or reply's) describes, its $refs
+    resolved in the document."""
+    schema = {**content["application/json"]["schema"], "components": doc["components"]}
+    return jsonschema.Draft202012Validator(schema)
+
+
+ITEM_OPERATIONS = {
+    ("/v1/sessions/{session}/items", "get"): "listSessionItems",
+    ("/v1/sessions/{session}/events", "get"): "listSessionEvents",
+    ("/v1/sessions/{session}/sections/{section}", "put"): "configureSection",
+    ("/v1/sessions/{session}/sections/{section}/items", "post"): "addItems",
+    ("/v1/sessions/{session}/sections/{section}/items", "get"): "listSectionItems",
+    ("/v1/sessions/{session}/sections/{section}/items/{item}", "get"): "getItem",
+    ("/v1/sessions/{session}/sections/{section}/items/{item}", "patch"): "updateItem",
+    ("/v1/sessions/{session}/sections/{section}/items/{item}", "delete"): "removeItem",
+}
+
+
+def test_openapi_describes_the_item_operations_from_their_models(client):
+    doc = client.get("/openapi.json").json()
+    ops = {key: doc["paths"][key[0]][key[1]] for key in ITEM_OPERATIONS}
+    assert {key: op["operationId"] for key, op in ops.items()} == ITEM_OPERATIONS
+    s = "/v1/sessions/{session}"
+    add = ops[(s + "/sections/{section}/items", "post")]
+    # The lean route keeps its operation: its write headers and its answer's ETag.
+    assert {p["name"] for p in add["parameters"] if p["in"] == "header"} == {
+        "Idempotency-Key",
+        "If-Match",
+    }
+    assert set(add["responses"]["201"]["headers"]) == {"ETag"}
+    assert {"413", "415", "503", "507", "4XX"} <= set(add["responses"])
+
+    assert client.put(f"/v1/sessions/{S}").status_code == 201
+    body = _schema_of(doc, add["requestBody"]["content"])
+    assert body.is_valid({"content": "x", "kind": "user_message", "tags": ["a"]})
+    assert body.is_valid({"items": [{"content": {"any": ["json", 1.5]}}]})
+    for refused in ({"kind": "no content"}, {"content": "x", "items": []}, {"items": []},
+                    {"content": 2**53}, {"content": "x", "colour": "red"}):  # fmt: skip
+        assert not body.is_valid(refused), refused
+        answer = client.post(f"/v1/sessions/{S}/sections/findings/items", json=refused)
+        assert answer.status_code == 400, (refused, answer.text)
+
+    items = f"/v1/sessions/{S}/sections/findings/items"
+    version = client.get(f"/v1/sessions/{S}").headers["etag"].strip('"')
+    added = client.post(
+        items,
+        json={"content": "fact", "role": "user", "tool_calls": [{"id": "c1", "function": {}}]},
+        headers={"If-Match": version, "Idempotency-Key": "k1"},
+    )
+    assert added.status_code == 201, added.text
+    _schema_of(doc, add["responses"]["201"]["content"]).validate(added.json())
+    item = added.json()["item"]["id"]
+    batch = client.post(items, json={"items": [{"content": "a"}, {"content": "b"}]})
+    _schema_of(doc, add["responses"]["201"]["content"]).validate(batch.json())
+
+    reads = {
+        (s + "/items", "get"): f"/v1/sessions/{S}/items?kind=x&kind=user_message&role=user",
+        (s + "/events", "get"): f"/v1/sessions/{S}/events?since=2020-01-01T00:00:00Z&limit=5",
+        (s + "/sections/{section}/items", "get"): f"{items}?id={item}&since=0",
+        (s + "/sections/{section}/items/{item}", "get"): f"{items}/{item}?reader=operator",
+    }
+    for key, url in reads.items():
+        answer = client.get(url)
+        assert answer.status_code == 200, (url, answer.text)
+        assert set(ops[key]["responses"]["200"]["headers"]) == {"ETag"}
+        _schema_of(doc, ops[key]["responses"]["200"]["content"]).validate(answer.json())
+    assert client.get(reads[(s + "/events", "get")]).json()["events"][0]["type"] == "user_message"
+
+    writes = [
+        ((s + "/sections/{section}/items/{item}", "patch"), "PATCH", f"{items}/{item}",
+         {"priority": 2, "kind": None}),
+        ((s + "/sections/{section}", "put"), "PUT", f"/v1/sessions/{S}/sections/findings",
+         {"budget_tokens": 9000, "policy": "fifo"}),
+        ((s + "/sections/{section}/items/{item}", "delete"), "DELETE", f"{items}/{item}", None),
+    ]  # fmt: skip
+    for key, method, url, change in writes:
+        op = ops[key]
+        assert {"Idempotency-Key", "If-Match"} <= {p["name"] for p in op["parameters"]}
+        if change is not None:
+            assert _schema_of(doc, op["requestBody"]["content"]).is_valid(change)
+        version = client.get(f"/v1/sessions/{S}").headers["etag"]
+        answer = client.request(method, url, json=change, headers={"If-Match": "W/" + version})
+        assert answer.status_code == 200, (key, answer.text)
+        assert answer.headers["etag"] == client.get(f"/v1/sessions/{S}").headers["etag"]
+        _schema_of(doc, op["responses"]["200"]["content"]).validate(answer.json())
+    assert not _schema_of(doc, ops[writes[0][0]]["requestBody"]["content"]).is_valid({})
+    # A section's name must not start with "_" (reserved): the document says so, the core refuses.
+    (name,) = [p for p in ops[writes[1][0]]["parameters"] if p["name"] == "section"]
+    assert not jsonschema.Draft202012Validator(name["schema"]).is_valid("_mine")
+    refused = client.put(f"/v1/sessions/{S}/sections/_mine", json={"policy": "fifo"})
+    assert refused.status_code == 400, refused.text
 
 
 def test_reads_context_and_state_at(client):
