@@ -28,7 +28,8 @@ from sections.memory import Memory, Session
 from sections.session import item_ids
 from sections.views import Extra
 
-from .apidoc import keep_operation
+from . import session_models as sm
+from .apidoc import IDEMPOTENCY_KEY, Reply, keep_operation, operation
 from .auth import Principal
 from .errors import ApiError, error_response, from_exception
 from .json_body import parse_object, read_body
@@ -44,6 +45,7 @@ LeanHandler = Callable[[Scope, Receive], Awaitable[tuple[int, bytes, list[tuple[
 LARGE_BODY = 256 * 1024
 # Context injection (sections/inject.py): observations for a query, recent sessions' summaries.
 CONTEXT_EXTRAS = ("query", "observations", "summaries", "observation_chars", "facts", "sessions")
+CONTEXT_FIELDS = ("budget", "sections", "reader", *CONTEXT_EXTRAS)
 COMPACT_FIELDS = frozenset(("target_bytes", "section", "budget", "sections"))
 # Query parameters of the reads (`token` is a credential: streams/auth.py).
 LIST_PAGING = frozenset(("limit", "offset", "since", "until"))
@@ -166,6 +168,14 @@ class Api:
 
     # -- sessions
 
+    @operation(
+        "listSessions",
+        "the tenant's sessions in creation order, paged, filtered by last activity and metadata",
+        query=sm.SessionListQuery,
+        free_query=sm.METADATA_FILTERS,
+        replies={200: sm.SessionList},
+        tags=("sessions",),
+    )
     async def list_sessions(self, request: Request) -> Response:
         """GET /v1/sessions: `limit`, `offset` page, `since`/`until` bound the last activity
         (µs or ISO-8601); every other parameter is a metadata filter (`app=` or
@@ -182,6 +192,18 @@ class Api:
         sessions = self.memory(p).list_sessions(p.tenant, where=filters, **paging)
         return json_response({"sessions": sessions})
 
+    @operation(
+        "createSession",
+        "create a session with a server-made id; with Idempotency-Key a retry gives the same one",
+        headers=(IDEMPOTENCY_KEY,),
+        body=sm.SessionCreateRequest,
+        body_required=False,
+        replies={
+            201: Reply(sm.SessionCreated, "created", headers=(sm.LOCATION_SENT, sm.ETAG_SENT))
+        },
+        writes=True,
+        tags=("sessions",),
+    )
     async def create_session(self, request: Request) -> Response:
         """POST /v1/sessions: a session with a server-made id; 201 with `Location`. With an
         Idempotency-Key the id is derived from the key, so a retry answers the same session
@@ -201,6 +223,18 @@ class Api:
         location = "/v1/sessions/" + quote(record.session, safe="")
         return json_response(content, 201, {"Location": location, **self._etag(session)})
 
+    @operation(
+        "putSession",
+        "get or create a session: 201 created (the settings and seeds apply), 200 it existed",
+        body=sm.SessionCreateRequest,
+        body_required=False,
+        replies={
+            201: Reply(sm.SessionCreated, "created", headers=(sm.ETAG_SENT,)),
+            200: Reply(sm.SessionExisted, "it existed: nothing appended", headers=(sm.ETAG_SENT,)),
+        },
+        writes=True,
+        tags=("sessions",),
+    )
     async def put_session(self, request: Request) -> Response:
         p = self.service.principal(request, "write")
         metadata, sections, counter = _session_body(await self._body(request, required=False))
@@ -217,6 +251,12 @@ class Api:
         content = {"record": record_json(record) if record else None, "session": session.info()}
         return json_response(content, 201 if created else 200, self._etag(session))
 
+    @operation(
+        "getSession",
+        "a session, its sections and version (ETag)",
+        replies={200: Reply(sm.SessionDetail, headers=(sm.ETAG_SENT,))},
+        tags=("sessions",),
+    )
     async def get_session(self, request: Request) -> Response:
         session = self._session(self.service.principal(request, "read"), request)
         info = session.info()
@@ -247,16 +287,36 @@ class Api:
             record = await self._run(session, spec, args, request)
         return json_response({"record": record_json(record)}, headers=self._etag(session))
 
+    @operation(
+        "deleteSession",
+        "delete a session",
+        headers=sm.WRITE_HEADERS,
+        replies={200: sm.SessionWritten},
+        writes=True,
+        tags=("sessions",),
+    )
     async def delete_session(self, request: Request) -> Response:
         session = self._session(self.service.principal(request, "write"), request)
         with self.service.write():
             record = await self._run(session, specs.DELETE_SESSION, (), request)
         return json_response({"record": record_json(record)})
 
+    @operation(
+        "sessionStats",
+        "a session's items, and its tokens and evictions by section",
+        replies={200: sm.SessionStats},
+        tags=("sessions",),
+    )
     async def stats(self, request: Request) -> Response:
         session = self._session(self.service.principal(request, "read"), request)
         return json_response(session.stats())
 
+    @operation(
+        "tenantStats",
+        "the tenant's sessions, items, and tokens and evictions by section",
+        replies={200: sm.SessionStats},
+        tags=("sessions",),
+    )
     async def tenant_stats(self, request: Request) -> Response:
         p = self.service.principal(request, "read")
         return json_response(self.memory(p).stats(p.tenant))
@@ -264,6 +324,16 @@ class Api:
     def _writer_session(self, request: Request) -> Session:
         return self._session(self.service.principal(request, "write"), request)
 
+    @operation(
+        "endSession",
+        "end the session (session.ended, then its summary), optionally after its transcript",
+        headers=sm.WRITE_HEADERS,
+        body=sm.SessionEndRequest,
+        body_required=False,
+        replies={200: sm.WRITTEN},
+        writes=True,
+        tags=("sessions",),
+    )
     async def end_session(self, request: Request) -> Response:
         """POST .../end, optionally {"messages": [{role, content}]}: a transcript, recorded as
         the session's messages before the end, so its summary counts them."""
@@ -279,11 +349,29 @@ class Api:
             record = await self._command(session, specs.END_SESSION, args, key, None, 0)
         return json_response({"record": record_json(record)}, headers=self._etag(session))
 
+    @operation(
+        "endTurn",
+        "end the turn: clears the turn-lifetime sections (turn.ended)",
+        headers=sm.WRITE_HEADERS,
+        replies={200: sm.WRITTEN},
+        writes=True,
+        tags=("sessions",),
+    )
     async def end_turn(self, request: Request) -> Response:
         return await self._write(request, self._writer_session(request), specs.END_TURN)
 
+    @operation(
+        "commitSession",
+        "commit the commit-lifetime sections (or one): they survive a restart",
+        headers=sm.WRITE_HEADERS,
+        body=sm.SessionCommitRequest,
+        body_required=False,
+        replies={200: sm.WRITTEN},
+        writes=True,
+        tags=("sessions",),
+    )
     async def commit(self, request: Request) -> Response:
-        body = await self._body(request, required=False)
+        body = _known(await self._body(request, required=False), ("section",), "a commit")
         args = (_string(body, "section"),)
         return await self._write(request, self._writer_session(request), specs.COMMIT, args)
 
@@ -373,9 +461,20 @@ class Api:
 
     # -- context, state, erasure
 
+    @operation(
+        "assembleContext",
+        "the context within a token budget, as messages; its context.assembled record is the "
+        "manifest (the read's trace)",
+        body=sm.SessionContextRequest,
+        body_required=False,
+        replies={200: sm.SessionContext},
+        writes=True,
+        tags=("sessions",),
+    )
     async def context(self, request: Request) -> Response:
         session = self._session(self.service.principal(request, "read"), request)
         body = await self._body(request, required=False)
+        _known(body, CONTEXT_FIELDS, "context")
         budget = body.get("budget", 8000)
         sections = body.get("sections")
         if sections is not None and (
@@ -389,6 +488,15 @@ class Api:
             record, messages = await self._run(session, specs.ASSEMBLE_CONTEXT, args)
         return json_response({"record": record_json(record), "messages": messages})
 
+    @operation(
+        "compactSession",
+        "after a payload too large: compact a section until the context fits target_bytes",
+        headers=sm.WRITE_HEADERS,
+        body=sm.SessionCompactRequest,
+        replies={200: Reply(sm.SessionCompacted, headers=(sm.ETAG_SENT,))},
+        writes=True,
+        tags=("sessions",),
+    )
     async def compact(self, request: Request) -> Response:
         """POST .../compact {target_bytes, section?, budget?, sections?}: after a "payload too
         large", compact until the context fits (docs/compaction.md); the server's summarizer."""
@@ -409,6 +517,28 @@ class Api:
             outcome = await self._run(session, specs.COMPACT_FOR_PAYLOAD, args, request)
         return json_response({"compaction": outcome}, headers=self._etag(session))
 
+    @operation(
+        "tenantStateAt",
+        "every session of the tenant as it was at seq `at` (an operator's read: traced)",
+        query=sm.SessionStateQuery,
+        replies={200: sm.SessionStateReply, 429: sm.BUSY},
+        writes=True,
+        tags=("sessions",),
+    )
+    async def tenant_state(self, request: Request) -> Response:
+        return await self.state_at(request)
+
+    @operation(
+        "sessionStateAt",
+        "the session as it was at seq `at` (an operator's read: traced)",
+        query=sm.SessionStateQuery,
+        replies={200: sm.SessionStateReply, 429: sm.BUSY},
+        writes=True,
+        tags=("sessions",),
+    )
+    async def session_state(self, request: Request) -> Response:
+        return await self.state_at(request)
+
     async def state_at(self, request: Request) -> Response:
         """Time travel. Each call replays from the nearest snapshot or checkpoint on a worker
         thread; at most STATE_AT_CALLS run at once (the replay holds the GIL in bursts that
@@ -417,8 +547,10 @@ class Api:
         at = _int_param(request, "at")
         memory = self.memory(p)
         head = memory.writer.size - 1
-        if at is None or not 0 <= at <= head:
+        if at is None or at < 0:
             raise ApiError(400, "invalid_input", f"give ?at=SEQ with 0 <= SEQ <= {head}")
+        if at > head:  # a well-formed seq the log has not reached: no such state (yet)
+            raise ApiError(404, "not_found", f"seq {at} is not written yet: the head is {head}")
         if self._state_calls >= STATE_AT_CALLS:
             return error_response(
                 429,
@@ -436,12 +568,23 @@ class Api:
             self._state_calls -= 1
         return json_response({"at": at, "sessions": sessions})
 
+    @operation(
+        "eraseSession",
+        "admin: erase items from the files ({ids, reason}) or the whole session ({all, reason})",
+        body=sm.SessionEraseRequest,
+        replies={200: sm.SessionErased},
+        writes=True,
+        tags=("sessions",),
+    )
     async def erase(self, request: Request) -> Response:
         session = self._session(self.service.principal(request, "admin"), request)
-        body = await self._body(request)
+        body = _known(await self._body(request), ("reason", "ids", "all"), "an erase")
         reason = _string(body, "reason", required=True)
+        erase_all = body.get("all", False)
+        if type(erase_all) is not bool or (erase_all and "ids" in body):
+            raise ApiError(400, "invalid_input", 'give "ids": [item ids] or "all": true, not both')
         with self.service.write():
-            if body.get("all") is True:
+            if erase_all:
                 record = await self._run(session, specs.ERASE_SESSION, (reason,))
                 return json_response({"record": record_json(record), "erased": "session"})
             ids = body.get("ids")
@@ -470,6 +613,19 @@ def _session_body(body: dict) -> tuple[dict | None, dict | None, str | None]:
     if sections is not None and type(sections) is not dict:
         raise ApiError(400, "invalid_input", "sections must be an object of per-section settings")
     return metadata, sections, counter
+
+
+def _known(body: dict, fields: tuple[str, ...], what: str) -> dict:
+    """`body`, refused when it holds a field `what` does not take: a misspelt option must not
+    be ignored in silence."""
+    unknown = set(body) - set(fields)
+    if unknown:
+        raise ApiError(
+            400,
+            "invalid_input",
+            f"unknown fields {sorted(unknown)}; {what} takes {', '.join(fields)}",
+        )
+    return body
 
 
 def _time_param(name: str, value: str) -> int:
@@ -534,7 +690,7 @@ def routes(service: Service) -> list[RawRoute]:
     table: list[tuple[str, dict[str, Callable]]] = [
         ("/v1/sessions", {"GET": api.list_sessions, "POST": api.create_session}),
         ("/v1/stats", {"GET": api.tenant_stats}),
-        ("/v1/state", {"GET": api.state_at}),
+        ("/v1/state", {"GET": api.tenant_state}),
         (s, {"PUT": api.put_session, "GET": api.get_session, "DELETE": api.delete_session}),
         (s + "/stats", {"GET": api.stats}),
         (s + "/end", {"POST": api.end_session}),
@@ -542,7 +698,7 @@ def routes(service: Service) -> list[RawRoute]:
         (s + "/commit", {"POST": api.commit}),
         (s + "/compact", {"POST": api.compact}),
         (s + "/context", {"POST": api.context}),
-        (s + "/state", {"GET": api.state_at}),
+        (s + "/state", {"GET": api.session_state}),
         (s + "/erase", {"POST": api.erase}),
         (s + "/items", {"GET": api.get_items}),
         (s + "/events", {"GET": api.get_events}),
