@@ -18,11 +18,12 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from eventstore.errors import InvalidInput, LedgerError
+from eventstore.jcs import MAX_SAFE_INTEGER
 from eventstore.timestamps import parse_time
 from sections import command_specs as specs
 from sections.command_specs import CommandSpec
-from sections.commands import UPDATABLE
-from sections.config import SETTINGS
+from sections.commands import UPDATABLE, seed_items
+from sections.config import COMPACTION_SETTINGS, SETTINGS
 from sections.item_filter import MAX_PAGE, NO_FILTER, ItemFilter, event_type
 from sections.memory import Memory, Session
 from sections.session import item_ids
@@ -46,6 +47,9 @@ LARGE_BODY = 256 * 1024
 # Context injection (sections/inject.py): observations for a query, recent sessions' summaries.
 CONTEXT_EXTRAS = ("query", "observations", "summaries", "observation_chars", "facts", "sessions")
 CONTEXT_FIELDS = ("budget", "sections", "reader", *CONTEXT_EXTRAS)
+CONTEXT_COUNTS = ("budget", "observations", "summaries", "observation_chars", "facts", "sessions")
+# Section settings that are counts (sections/config.py SETTINGS).
+COUNT_SETTINGS = ("budget_tokens", "max_items", *COMPACTION_SETTINGS)
 COMPACT_FIELDS = frozenset(("target_bytes", "section", "budget", "sections"))
 # Query parameters of the reads (`token` is a credential: streams/auth.py).
 LIST_PAGING = frozenset(("limit", "offset", "since", "until"))
@@ -240,6 +244,8 @@ class Api:
         metadata, sections, counter = _session_body(await self._body(request, required=False))
         memory = self.memory(p)
         config = memory.session_config(sections, counter)
+        if config.seed_items:  # checked even when the session exists: the same body, one answer
+            seed_items(config, memory.counter_for(config))
         with self.service.write():
             record, created = await memory.run_async(
                 specs.GET_OR_CREATE_SESSION,
@@ -474,7 +480,7 @@ class Api:
     async def context(self, request: Request) -> Response:
         session = self._session(self.service.principal(request, "read"), request)
         body = await self._body(request, required=False)
-        _known(body, CONTEXT_FIELDS, "context")
+        _whole_numbers(_known(body, CONTEXT_FIELDS, "context"), CONTEXT_COUNTS)
         budget = body.get("budget", 8000)
         sections = body.get("sections")
         if sections is not None and (
@@ -502,6 +508,7 @@ class Api:
         large", compact until the context fits (docs/compaction.md); the server's summarizer."""
         session = self._writer_session(request)
         body = _only(await self._body(request), COMPACT_FIELDS, "compaction fields")
+        _whole_numbers(body, ("target_bytes", "budget"))
         if "target_bytes" not in body:
             raise ApiError(
                 400, "invalid_input", "give target_bytes: the bytes the context must fit"
@@ -612,7 +619,21 @@ def _session_body(body: dict) -> tuple[dict | None, dict | None, str | None]:
         raise ApiError(400, "invalid_input", "metadata must be an object")
     if sections is not None and type(sections) is not dict:
         raise ApiError(400, "invalid_input", "sections must be an object of per-section settings")
+    for settings in (sections or {}).values():
+        if type(settings) is dict:
+            _whole_numbers(settings, COUNT_SETTINGS)
     return metadata, sections, counter
+
+
+def _whole_numbers(body: dict, names: tuple[str, ...]) -> dict:
+    """`body` with the integral floats of `names` made ints: JSON has one number type, so 8000.0
+    is the integer 8000 (JSON Schema's `integer` says so, and the log's JCS writes it so), while
+    the memory core takes only an int where it counts."""
+    for name in names:
+        value = body.get(name)
+        if type(value) is float and value.is_integer() and abs(value) <= MAX_SAFE_INTEGER:
+            body[name] = int(value)
+    return body
 
 
 def _known(body: dict, fields: tuple[str, ...], what: str) -> dict:

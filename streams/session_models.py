@@ -75,21 +75,14 @@ class SessionListQuery(Strict):
     until: Time = unset("last activity before this time")
 
 
-# Any other query parameter filters on creation metadata: `app=x`, or `metadata.app=x` for a key
-# named like a paging parameter (`token` is a credential).
-MetadataFilters = Annotated[
-    dict[str, str],
-    Field(
-        json_schema_extra={
-            "propertyNames": {"not": {"enum": [*SessionListQuery.model_fields, "token"]}}
-        }
-    ),
-]
+# Any other query parameter filters on creation metadata. Not said with `propertyNames`: keys
+# named like the paging parameters (or `token`, a credential) are those parameters, and an
+# exploded object that named them would be read as them.
 METADATA_FILTERS = (
     "metadata",
-    MetadataFilters,
-    "any other parameter filters on creation metadata by equality with a string value: `app=x`, "
-    "or `metadata.limit=x` for a key named like a paging parameter",
+    dict[str, str],
+    "any other parameter filters on creation metadata by equality with a string value: `app=x`; "
+    "`metadata.limit=x` for a key named like limit, offset, since, until or token",
 )
 
 
