@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, WithJsonSchema
 from typing_extensions import TypeAliasType
 
 from eventstore.jcs import MAX_SAFE_INTEGER
@@ -34,12 +34,26 @@ from .apidoc.models import (
 )
 from .apidoc.operation import ETAG, LOCATION, RETRY_AFTER
 
-# A JSON value the log takes (eventstore/jcs.py): numbers within ±(2**53-1), as I-JSON keeps
-# them exact; the server refuses larger integers and integral doubles of 2**53 or more.
-SafeNumber = Annotated[float, Field(ge=-MAX_SAFE_INTEGER, le=MAX_SAFE_INTEGER)]
+# A JSON number the log takes (eventstore/jcs.py `check_value`): an integral value within
+# ±(2**53-1), which I-JSON keeps exact; any other value but those from 2**53 to 1e21, which JCS
+# would write as integers beyond that range (from 1e21 on it writes an exponent).
+JCS_EXPONENT = 1e21
+SafeNumber = Annotated[
+    float,
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "integer", "minimum": -MAX_SAFE_INTEGER, "maximum": MAX_SAFE_INTEGER},
+                {"type": "number", "not": {"type": "integer"}},
+                {"type": "number", "minimum": JCS_EXPONENT},
+                {"type": "number", "maximum": -JCS_EXPONENT},
+            ]
+        }
+    ),
+]
 SessionJson = TypeAliasType(
     "SessionJson",
-    Union[None, bool, SafeInt, SafeNumber, str, list["SessionJson"], dict[str, "SessionJson"]],  # noqa: UP007
+    Union[None, bool, SafeNumber, str, list["SessionJson"], dict[str, "SessionJson"]],  # noqa: UP007
 )
 SessionJsonObject = dict[str, SessionJson]
 Positive = Annotated[int, Field(ge=1, le=MAX_SAFE_INTEGER)]
@@ -77,10 +91,11 @@ class SessionListQuery(Strict):
 
 # Any other query parameter filters on creation metadata. Not said with `propertyNames`: keys
 # named like the paging parameters (or `token`, a credential) are those parameters, and an
-# exploded object that named them would be read as them.
+# exploded object that named them would be read as them. Its values are any: on the wire each
+# is the text it is sent as, compared with the metadata's string values.
 METADATA_FILTERS = (
     "metadata",
-    dict[str, str],
+    dict[str, Any],
     "any other parameter filters on creation metadata by equality with a string value: `app=x`; "
     "`metadata.limit=x` for a key named like limit, offset, since, until or token",
 )
