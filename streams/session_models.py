@@ -62,7 +62,7 @@ Text = Annotated[str, Field(min_length=1)]
 SECTION_NAME = r"^[A-Za-z0-9.:@/+-][A-Za-z0-9._:@/+-]{0,127}$"
 Reader = Literal["agent", "operator"]
 # streams/api.py `_expected_version`: digits, optionally quoted and weak ("7", W/"7").
-Version = Annotated[str, Field(pattern=r'^(W/)?"?-?[0-9]{1,18}"?$')]
+Version = Annotated[str, Field(pattern=r'^(W/)?"*-?[0-9]{1,18}"*$')]
 SESSION_IF_MATCH = replace(IF_MATCH, type=Version)
 ETAG_SENT = replace(ETAG, required=True)
 LOCATION_SENT = replace(LOCATION, required=True)
@@ -263,6 +263,10 @@ class SessionSection(Open):
     tokens: Count
     items: Count
     evictions: Count
+    compact_at_tokens: Count = unset("with the other compaction settings, when it compacts")
+    compact_keep_turns: Count = unset()
+    compact_tool_chars: Count = unset()
+    max_items: Count = unset("when it is bounded")
 
 
 class SessionDetail(SessionInfo):
@@ -285,6 +289,10 @@ class SessionCompaction(Open):
     seq: Count | None
     bytes_before: Count
     bytes_after: Count
+    tokens_before: Count = unset("the section's, when it was compacted")
+    tokens_after: Count = unset()
+    replaced: Count = unset("items replaced by a summary")
+    truncated: Count = unset("tool outputs cut")
 
 
 class SessionCompacted(Open):
