@@ -77,6 +77,8 @@ async def read_json(request: Request, limit: int, required: bool = True) -> dict
     if not body.strip():
         if required:
             raise ApiError(400, "invalid_input", "a JSON object body is required")
+        if body:  # no body is zero bytes; blanks are no JSON text
+            raise ApiError(400, "invalid_input", "a blank body: send a JSON object, or no body")
         return {}
     return _json_object(body)
 

@@ -426,3 +426,13 @@ def test_put_on_an_existing_session_refuses_seeds_a_creation_would_refuse(mem, c
     good = {"sections": {"findings": {"items": [{"content": "ignored: it exists"}]}}}
     again = client.put("/v1/sessions/seeded-twice", json=good)
     assert again.status_code == 200 and again.json()["record"] is None
+
+
+def test_a_blank_body_is_no_json_where_the_body_is_optional(mem, client):
+    head = mem.writer.next_seq
+    blank = client.put(
+        "/v1/sessions/blank", content=b" ", headers={"Content-Type": "application/json"}
+    )
+    _refused(mem, blank, "blank")
+    assert mem.writer.next_seq == head
+    assert client.put("/v1/sessions/blank").status_code == 201  # no body at all: the defaults
