@@ -23,7 +23,7 @@ from eventstore.timestamps import parse_time
 from sections import command_specs as specs
 from sections.command_specs import CommandSpec
 from sections.commands import UPDATABLE, seed_items
-from sections.config import COMPACTION_SETTINGS, SETTINGS
+from sections.config import COMPACTION_SETTINGS, SETTINGS, MemoryConfig
 from sections.item_filter import MAX_PAGE, NO_FILTER, ItemFilter, event_type
 from sections.memory import Memory, Session
 from sections.session import item_ids
@@ -215,9 +215,8 @@ class Api:
         Idempotency-Key the id is derived from the key, so a retry answers the same session
         (its first `session.created`) and creates nothing."""
         p = self.service.principal(request, "write")
-        metadata, sections, counter = _session_body(await self._body(request, required=False))
         memory = self.memory(p)
-        config = memory.session_config(sections, counter)
+        metadata, config = await self._new_session(request, memory)
         key = request.headers.get("idempotency-key")
         session_id = specs.session_id_for(key)
         with self.service.write():
@@ -228,6 +227,18 @@ class Api:
         content = {"record": record_json(record), "session": session.info()}
         location = "/v1/sessions/" + quote(record.session, safe="")
         return json_response(content, 201, {"Location": location, **self._etag(session)})
+
+    async def _new_session(
+        self, request: Request, memory: Memory
+    ) -> tuple[dict | None, MemoryConfig]:
+        """The metadata and config of the session the body asks for, its seed items checked
+        even when no session will be made (it exists, or a retry finds its key): the same body
+        has one answer."""
+        metadata, sections, counter = _session_body(await self._body(request, required=False))
+        config = memory.session_config(sections, counter)
+        if config.seed_items:
+            seed_items(config, memory.counter_for(config))
+        return metadata, config
 
     @operation(
         "putSession",
@@ -243,11 +254,8 @@ class Api:
     )
     async def put_session(self, request: Request) -> Response:
         p = self.service.principal(request, "write")
-        metadata, sections, counter = _session_body(await self._body(request, required=False))
         memory = self.memory(p)
-        config = memory.session_config(sections, counter)
-        if config.seed_items:  # checked even when the session exists: the same body, one answer
-            seed_items(config, memory.counter_for(config))
+        metadata, config = await self._new_session(request, memory)
         with self.service.write():
             record, created = await memory.run_async(
                 specs.GET_OR_CREATE_SESSION,

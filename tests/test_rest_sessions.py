@@ -423,6 +423,11 @@ def test_put_on_an_existing_session_refuses_seeds_a_creation_would_refuse(mem, c
     bad = {"sections": {"findings": {"items": [{"priority": 1}]}}}  # no content
     _refused(mem, client.put("/v1/sessions/seeded-twice", json=bad), "content")
     assert mem.writer.next_seq == head
+    key = {"Idempotency-Key": "seeded-once"}
+    assert client.post("/v1/sessions", headers=key).status_code == 201
+    head = mem.writer.next_seq
+    _refused(mem, client.post("/v1/sessions", json=bad, headers=key), "content")  # a retry
+    assert mem.writer.next_seq == head
     good = {"sections": {"findings": {"items": [{"content": "ignored: it exists"}]}}}
     again = client.put("/v1/sessions/seeded-twice", json=good)
     assert again.status_code == 200 and again.json()["record"] is None
