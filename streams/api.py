@@ -201,6 +201,7 @@ class Api:
     @operation(
         "createSession",
         "create a session with a server-made id; with Idempotency-Key a retry gives the same one",
+        description=sm.NEW_SESSION_REFUSALS,
         headers=(IDEMPOTENCY_KEY,),
         body=sm.SessionCreateRequest,
         body_required=False,
@@ -243,6 +244,7 @@ class Api:
     @operation(
         "putSession",
         "get or create a session: 201 created (the settings and seeds apply), 200 it existed",
+        description=sm.NEW_SESSION_REFUSALS,
         body=sm.SessionCreateRequest,
         body_required=False,
         replies={
@@ -507,6 +509,7 @@ class Api:
     @operation(
         "compactSession",
         "after a payload too large: compact a section until the context fits target_bytes",
+        description=sm.COMPACT_REFUSALS,
         headers=sm.WRITE_HEADERS,
         body=sm.SessionCompactRequest,
         replies={200: Reply(sm.SessionCompacted, headers=(sm.ETAG_SENT,))},

@@ -333,3 +333,16 @@ class SessionErased(Open):
 WRITE_HEADERS = (IDEMPOTENCY_KEY, SESSION_IF_MATCH)
 WRITTEN = Reply(SessionWritten, "durable: its record", headers=(ETAG_SENT,))
 BUSY = Reply(ErrorReply, "busy: time travel runs one replay at a time", headers=(RETRY_AFTER,))
+
+# What JSON Schema cannot say of a new session's body, in the operations' descriptions.
+NEW_SESSION_REFUSALS = (
+    "A section's settings are checked with the settings they override, the section's own or "
+    "a new section's defaults: policy `none` needs an unbounded budget or an immutable section, "
+    "`compact_at_tokens` may not exceed `budget_tokens` (400 `invalid_input`). Seed items count "
+    "against their section's budget and are refused whole past it (422 `budget_exceeded`); "
+    "they are checked even when no session is made (it exists, or a retry finds its key)."
+)
+COMPACT_REFUSALS = (
+    "422 `cannot_compact` when no compaction makes the context fit: what is left is protected "
+    "(the instruction, system messages, the last round) or not in the section."
+)
