@@ -23,6 +23,12 @@ class ConfigError(InvalidInput):
     """A section configuration that cannot work, e.g. policy `none` on a bounded section."""
 
 
+class ConflictingSettings(ConfigError):
+    """Settings each valid that cannot work together (policy `none` on a bounded mutable
+    section, `compact_at_tokens` over `budget_tokens`): over HTTP a 422, like a budget that
+    seed items exceed, rather than the 400 of a malformed setting."""
+
+
 class NotFound(MemoryError_, LookupError):
     """Unknown tenant/session, section or item. Another tenant's session is also 'not found'."""
 

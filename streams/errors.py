@@ -14,6 +14,7 @@ from eventstore.sink import CommitRefused
 from sections.errors import (
     BudgetExceeded,
     CannotCompact,
+    ConflictingSettings,
     IdempotencyConflict,
     ImmutableSection,
     ItemTooLarge,
@@ -52,6 +53,7 @@ _STATUS: tuple[tuple[type[BaseException], int, str], ...] = (
     (NotAdmitted, 422, "not_admitted"),
     (BudgetExceeded, 422, "budget_exceeded"),
     (CannotCompact, 422, "cannot_compact"),
+    (ConflictingSettings, 422, "conflicting_settings"),
     (SummarizerFailed, 422, "summarizer_failed"),
     (InvalidInput, 400, "invalid_input"),
     (WriterClosed, 503, "unavailable"),

@@ -2,9 +2,9 @@
 
 The handlers do not validate with these (the memory core is the judge, docs/openapi.md); the
 models say what the core accepts, as closely as JSON Schema can. What it cannot say is in the
-descriptions: a section's settings are checked together with the defaults they override (policy
-`none` needs an unbounded budget or an immutable section, `compact_at_tokens` at most
-`budget_tokens`), and seed items count against their section's budget (422 `budget_exceeded`).
+descriptions (the operations' `description`): a section's settings are checked together with
+the settings they override, and seed items count against their section's budget; both are 422
+refusals of a well-formed body.
 """
 
 from __future__ import annotations
@@ -338,9 +338,10 @@ BUSY = Reply(ErrorReply, "busy: time travel runs one replay at a time", headers=
 NEW_SESSION_REFUSALS = (
     "A section's settings are checked with the settings they override, the section's own or "
     "a new section's defaults: policy `none` needs an unbounded budget or an immutable section, "
-    "`compact_at_tokens` may not exceed `budget_tokens` (400 `invalid_input`). Seed items count "
-    "against their section's budget and are refused whole past it (422 `budget_exceeded`); "
-    "they are checked even when no session is made (it exists, or a retry finds its key)."
+    "`compact_at_tokens` may not exceed `budget_tokens` (422 `conflicting_settings`). Seed items "
+    "count against their section's budget and are refused whole past it (422 "
+    "`budget_exceeded`); they are checked even when no session is made (it exists, or a retry "
+    "finds its key)."
 )
 COMPACT_REFUSALS = (
     "422 `cannot_compact` when no compaction makes the context fit: what is left is protected "

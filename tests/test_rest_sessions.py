@@ -121,6 +121,27 @@ def test_put_seeds_a_new_session_and_over_the_budget_is_a_422(mem, client):
 
 
 @pytest.mark.parametrize(
+    "settings",
+    [
+        {"policy": "none"},  # findings is bounded and mutable
+        {"budget_tokens": 100, "compact_at_tokens": 200},
+        {"policy": "none", "budget_tokens": None, "max_items": 3},
+    ],
+)
+def test_settings_that_cannot_work_together_are_422_conflicting_settings(mem, client, settings):
+    head = mem.writer.next_seq
+    for refused in (
+        client.post("/v1/sessions", json={"sections": {"findings": settings}}),
+        client.put("/v1/sessions/conflicted", json={"sections": {"findings": settings}}),
+    ):
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["error"]["code"] == "conflicting_settings"
+    assert mem.writer.next_seq == head
+    fine = {"policy": "none", "budget_tokens": None}  # unbounded: nothing to evict
+    assert client.post("/v1/sessions", json={"sections": {"findings": fine}}).status_code == 201
+
+
+@pytest.mark.parametrize(
     "body, named",
     [
         ({"metadata": "x"}, ["metadata"]),
