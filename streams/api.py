@@ -242,7 +242,7 @@ class Api:
         return metadata, config
 
     @operation(
-        "putSession",
+        "getOrCreateSession",
         "get or create a session: 201 created (the settings and seeds apply), 200 it existed",
         description=sm.NEW_SESSION_REFUSALS,
         body=sm.SessionCreateRequest,
@@ -320,7 +320,7 @@ class Api:
         return json_response({"record": record_json(record)})
 
     @operation(
-        "sessionStats",
+        "getSessionStats",
         "a session's items, and its tokens and evictions by section",
         replies={200: sm.SessionStats},
         tags=("sessions",),
@@ -330,7 +330,7 @@ class Api:
         return json_response(session.stats())
 
     @operation(
-        "tenantStats",
+        "getTenantStats",
         "the tenant's sessions, items, and tokens and evictions by section",
         replies={200: sm.SessionStats},
         tags=("sessions",),
@@ -538,7 +538,7 @@ class Api:
         return json_response({"compaction": outcome}, headers=self._etag(session))
 
     @operation(
-        "tenantStateAt",
+        "getTenantStateAt",
         "every session of the tenant as it was at seq `at` (an operator's read: traced)",
         query=sm.SessionStateQuery,
         replies={200: sm.SessionStateReply, 429: sm.BUSY},
@@ -549,7 +549,7 @@ class Api:
         return await self.state_at(request)
 
     @operation(
-        "sessionStateAt",
+        "getSessionStateAt",
         "the session as it was at seq `at` (an operator's read: traced)",
         query=sm.SessionStateQuery,
         replies={200: sm.SessionStateReply, 429: sm.BUSY},

@@ -348,12 +348,12 @@ def test_openapi_describes_the_session_operations_from_their_models(mem, client)
     s = "/v1/sessions/{session}"
     ids = {
         ("/v1/sessions", "get"): "listSessions", ("/v1/sessions", "post"): "createSession",
-        ("/v1/stats", "get"): "tenantStats", ("/v1/state", "get"): "tenantStateAt",
-        (s, "put"): "putSession", (s, "get"): "getSession", (s, "delete"): "deleteSession",
-        (s + "/stats", "get"): "sessionStats", (s + "/end", "post"): "endSession",
+        ("/v1/stats", "get"): "getTenantStats", ("/v1/state", "get"): "getTenantStateAt",
+        (s, "put"): "getOrCreateSession", (s, "get"): "getSession", (s, "delete"): "deleteSession",
+        (s + "/stats", "get"): "getSessionStats", (s + "/end", "post"): "endSession",
         (s + "/turns/end", "post"): "endTurn", (s + "/commit", "post"): "commitSession",
         (s + "/compact", "post"): "compactSession", (s + "/context", "post"): "assembleContext",
-        (s + "/state", "get"): "sessionStateAt", (s + "/erase", "post"): "eraseSession",
+        (s + "/state", "get"): "getSessionStateAt", (s + "/erase", "post"): "eraseSession",
     }  # fmt: skip
     assert {key: doc["paths"][key[0]][key[1]]["operationId"] for key in ids} == ids
     # The free metadata filters of GET /v1/sessions: an exploded object besides the paging.
