@@ -546,6 +546,7 @@ class Api:
         tags=("sessions",),
     )
     async def tenant_state(self, request: Request) -> Response:
+        # One method per route: each carries its own operationId (docs/openapi.md).
         return await self.state_at(request)
 
     @operation(
