@@ -172,6 +172,11 @@ def _seed(config: MemoryConfig, counter: TokenCounter) -> dict[str, list[dict]]:
     return seed
 
 
+# The seeds checked (and made) on their own: a get-or-create of a session that exists refuses
+# the seeds a creation would refuse, though it appends nothing (streams/api.py put_session).
+seed_items = _seed
+
+
 def configure_section(
     session: SessionState,
     name: str,

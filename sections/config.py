@@ -17,7 +17,7 @@ from eventstore.identifiers import is_identifier
 
 from .capture_rules import INJECT_KEY, SAVE_KEY, CaptureRules
 from .capture_rules import load as load_capture_rules
-from .errors import ConfigError
+from .errors import ConfigError, ConflictingSettings
 
 log = logging.getLogger("ledgermem.config")
 
@@ -78,7 +78,7 @@ class SectionConfig:
             if type(getattr(self, flag)) is not bool:
                 raise ConfigError(f"section {self.name!r}: {flag} must be true or false")
         if self.policy == "none" and budget is not None and self.mutable:
-            raise ConfigError(
+            raise ConflictingSettings(
                 f"section {self.name!r}: policy 'none' never evicts, so it needs an unbounded budget "
                 "or an immutable section"
             )
@@ -88,7 +88,7 @@ class SectionConfig:
                 f"section {self.name!r}: max_items must be a positive integer or unset"
             )
         if self.policy == "none" and max_items is not None and self.mutable:
-            raise ConfigError(
+            raise ConflictingSettings(
                 f"section {self.name!r}: policy 'none' never evicts, so it cannot bound max_items "
                 "of a mutable section; choose a policy that evicts, or 'refuse'"
             )
@@ -108,7 +108,7 @@ class SectionConfig:
             ):
                 raise ConfigError(f"section {self.name!r}: {name} must be a positive integer")
         if at is not None and self.budget_tokens is not None and at > self.budget_tokens:
-            raise ConfigError(
+            raise ConflictingSettings(
                 f"section {self.name!r}: compact_at_tokens ({at}) must not exceed budget_tokens "
                 f"({self.budget_tokens}): compaction runs before the budget evicts"
             )

@@ -29,6 +29,12 @@ class FactConflict(InvalidInput):
     answers 409, as for any request its target's current state refuses."""
 
 
+class ConflictingSettings(ConfigError):
+    """Settings each valid that cannot work together (policy `none` on a bounded mutable
+    section, `compact_at_tokens` over `budget_tokens`): over HTTP a 422, like a budget that
+    seed items exceed, rather than the 400 of a malformed setting."""
+
+
 class NotFound(MemoryError_, LookupError):
     """Unknown tenant/session, section or item. Another tenant's session is also 'not found'."""
 

@@ -18,16 +18,18 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from eventstore.errors import InvalidInput, LedgerError
+from eventstore.jcs import MAX_SAFE_INTEGER
 from eventstore.timestamps import parse_time
 from sections import command_specs as specs
 from sections.command_specs import CommandSpec
-from sections.commands import UPDATABLE
-from sections.config import SETTINGS
+from sections.commands import UPDATABLE, seed_items
+from sections.config import COMPACTION_SETTINGS, SETTINGS, MemoryConfig
 from sections.item_filter import MAX_PAGE, NO_FILTER, ItemFilter, event_type
 from sections.memory import Memory, Session
 from sections.session import item_ids
 from sections.views import Extra
 
+from . import session_models as sm
 from .apidoc import IDEMPOTENCY_KEY, Reply, keep_operation, operation
 from .apidoc.models import RecordReply
 from .auth import Principal
@@ -63,6 +65,10 @@ LeanHandler = Callable[[Scope, Receive], Awaitable[tuple[int, bytes, list[tuple[
 LARGE_BODY = 256 * 1024
 # Context injection (sections/inject.py): observations for a query, recent sessions' summaries.
 CONTEXT_EXTRAS = ("query", "observations", "summaries", "observation_chars", "facts", "sessions")
+CONTEXT_FIELDS = ("budget", "sections", "reader", *CONTEXT_EXTRAS)
+CONTEXT_COUNTS = ("budget", "observations", "summaries", "observation_chars", "facts", "sessions")
+# Section settings that are counts (sections/config.py SETTINGS).
+COUNT_SETTINGS = ("budget_tokens", "max_items", *COMPACTION_SETTINGS)
 COMPACT_FIELDS = frozenset(("target_bytes", "section", "budget", "sections"))
 # Query parameters of the reads (`token` is a credential: streams/auth.py).
 LIST_PAGING = frozenset(("limit", "offset", "since", "until"))
@@ -96,6 +102,8 @@ async def read_json(request: Request, limit: int, required: bool = True) -> dict
     if not body.strip():
         if required:
             raise ApiError(400, "invalid_input", "a JSON object body is required")
+        if body:  # no body is zero bytes; blanks are no JSON text
+            raise ApiError(400, "invalid_input", "a blank body: send a JSON object, or no body")
         return {}
     return _json_object(body)
 
@@ -191,6 +199,14 @@ class Api:
 
     # -- sessions
 
+    @operation(
+        "listSessions",
+        "the tenant's sessions in creation order, paged, filtered by last activity and metadata",
+        query=sm.SessionListQuery,
+        free_query=sm.METADATA_FILTERS,
+        replies={200: sm.SessionList},
+        tags=("sessions",),
+    )
     async def list_sessions(self, request: Request) -> Response:
         """GET /v1/sessions: `limit`, `offset` page, `since`/`until` bound the last activity
         (µs or ISO-8601); every other parameter is a metadata filter (`app=` or
@@ -207,14 +223,26 @@ class Api:
         sessions = self.memory(p).list_sessions(p.tenant, where=filters, **paging)
         return json_response({"sessions": sessions})
 
+    @operation(
+        "createSession",
+        "create a session with a server-made id; with Idempotency-Key a retry gives the same one",
+        description=sm.NEW_SESSION_REFUSALS,
+        headers=(IDEMPOTENCY_KEY,),
+        body=sm.SessionCreateRequest,
+        body_required=False,
+        replies={
+            201: Reply(sm.SessionCreated, "created", headers=(sm.LOCATION_SENT, sm.ETAG_SENT))
+        },
+        writes=True,
+        tags=("sessions",),
+    )
     async def create_session(self, request: Request) -> Response:
         """POST /v1/sessions: a session with a server-made id; 201 with `Location`. With an
         Idempotency-Key the id is derived from the key, so a retry answers the same session
         (its first `session.created`) and creates nothing."""
         p = self.service.principal(request, "write")
-        metadata, sections, counter = _session_body(await self._body(request, required=False))
         memory = self.memory(p)
-        config = memory.session_config(sections, counter)
+        metadata, config = await self._new_session(request, memory)
         key = request.headers.get("idempotency-key")
         session_id = specs.session_id_for(key)
         with self.service.write():
@@ -226,11 +254,35 @@ class Api:
         location = "/v1/sessions/" + quote(record.session, safe="")
         return json_response(content, 201, {"Location": location, **self._etag(session)})
 
+    async def _new_session(
+        self, request: Request, memory: Memory
+    ) -> tuple[dict | None, MemoryConfig]:
+        """The metadata and config of the session the body asks for, its seed items checked
+        even when no session will be made (it exists, or a retry finds its key): the same body
+        has one answer."""
+        metadata, sections, counter = _session_body(await self._body(request, required=False))
+        config = memory.session_config(sections, counter)
+        if config.seed_items:
+            seed_items(config, memory.counter_for(config))
+        return metadata, config
+
+    @operation(
+        "getOrCreateSession",
+        "get or create a session: 201 created (the settings and seeds apply), 200 it existed",
+        description=sm.NEW_SESSION_REFUSALS,
+        body=sm.SessionCreateRequest,
+        body_required=False,
+        replies={
+            201: Reply(sm.SessionCreated, "created", headers=(sm.ETAG_SENT,)),
+            200: Reply(sm.SessionExisted, "it existed: nothing appended", headers=(sm.ETAG_SENT,)),
+        },
+        writes=True,
+        tags=("sessions",),
+    )
     async def put_session(self, request: Request) -> Response:
         p = self.service.principal(request, "write")
-        metadata, sections, counter = _session_body(await self._body(request, required=False))
         memory = self.memory(p)
-        config = memory.session_config(sections, counter)
+        metadata, config = await self._new_session(request, memory)
         with self.service.write():
             record, created = await memory.run_async(
                 specs.GET_OR_CREATE_SESSION,
@@ -242,6 +294,12 @@ class Api:
         content = {"record": record_json(record) if record else None, "session": session.info()}
         return json_response(content, 201 if created else 200, self._etag(session))
 
+    @operation(
+        "getSession",
+        "a session, its sections and version (ETag)",
+        replies={200: Reply(sm.SessionDetail, headers=(sm.ETAG_SENT,))},
+        tags=("sessions",),
+    )
     async def get_session(self, request: Request) -> Response:
         session = self._session(self.service.principal(request, "read"), request)
         info = session.info()
@@ -272,16 +330,36 @@ class Api:
             record = await self._run(session, spec, args, request)
         return json_response({"record": record_json(record)}, headers=self._etag(session))
 
+    @operation(
+        "deleteSession",
+        "delete a session",
+        headers=sm.WRITE_HEADERS,
+        replies={200: sm.SessionWritten},
+        writes=True,
+        tags=("sessions",),
+    )
     async def delete_session(self, request: Request) -> Response:
         session = self._session(self.service.principal(request, "write"), request)
         with self.service.write():
             record = await self._run(session, specs.DELETE_SESSION, (), request)
         return json_response({"record": record_json(record)})
 
+    @operation(
+        "getSessionStats",
+        "a session's items, and its tokens and evictions by section",
+        replies={200: sm.SessionStats},
+        tags=("sessions",),
+    )
     async def stats(self, request: Request) -> Response:
         session = self._session(self.service.principal(request, "read"), request)
         return json_response(session.stats())
 
+    @operation(
+        "getTenantStats",
+        "the tenant's sessions, items, and tokens and evictions by section",
+        replies={200: sm.SessionStats},
+        tags=("sessions",),
+    )
     async def tenant_stats(self, request: Request) -> Response:
         p = self.service.principal(request, "read")
         return json_response(self.memory(p).stats(p.tenant))
@@ -289,6 +367,16 @@ class Api:
     def _writer_session(self, request: Request) -> Session:
         return self._session(self.service.principal(request, "write"), request)
 
+    @operation(
+        "endSession",
+        "end the session (session.ended, then its summary), optionally after its transcript",
+        headers=sm.WRITE_HEADERS,
+        body=sm.SessionEndRequest,
+        body_required=False,
+        replies={200: sm.WRITTEN},
+        writes=True,
+        tags=("sessions",),
+    )
     async def end_session(self, request: Request) -> Response:
         """POST .../end, optionally {"messages": [{role, content}]}: a transcript, recorded as
         the session's messages before the end, so its summary counts them."""
@@ -304,11 +392,29 @@ class Api:
             record = await self._command(session, specs.END_SESSION, args, key, None, 0)
         return json_response({"record": record_json(record)}, headers=self._etag(session))
 
+    @operation(
+        "endTurn",
+        "end the turn: clears the turn-lifetime sections (turn.ended)",
+        headers=sm.WRITE_HEADERS,
+        replies={200: sm.WRITTEN},
+        writes=True,
+        tags=("sessions",),
+    )
     async def end_turn(self, request: Request) -> Response:
         return await self._write(request, self._writer_session(request), specs.END_TURN)
 
+    @operation(
+        "commitSession",
+        "commit the commit-lifetime sections (or one): they survive a restart",
+        headers=sm.WRITE_HEADERS,
+        body=sm.SessionCommitRequest,
+        body_required=False,
+        replies={200: sm.WRITTEN},
+        writes=True,
+        tags=("sessions",),
+    )
     async def commit(self, request: Request) -> Response:
-        body = await self._body(request, required=False)
+        body = _known(await self._body(request, required=False), ("section",), "a commit")
         args = (_string(body, "section"),)
         return await self._write(request, self._writer_session(request), specs.COMMIT, args)
 
@@ -470,9 +576,20 @@ class Api:
 
     # -- context, state, erasure
 
+    @operation(
+        "assembleContext",
+        "the context within a token budget, as messages; its context.assembled record is the "
+        "manifest (the read's trace)",
+        body=sm.SessionContextRequest,
+        body_required=False,
+        replies={200: sm.SessionContext},
+        writes=True,
+        tags=("sessions",),
+    )
     async def context(self, request: Request) -> Response:
         session = self._session(self.service.principal(request, "read"), request)
         body = await self._body(request, required=False)
+        _whole_numbers(_known(body, CONTEXT_FIELDS, "context"), CONTEXT_COUNTS)
         budget = body.get("budget", 8000)
         sections = body.get("sections")
         if sections is not None and (
@@ -486,11 +603,22 @@ class Api:
             record, messages = await self._run(session, specs.ASSEMBLE_CONTEXT, args)
         return json_response({"record": record_json(record), "messages": messages})
 
+    @operation(
+        "compactSession",
+        "after a payload too large: compact a section until the context fits target_bytes",
+        description=sm.COMPACT_REFUSALS,
+        headers=sm.WRITE_HEADERS,
+        body=sm.SessionCompactRequest,
+        replies={200: Reply(sm.SessionCompacted, headers=(sm.ETAG_SENT,))},
+        writes=True,
+        tags=("sessions",),
+    )
     async def compact(self, request: Request) -> Response:
         """POST .../compact {target_bytes, section?, budget?, sections?}: after a "payload too
         large", compact until the context fits (docs/compaction.md); the server's summarizer."""
         session = self._writer_session(request)
         body = _only(await self._body(request), COMPACT_FIELDS, "compaction fields")
+        _whole_numbers(body, ("target_bytes", "budget"))
         if "target_bytes" not in body:
             raise ApiError(
                 400, "invalid_input", "give target_bytes: the bytes the context must fit"
@@ -506,6 +634,29 @@ class Api:
             outcome = await self._run(session, specs.COMPACT_FOR_PAYLOAD, args, request)
         return json_response({"compaction": outcome}, headers=self._etag(session))
 
+    @operation(
+        "getTenantStateAt",
+        "every session of the tenant as it was at seq `at` (an operator's read: traced)",
+        query=sm.SessionStateQuery,
+        replies={200: sm.SessionStateReply, 429: sm.BUSY},
+        writes=True,
+        tags=("sessions",),
+    )
+    async def tenant_state(self, request: Request) -> Response:
+        # One method per route: each carries its own operationId (docs/openapi.md).
+        return await self.state_at(request)
+
+    @operation(
+        "getSessionStateAt",
+        "the session as it was at seq `at` (an operator's read: traced)",
+        query=sm.SessionStateQuery,
+        replies={200: sm.SessionStateReply, 429: sm.BUSY},
+        writes=True,
+        tags=("sessions",),
+    )
+    async def session_state(self, request: Request) -> Response:
+        return await self.state_at(request)
+
     async def state_at(self, request: Request) -> Response:
         """Time travel. Each call replays from the nearest snapshot or checkpoint on a worker
         thread; at most STATE_AT_CALLS run at once (the replay holds the GIL in bursts that
@@ -514,8 +665,10 @@ class Api:
         at = _int_param(request, "at")
         memory = self.memory(p)
         head = memory.writer.size - 1
-        if at is None or not 0 <= at <= head:
+        if at is None or at < 0:
             raise ApiError(400, "invalid_input", f"give ?at=SEQ with 0 <= SEQ <= {head}")
+        if at > head:  # a well-formed seq the log has not reached: no such state (yet)
+            raise ApiError(404, "not_found", f"seq {at} is not written yet: the head is {head}")
         if self._state_calls >= STATE_AT_CALLS:
             return error_response(
                 429,
@@ -533,12 +686,23 @@ class Api:
             self._state_calls -= 1
         return json_response({"at": at, "sessions": sessions})
 
+    @operation(
+        "eraseSession",
+        "admin: erase items from the files ({ids, reason}) or the whole session ({all, reason})",
+        body=sm.SessionEraseRequest,
+        replies={200: sm.SessionErased},
+        writes=True,
+        tags=("sessions",),
+    )
     async def erase(self, request: Request) -> Response:
         session = self._session(self.service.principal(request, "admin"), request)
-        body = await self._body(request)
+        body = _known(await self._body(request), ("reason", "ids", "all"), "an erase")
         reason = _string(body, "reason", required=True)
+        erase_all = body.get("all", False)
+        if type(erase_all) is not bool or (erase_all and "ids" in body):
+            raise ApiError(400, "invalid_input", 'give "ids": [item ids] or "all": true, not both')
         with self.service.write():
-            if body.get("all") is True:
+            if erase_all:
                 record = await self._run(session, specs.ERASE_SESSION, (reason,))
                 return json_response({"record": record_json(record), "erased": "session"})
             ids = body.get("ids")
@@ -566,7 +730,34 @@ def _session_body(body: dict) -> tuple[dict | None, dict | None, str | None]:
         raise ApiError(400, "invalid_input", "metadata must be an object")
     if sections is not None and type(sections) is not dict:
         raise ApiError(400, "invalid_input", "sections must be an object of per-section settings")
+    for settings in (sections or {}).values():
+        if type(settings) is dict:
+            _whole_numbers(settings, COUNT_SETTINGS)
     return metadata, sections, counter
+
+
+def _whole_numbers(body: dict, names: tuple[str, ...]) -> dict:
+    """`body` with the integral floats of `names` made ints: JSON has one number type, so 8000.0
+    is the integer 8000 (JSON Schema's `integer` says so, and the log's JCS writes it so), while
+    the memory core takes only an int where it counts."""
+    for name in names:
+        value = body.get(name)
+        if type(value) is float and value.is_integer() and abs(value) <= MAX_SAFE_INTEGER:
+            body[name] = int(value)
+    return body
+
+
+def _known(body: dict, fields: tuple[str, ...], what: str) -> dict:
+    """`body`, refused when it holds a field `what` does not take: a misspelt option must not
+    be ignored in silence."""
+    unknown = set(body) - set(fields)
+    if unknown:
+        raise ApiError(
+            400,
+            "invalid_input",
+            f"unknown fields {sorted(unknown)}; {what} takes {', '.join(fields)}",
+        )
+    return body
 
 
 def _time_param(name: str, value: str) -> int:
@@ -631,7 +822,7 @@ def routes(service: Service) -> list[RawRoute]:
     table: list[tuple[str, dict[str, Callable]]] = [
         ("/v1/sessions", {"GET": api.list_sessions, "POST": api.create_session}),
         ("/v1/stats", {"GET": api.tenant_stats}),
-        ("/v1/state", {"GET": api.state_at}),
+        ("/v1/state", {"GET": api.tenant_state}),
         (s, {"PUT": api.put_session, "GET": api.get_session, "DELETE": api.delete_session}),
         (s + "/stats", {"GET": api.stats}),
         (s + "/end", {"POST": api.end_session}),
@@ -639,7 +830,7 @@ def routes(service: Service) -> list[RawRoute]:
         (s + "/commit", {"POST": api.commit}),
         (s + "/compact", {"POST": api.compact}),
         (s + "/context", {"POST": api.context}),
-        (s + "/state", {"GET": api.state_at}),
+        (s + "/state", {"GET": api.session_state}),
         (s + "/erase", {"POST": api.erase}),
         (s + "/items", {"GET": api.list_session_items}),
         (s + "/events", {"GET": api.get_events}),

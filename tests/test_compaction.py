@@ -454,10 +454,11 @@ def test_over_http_sessions_take_compaction_settings_and_refuse_bad_ones(tmp_pat
     try:
         with httpx.Client(base_url=api.url + "/v1/sessions", timeout=30) as client:
             size = mem.writer.size
-            for bad in ({"compact_at_tokens": 0}, {"compact_keep_turns": "1"},
-                        {"compact_at_tokens": 40_000}, {"compact_tool_chars": -1}):  # fmt: skip
+            for bad, status in (({"compact_at_tokens": 0}, 400), ({"compact_keep_turns": "1"}, 400),
+                                ({"compact_at_tokens": 40_000}, 422),  # over the budget: conflicting
+                                ({"compact_tool_chars": -1}, 400)):  # fmt: skip
                 answer = client.put("/h", json={"sections": {"messages": bad}})
-                assert answer.status_code == 400, (bad, answer.text)
+                assert answer.status_code == status, (bad, answer.text)
             assert mem.writer.size == size
             settings_ = {"compact_at_tokens": 300, "compact_tool_chars": 100}
             assert client.put("/h", json={"sections": {"messages": settings_}}).status_code == 201

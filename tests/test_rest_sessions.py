@@ -8,11 +8,13 @@ from __future__ import annotations
 from urllib.parse import quote
 
 import httpx
+import jsonschema
 import pytest
 from helpers.live_api import LiveApi
 
 from eventstore.identifiers import is_identifier
 from sections.memory import Memory
+from streams import api, apidoc
 
 ROLE = {"content": "You are terse.", "role": "system", "name": "persona", "tags": ["p"],
         "metadata": {"v": 1}}  # fmt: skip
@@ -116,6 +118,27 @@ def test_put_seeds_a_new_session_and_over_the_budget_is_a_422(mem, client):
     assert refused.status_code == 422 and refused.json()["error"]["code"] == "budget_exceeded"
     assert "its seed items take" in refused.json()["error"]["message"]
     assert mem.writer.next_seq == head
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"policy": "none"},  # findings is bounded and mutable
+        {"budget_tokens": 100, "compact_at_tokens": 200},
+        {"policy": "none", "budget_tokens": None, "max_items": 3},
+    ],
+)
+def test_settings_that_cannot_work_together_are_422_conflicting_settings(mem, client, settings):
+    head = mem.writer.next_seq
+    for refused in (
+        client.post("/v1/sessions", json={"sections": {"findings": settings}}),
+        client.put("/v1/sessions/conflicted", json={"sections": {"findings": settings}}),
+    ):
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["error"]["code"] == "conflicting_settings"
+    assert mem.writer.next_seq == head
+    fine = {"policy": "none", "budget_tokens": None}  # unbounded: nothing to evict
+    assert client.post("/v1/sessions", json={"sections": {"findings": fine}}).status_code == 201
 
 
 @pytest.mark.parametrize(
@@ -306,3 +329,136 @@ def test_an_observation_from_session_a_reaches_session_b(mem, client):
     )
     _refused(mem, client.post("/v1/observations", json={**body, "scope": "tenant"}), "scope")
     assert mem.writer.next_seq == head
+
+
+# ---- the session operations in /openapi.json, from their models (streams/session_models.py) ---
+
+
+def _validator(doc: dict, schema: dict) -> jsonschema.Draft202012Validator:
+    """A validator of `schema`, whose $refs point into the document's components."""
+    return jsonschema.Draft202012Validator({**schema, "components": doc["components"]})
+
+
+def _reply_schema(doc: dict, path: str, method: str, status: str) -> dict:
+    return doc["paths"][path][method]["responses"][status]["content"]["application/json"]["schema"]
+
+
+def test_openapi_describes_the_session_operations_from_their_models(mem, client):
+    doc = apidoc.document(api.routes(None))  # what /openapi.json says of these routes
+    s = "/v1/sessions/{session}"
+    ids = {
+        ("/v1/sessions", "get"): "listSessions", ("/v1/sessions", "post"): "createSession",
+        ("/v1/stats", "get"): "getTenantStats", ("/v1/state", "get"): "getTenantStateAt",
+        (s, "put"): "getOrCreateSession", (s, "get"): "getSession", (s, "delete"): "deleteSession",
+        (s + "/stats", "get"): "getSessionStats", (s + "/end", "post"): "endSession",
+        (s + "/turns/end", "post"): "endTurn", (s + "/commit", "post"): "commitSession",
+        (s + "/compact", "post"): "compactSession", (s + "/context", "post"): "assembleContext",
+        (s + "/state", "get"): "getSessionStateAt", (s + "/erase", "post"): "eraseSession",
+    }  # fmt: skip
+    assert {key: doc["paths"][key[0]][key[1]]["operationId"] for key in ids} == ids
+    # The free metadata filters of GET /v1/sessions: an exploded object besides the paging.
+    listing = doc["paths"]["/v1/sessions"]["get"]["parameters"]
+    free = next(p for p in listing if p["name"] == "metadata")
+    assert (free["in"], free["style"], free["explode"]) == ("query", "form", True)
+    assert free["schema"]["type"] == "object" and "properties" not in free["schema"]
+    assert {p["name"] for p in listing} == {"limit", "offset", "since", "until", "metadata"}
+    body = doc["paths"]["/v1/sessions/{session}/compact"]["post"]["requestBody"]["content"]
+    compact = doc["components"]["schemas"]["SessionCompactRequest"]
+    assert body["application/json"]["schema"]["$ref"].endswith("/SessionCompactRequest")
+    assert compact["required"] == ["target_bytes"] and compact["additionalProperties"] is False
+    assert doc["paths"][s + "/erase"]["post"]["requestBody"]["required"] is True
+
+    made = client.post("/v1/sessions", json={"metadata": {"app": "doc"}})
+    assert set(doc["paths"]["/v1/sessions"]["post"]["responses"]["201"]["headers"]) == {
+        "Location", "ETag"
+    }  # fmt: skip
+    _validator(doc, _reply_schema(doc, "/v1/sessions", "post", "201")).validate(made.json())
+    url = made.headers["location"]
+    answers = [
+        ("/v1/sessions", "get", "200", client.get("/v1/sessions", params={"app": "doc"})),
+        (s, "get", "200", client.get(url)),
+        (s, "put", "200", client.put(url)),
+        (s + "/context", "post", "200", client.post(url + "/context", json={"budget": 100})),
+        (s + "/stats", "get", "200", client.get(url + "/stats")),
+        ("/v1/stats", "get", "200", client.get("/v1/stats")),
+        (s + "/compact", "post", "200", client.post(url + "/compact", json={"target_bytes": 9})),
+        (s + "/turns/end", "post", "200", client.post(url + "/turns/end")),
+    ]
+    head = mem.writer.next_seq - 1
+    answers.append((s + "/state", "get", "200", client.get(url + "/state", params={"at": head})))
+    answers.append((s + "/end", "post", "200", client.post(url + "/end")))
+    for path, method, status, answer in answers:
+        assert answer.status_code == int(status), (path, answer.text)
+        _validator(doc, _reply_schema(doc, path, method, status)).validate(answer.json())
+    (listed,) = answers[0][3].json()["sessions"]
+    assert listed["metadata"] == {"app": "doc"}
+
+
+def test_commit_context_and_erase_refuse_unknown_fields(mem, client):
+    url = client.post("/v1/sessions").headers["location"]
+    head = mem.writer.next_seq
+    _refused(mem, client.post(url + "/commit", json={"sectoin": "findings"}), "sectoin")
+    _refused(mem, client.post(url + "/context", json={"budjet": 100}), "budjet")
+    erase = {"ids": ["1"], "reason": "gdpr", "everything": True}
+    _refused(mem, client.post(url + "/erase", json=erase), "everything")
+    assert mem.writer.next_seq == head
+
+
+def test_erase_takes_ids_or_all_true_not_both(mem, client):
+    url = client.post("/v1/sessions").headers["location"]
+    added = client.post(url + "/sections/findings/items", json={"content": "x"}).json()
+    head = mem.writer.next_seq
+    item = added["item"]["id"]
+    _refused(mem, client.post(url + "/erase", json={"all": "yes", "ids": [item], "reason": "r"}))
+    _refused(mem, client.post(url + "/erase", json={"all": True, "ids": [item], "reason": "r"}))
+    assert mem.writer.next_seq == head
+    erased = client.post(url + "/erase", json={"all": False, "ids": [item], "reason": "r"})
+    assert erased.status_code == 200 and erased.json()["erased"] == [item]
+
+
+def test_state_at_a_seq_beyond_the_head_is_404(mem, client):
+    head = mem.writer.next_seq - 1
+    for path in ("/v1/state", "/v1/sessions/nobody/state"):
+        beyond = client.get(path, params={"at": head + 10})
+        assert beyond.status_code == 404, beyond.text
+        assert beyond.json()["error"]["code"] == "not_found"
+    assert mem.writer.next_seq == head + 1
+    assert client.get("/v1/state", params={"at": -1}).status_code == 400
+
+
+def test_integral_floats_are_integers_where_sessions_count(client):
+    made = client.post("/v1/sessions", json={"sections": {"findings": {"budget_tokens": 900.0}}})
+    assert made.status_code == 201, made.text
+    url = made.headers["location"]
+    assert client.get(url).json()["sections"]["findings"]["budget_tokens"] == 900
+    context = client.post(url + "/context", json={"budget": 8000.0, "observations": 2.0})
+    assert context.status_code == 200, context.text
+    compact = client.post(url + "/compact", json={"target_bytes": 1e6, "budget": 100.0})
+    assert compact.status_code == 200 and compact.json()["compaction"]["compacted"] is False
+    assert client.post(url + "/context", json={"budget": 80.5}).status_code == 400
+
+
+def test_put_on_an_existing_session_refuses_seeds_a_creation_would_refuse(mem, client):
+    assert client.put("/v1/sessions/seeded-twice").status_code == 201
+    head = mem.writer.next_seq
+    bad = {"sections": {"findings": {"items": [{"priority": 1}]}}}  # no content
+    _refused(mem, client.put("/v1/sessions/seeded-twice", json=bad), "content")
+    assert mem.writer.next_seq == head
+    key = {"Idempotency-Key": "seeded-once"}
+    assert client.post("/v1/sessions", headers=key).status_code == 201
+    head = mem.writer.next_seq
+    _refused(mem, client.post("/v1/sessions", json=bad, headers=key), "content")  # a retry
+    assert mem.writer.next_seq == head
+    good = {"sections": {"findings": {"items": [{"content": "ignored: it exists"}]}}}
+    again = client.put("/v1/sessions/seeded-twice", json=good)
+    assert again.status_code == 200 and again.json()["record"] is None
+
+
+def test_a_blank_body_is_no_json_where_the_body_is_optional(mem, client):
+    head = mem.writer.next_seq
+    blank = client.put(
+        "/v1/sessions/blank", content=b" ", headers={"Content-Type": "application/json"}
+    )
+    _refused(mem, blank, "blank")
+    assert mem.writer.next_seq == head
+    assert client.put("/v1/sessions/blank").status_code == 201  # no body at all: the defaults

@@ -179,6 +179,10 @@ class CannotCompact(Unprocessable): ...
 class SummarizerFailed(Unprocessable): ...
 
 
+class ConflictingSettings(Unprocessable):
+    """Section settings each valid that cannot work together (docs/sections.md)."""
+
+
 class Busy(TooManyRequests): ...
 
 
@@ -231,6 +235,7 @@ BY_CODE: dict[str, type[ApiError]] = {
     "budget_exceeded": BudgetExceeded,
     "cannot_compact": CannotCompact,
     "summarizer_failed": SummarizerFailed,
+    "conflicting_settings": ConflictingSettings,
     "busy": Busy,
     "too_many_subscribers": TooManySubscribers,
     "shutting_down": ShuttingDown,
