@@ -14,8 +14,8 @@ from eventstore.sink import CommitRefused
 from sections.errors import (
     BudgetExceeded,
     CannotCompact,
-    FactConflict,
     ConflictingSettings,
+    FactConflict,
     IdempotencyConflict,
     ImmutableSection,
     ItemTooLarge,
