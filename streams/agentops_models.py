@@ -13,24 +13,26 @@ Two things differ from the rest of the API, because the service does them so:
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
-from typing_extensions import TypeAliasType
 
-from eventstore.jcs import MAX_SAFE_INTEGER
 from sections import agentops
 from sections.observations import TYPES
 
 from .apidoc import Reply
-from .apidoc.models import Count, ErrorReply, Hex64, Identifier, Open, Strict
+from .apidoc.models import (
+    NOT_BLANK,
+    Count,
+    ErrorReply,
+    Hex64,
+    Identifier,
+    JsonValue,
+    Open,
+    Strict,
+)
 from .apidoc.operation import RETRY_AFTER
 
-# The service's `_blank`: a string with a character strip() keeps. Spelled out, as JSON Schema's
-# `\s` (ECMA-262's) is not str.isspace: it lacks U+001C-U+001F and U+0085 and has U+FEFF.
-# Every character str.isspace() holds is below U+3001.
-_SPACES = "".join(f"\\u{n:04x}" for n in range(0x3001) if chr(n).isspace())
-NOT_BLANK = f"[^{_SPACES}]"
 # A project or scope names the holder session `_agentops:<project>:<scope>` (an identifier of
 # at most 128 characters); a project has no ':' as it ends at the first one.
 PROJECT_CHARS = "A-Za-z0-9._@/+\\-"  # the '-' escaped: in a class it could make a range
@@ -52,31 +54,12 @@ ObservationId = Annotated[
 ObservationType = Literal[TYPES]  # type: ignore[valid-type]
 
 
-# What the log takes as JSON (eventstore/jcs.py), which every body is parsed as: a number within
-# ±(2**53-1), or a double of magnitude 1e21 or more (JCS writes it with an exponent); between
-# the two, and an integer literal beyond ±(2**53-1), is refused. JSON Schema cannot tell a
-# literal from the double of the same value, so this says the doubles.
-_FAR = 1e21
-SafeNumber = Annotated[
-    Union[  # noqa: UP007 (a TypeAliasType's members are evaluated at runtime)
-        Annotated[float, Field(ge=-MAX_SAFE_INTEGER, le=MAX_SAFE_INTEGER)],
-        Annotated[float, Field(ge=_FAR)],
-        Annotated[float, Field(le=-_FAR)],
-    ],
-    Field(description="within ±(2**53-1), or a double beyond ±1e21 (not an integer literal)"),
-]
-AgentOpsJson = TypeAliasType(
-    "AgentOpsJson",
-    Union[SafeNumber, str, bool, None, list["AgentOpsJson"], dict[str, "AgentOpsJson"]],  # noqa: UP007
-)
-
-
 class Lenient(BaseModel):
     """A body whose unknown fields are ignored, as the service's Go decoder ignores them; they
     are still parsed, so they are JSON the log takes."""
 
     model_config = ConfigDict(extra="allow")
-    __pydantic_extra__: dict[str, AgentOpsJson]  # type: ignore[assignment]
+    __pydantic_extra__: dict[str, JsonValue]  # type: ignore[assignment]
 
 
 # ---- bodies ---------------------------------------------------------------------------------
@@ -149,12 +132,12 @@ class AgentOpsObservationChanges(Strict):
 
 
 class AgentOpsImport(Lenient):
-    sessions: list[AgentOpsJson] | None = Field(
+    sessions: list[JsonValue] | None = Field(
         None,
         description="sessions as /export gives them ({id, project}); an entry this import "
         "cannot take is skipped and not counted",
     )
-    observations: list[AgentOpsJson] | None = Field(
+    observations: list[JsonValue] | None = Field(
         None,
         description="observations as POST /observations takes them; an entry this import "
         "cannot take is skipped and not counted",

@@ -32,11 +32,10 @@ from sections.views import Extra
 from . import session_models as sm
 from .apidoc import IDEMPOTENCY_KEY, Reply, keep_operation, operation
 from .apidoc.models import RecordReply
+from .apidoc.operation import ETAG, IF_MATCH, LOCATION
 from .auth import Principal
 from .errors import ApiError, error_response, from_exception
 from .item_models import (
-    ETAG_ALWAYS,
-    IF_MATCH_VERSION,
     ITEM_PATH,
     SECTION_PATH,
     EventsQuery,
@@ -76,11 +75,9 @@ _FILTERS = ("role", "since", "until", "recent", "offset", "limit", "reader", "to
 ITEM_PARAMS = frozenset(("id", "kind", *_FILTERS))
 EVENT_PARAMS = frozenset(("type", *_FILTERS))
 # What an item write says of itself: its headers and its answer, the record and the new version.
-_ITEM_WRITE = {"headers": (IDEMPOTENCY_KEY, IF_MATCH_VERSION), "writes": True, "tags": ("items",)}
-_ITEMS = Reply(ItemList, headers=(ETAG_ALWAYS,))
-_WRITTEN = Reply(
-    RecordReply, "durable: the record's exact line under `record`", headers=(ETAG_ALWAYS,)
-)
+_ITEM_WRITE = {"headers": (IDEMPOTENCY_KEY, IF_MATCH), "writes": True, "tags": ("items",)}
+_ITEMS = Reply(ItemList, headers=(ETAG,))
+_WRITTEN = Reply(RecordReply, "durable: the record's exact line under `record`", headers=(ETAG,))
 STATE_AT_CALLS = (
     1  # replays at once: a second one only shares the GIL (bench/state_at.py); 429 busy
 )
@@ -230,9 +227,7 @@ class Api:
         headers=(IDEMPOTENCY_KEY,),
         body=sm.SessionCreateRequest,
         body_required=False,
-        replies={
-            201: Reply(sm.SessionCreated, "created", headers=(sm.LOCATION_SENT, sm.ETAG_SENT))
-        },
+        replies={201: Reply(sm.SessionCreated, "created", headers=(LOCATION, ETAG))},
         writes=True,
         tags=("sessions",),
     )
@@ -273,8 +268,8 @@ class Api:
         body=sm.SessionCreateRequest,
         body_required=False,
         replies={
-            201: Reply(sm.SessionCreated, "created", headers=(sm.ETAG_SENT,)),
-            200: Reply(sm.SessionExisted, "it existed: nothing appended", headers=(sm.ETAG_SENT,)),
+            201: Reply(sm.SessionCreated, "created", headers=(ETAG,)),
+            200: Reply(sm.SessionExisted, "it existed: nothing appended", headers=(ETAG,)),
         },
         writes=True,
         tags=("sessions",),
@@ -297,7 +292,7 @@ class Api:
     @operation(
         "getSession",
         "a session, its sections and version (ETag)",
-        replies={200: Reply(sm.SessionDetail, headers=(sm.ETAG_SENT,))},
+        replies={200: Reply(sm.SessionDetail, headers=(ETAG,))},
         tags=("sessions",),
     )
     async def get_session(self, request: Request) -> Response:
@@ -442,7 +437,7 @@ class Api:
             201: Reply(
                 ItemAdded | ItemsAdded,
                 "durable: the record, and the item (`item`) or the batch's (`items`)",
-                headers=(ETAG_ALWAYS,),
+                headers=(ETAG,),
             )
         },
         **_ITEM_WRITE,
@@ -519,7 +514,7 @@ class Api:
         "the session's timeline: items with an event type across sections in write order, each "
         "with its type; leaves an items.read record (purpose events)",
         query=EventsQuery,
-        replies={200: Reply(ItemEventList, headers=(ETAG_ALWAYS,))},
+        replies={200: Reply(ItemEventList, headers=(ETAG,))},
         tags=("items",),
     )
     async def get_events(self, request: Request) -> Response:
@@ -538,7 +533,7 @@ class Api:
         "one item; leaves an items.read record",
         query=ItemReadQuery,
         path=ITEM_PATH,
-        replies={200: Reply(ItemView, headers=(ETAG_ALWAYS,))},
+        replies={200: Reply(ItemView, headers=(ETAG,))},
         tags=("items",),
     )
     async def get_item(self, request: Request) -> Response:
@@ -609,7 +604,7 @@ class Api:
         description=sm.COMPACT_REFUSALS,
         headers=sm.WRITE_HEADERS,
         body=sm.SessionCompactRequest,
-        replies={200: Reply(sm.SessionCompacted, headers=(sm.ETAG_SENT,))},
+        replies={200: Reply(sm.SessionCompacted, headers=(ETAG,))},
         writes=True,
         tags=("sessions",),
     )

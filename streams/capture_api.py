@@ -18,10 +18,9 @@ from sections import capture
 
 from .api import Api, _only
 from .apidoc import operation
-from .apidoc.models import Count, Open, Strict
+from .apidoc.models import Count, JsonValue, JsonValueObject, Open, Strict
 from .responses import json_response
 from .routing import RawRoute, routes_of
-from .search_models import SafeJson, SafeJsonObject
 from .service import Service
 
 FIELDS = frozenset(("tool", "args", "output", "call_id"))
@@ -30,8 +29,8 @@ NonEmpty = Annotated[str, Field(min_length=1)]
 
 class ToolCallReport(Strict):
     tool: NonEmpty = Field(description="the tool's name")
-    args: SafeJsonObject | None = Field(None, description="the tool's arguments")
-    output: SafeJson = Field(None, description="what the tool answered: any JSON")
+    args: JsonValueObject | None = Field(None, description="the tool's arguments")
+    output: JsonValue = Field(None, description="what the tool answered: any JSON")
     call_id: NonEmpty | None = Field(None, description="the runtime's id of the call")
 
 

@@ -12,11 +12,23 @@ from pydantic import Field
 
 from sections.facts import FIELD_CHARS, MAX_FACTS, MAX_SOURCES
 
-from .apidoc.models import Count, JsonObject, Open, RecordReply, SafeInt, Strict, Time
-from .search_models import NOT_SPACE, Absent, Reader, SafeJsonObject, absent
+from .apidoc.models import (
+    NOT_BLANK,
+    Absent,
+    Count,
+    JsonObject,
+    JsonValueObject,
+    Open,
+    Reader,
+    RecordReply,
+    SafeInt,
+    Strict,
+    Time,
+    absent,
+)
 
 # A subject, predicate or object: not empty nor only whitespace (`pattern` is a search).
-FactText = Annotated[str, Field(pattern=NOT_SPACE, max_length=FIELD_CHARS)]
+FactText = Annotated[str, Field(pattern=NOT_BLANK, max_length=FIELD_CHARS)]
 # A time in a body: an integer of µs; the core takes ±2**62, a record only ±(2**53-1).
 FactMicros = Annotated[SafeInt, Field(description="µs since the epoch")]
 
@@ -33,7 +45,7 @@ class _FactFields(Strict):
     predicate: FactText
     object: FactText
     valid_from: FactMicros | None = Field(None, description="when it starts to hold; default now")
-    metadata: SafeJsonObject | None = None
+    metadata: JsonValueObject | None = None
     multi: bool = Field(
         False, description="a multi-valued predicate: it closes only the facts of the same object"
     )

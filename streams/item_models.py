@@ -8,37 +8,28 @@ so that what the document allows the server takes, and what it forbids the serve
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field
-from typing_extensions import TypeAliasType
 
 from eventstore.jcs import MAX_SAFE_INTEGER
 from sections.config import LIFETIMES, POLICIES
 from sections.item_filter import MAX_PAGE
 
-from .apidoc.models import Count, Hex64, JsonObject, Open, Record, SafeInt, Strict, Time
-from .apidoc.operation import ETAG, IF_MATCH
+from .apidoc.models import (
+    Count,
+    Hex64,
+    JsonObject,
+    JsonValue,
+    Open,
+    Record,
+    SafeInt,
+    SafeNumber,
+    Strict,
+    Time,
+)
 from .settings import Settings
 
-# A record's payload is I-JSON (eventstore/jcs.py): a number within ±(2**53-1), or a double of
-# magnitude 1e21 or more (JCS writes it with an exponent: it stays a double). Between the two, and
-# an integer literal of any size beyond ±(2**53-1), is refused; JSON Schema cannot tell a literal
-# from the double of the same value, so this says the doubles (what a JSON encoder writes of them).
-_FAR = 1e21
-SafeNumber = Annotated[
-    Union[  # noqa: UP007
-        Annotated[float, Field(ge=-MAX_SAFE_INTEGER, le=MAX_SAFE_INTEGER)],
-        Annotated[float, Field(ge=_FAR)],
-        Annotated[float, Field(le=-_FAR)],
-    ],
-    Field(description="within ±(2**53-1), or a double beyond ±1e21 (not an integer literal)"),
-]
-ItemJson = TypeAliasType(
-    "ItemJson",
-    Union[SafeNumber, str, bool, None, list["ItemJson"], dict[str, "ItemJson"]],  # noqa: UP007
-)
 ItemId = Annotated[
     str,
     Field(
@@ -47,13 +38,10 @@ ItemId = Annotated[
         "item of a batch (k > 0)",
     ),
 ]
-# streams/api.py `_expected_version`: surrounding spaces, one W/, any quotes around the digits.
-Version = Annotated[str, Field(pattern=r'^\s*(W/)?"*-?[0-9]{1,18}"*\s*$')]
-IF_MATCH_VERSION = replace(IF_MATCH, type=Version)
-ETAG_ALWAYS = replace(ETAG, required=True)  # every item answer carries the session's version
 ITEM_PATH = {"item": (ItemId, "the item's id")}
 # sections/config.py SectionConfig: a section's name is an identifier not starting with "_".
-SectionName = Annotated[str, Field(pattern=r"^[A-Za-z0-9.:@/+-][A-Za-z0-9._:@/+-]{0,127}$")]
+SECTION_NAME = r"^[A-Za-z0-9.:@/+-][A-Za-z0-9._:@/+-]{0,127}$"
+SectionName = Annotated[str, Field(pattern=SECTION_NAME)]
 SECTION_PATH = {"section": (SectionName, "the section's name: an identifier not starting with _")}
 # The service's default; a service may set another (413 batch_too_large beyond it).
 MAX_BATCH = Settings.max_batch_items
@@ -87,13 +75,13 @@ class ItemToolCall(Open):
     """One tool call of an assistant message, as an OpenAI-style API writes it."""
 
     id: str
-    __pydantic_extra__: dict[str, ItemJson]  # type: ignore[assignment]
+    __pydantic_extra__: dict[str, JsonValue]  # type: ignore[assignment]
 
 
 class ItemToAdd(_Fields):
     """One item (sections/commands.py `_fields`)."""
 
-    content: ItemJson = Field(description="the item's content: a string or any JSON")
+    content: JsonValue = Field(description="the item's content: a string or any JSON")
     kind: str | None = Field(
         None,
         description="its event type (user_message, agent_response, tool_call, tool_result, "
@@ -102,14 +90,14 @@ class ItemToAdd(_Fields):
     role: str | None = Field(None, description="user, assistant, tool, system, ...")
     tags: list[str] = Field(None, description="labels search can filter on")
     priority: SafeNumber = Field(None, description="what the priority policy evicts last (0)")
-    metadata: dict[str, ItemJson] = Field(None, description="any JSON object")
+    metadata: dict[str, JsonValue] = Field(None, description="any JSON object")
     group: str | None = Field(None, description="items evicted together (a tool call and result)")
     name: str | None = None
     tool_calls: list[ItemToolCall] | None = None
     tool_call_id: str | None = None
-    images: list[ItemJson] | None = None
-    reasoning_details: ItemJson = None
-    agent_calls: list[ItemJson] | None = None
+    images: list[JsonValue] | None = None
+    reasoning_details: JsonValue = None
+    agent_calls: list[JsonValue] | None = None
 
 
 class ItemBatchToAdd(_Fields):
@@ -123,10 +111,10 @@ class ItemBatchToAdd(_Fields):
 class ItemUpdate(_Changes):
     """The fields an update sets (sections/commands.py UPDATABLE); the others stay."""
 
-    content: ItemJson = None
+    content: JsonValue = None
     tags: list[str] = None  # type: ignore[assignment]
     priority: SafeNumber = None  # type: ignore[assignment]
-    metadata: dict[str, ItemJson] = None  # type: ignore[assignment]
+    metadata: dict[str, JsonValue] = None  # type: ignore[assignment]
     kind: str | None = None
     role: str | None = None
 

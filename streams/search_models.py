@@ -9,48 +9,29 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import Field
-from pydantic.json_schema import SkipJsonSchema
-from typing_extensions import TypeAliasType
 
-from eventstore.jcs import MAX_SAFE_INTEGER
 from sections.observations import TITLE_MAX, TYPES
 from sections.views import MAX_TOP_K
 
-from .apidoc.models import Count, Hex64, Identifier, JsonObject, Open, SafeInt, Strict, Time
+from .apidoc.models import (
+    NOT_BLANK,
+    Absent,
+    Count,
+    Hex64,
+    Identifier,
+    JsonObject,
+    Open,
+    Reader,
+    SafeInt,
+    Strict,
+    Time,
+    absent,
+)
 
-# The core refuses a string that is empty or only whitespace (str.strip); `pattern` is a search
-# in JSON Schema, so this asks for one character that is not. Spelled out: ECMA's \s, which
-# JSON Schema reads, differs from Python's (U+001C-U+001F, U+0085, U+FEFF).
-NOT_SPACE = r"[^\t-\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
-Text = Annotated[str, Field(pattern=NOT_SPACE)]
-# Any JSON a record can hold (eventstore/jcs.py): an integer within ±(2**53-1); a double that
-# large is integral, and refused below 1e21, where JCS writes it in exponent form.
-JCS_EXPONENT_FROM = 1e21
-SafeNumber = (
-    Annotated[float, Field(ge=-MAX_SAFE_INTEGER, le=MAX_SAFE_INTEGER)]
-    | Annotated[float, Field(ge=JCS_EXPONENT_FROM)]
-    | Annotated[float, Field(le=-JCS_EXPONENT_FROM)]
-)
-SafeJson = TypeAliasType(
-    "SafeJson",
-    "None | bool | SafeNumber | str | list[SafeJson] | dict[str, SafeJson]",  # type: ignore[misc]
-)
-SafeJsonObject = dict[str, SafeJson]
-# A query parameter a client leaves out: absent, never null (a query string has no null).
-Absent = SkipJsonSchema[None]
-Reader = Literal["agent", "operator"]
+Text = Annotated[str, Field(pattern=NOT_BLANK)]
 READER = Field(
     "agent", description="who reads: `agent` reads count for eviction, `operator` ones do not"
 )
-
-
-def absent(description: str) -> Any:
-    """An optional query parameter: its schema has no `default: null`."""
-    return Field(None, description=description, json_schema_extra=_no_default)
-
-
-def _no_default(schema: dict) -> None:
-    schema.pop("default", None)
 
 
 # ---- search --------------------------------------------------------------------------------

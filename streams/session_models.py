@@ -9,13 +9,10 @@ refusals of a well-formed body.
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field, WithJsonSchema
-from typing_extensions import TypeAliasType
+from pydantic import Field
 
-from eventstore.jcs import MAX_SAFE_INTEGER
 from sections.config import LIFETIMES, POLICIES
 from sections.inject import OBSERVATION_CHARS
 from sections.tokens import BUILT_IN
@@ -26,67 +23,30 @@ from .apidoc.models import (
     Count,
     ErrorReply,
     JsonObject,
+    JsonValueObject,
     Open,
+    Reader,
     Record,
     SafeInt,
     Strict,
     Time,
+    absent,
 )
-from .apidoc.operation import ETAG, LOCATION, RETRY_AFTER
+from .apidoc.operation import ETAG, RETRY_AFTER
+from .item_models import SECTION_NAME, ItemToAdd, Positive
 
-# A JSON number the log takes (eventstore/jcs.py `check_value`): an integral value within
-# ±(2**53-1), which I-JSON keeps exact; any other value but those from 2**53 to 1e21, which JCS
-# would write as integers beyond that range (from 1e21 on it writes an exponent).
-JCS_EXPONENT = 1e21
-SafeNumber = Annotated[
-    float,
-    WithJsonSchema(
-        {
-            "anyOf": [
-                {"type": "integer", "minimum": -MAX_SAFE_INTEGER, "maximum": MAX_SAFE_INTEGER},
-                {"type": "number", "not": {"type": "integer"}},
-                {"type": "number", "minimum": JCS_EXPONENT},
-                {"type": "number", "maximum": -JCS_EXPONENT},
-            ]
-        }
-    ),
-]
-SessionJson = TypeAliasType(
-    "SessionJson",
-    Union[None, bool, SafeNumber, str, list["SessionJson"], dict[str, "SessionJson"]],  # noqa: UP007
-)
-SessionJsonObject = dict[str, SessionJson]
-Positive = Annotated[int, Field(ge=1, le=MAX_SAFE_INTEGER)]
 Text = Annotated[str, Field(min_length=1)]
-# sections/config.py: a section's name is an identifier that does not start with "_".
-SECTION_NAME = r"^[A-Za-z0-9.:@/+-][A-Za-z0-9._:@/+-]{0,127}$"
-Reader = Literal["agent", "operator"]
-# streams/api.py `_expected_version`: digits, optionally quoted and weak ("7", W/"7").
-Version = Annotated[str, Field(pattern=r'^(W/)?"*-?[0-9]{1,18}"*$')]
-SESSION_IF_MATCH = replace(IF_MATCH, type=Version)
-ETAG_SENT = replace(ETAG, required=True)
-LOCATION_SENT = replace(LOCATION, required=True)
 LIST_MAX = 2**31  # streams/api.py list_sessions: limit and offset
-
-
-def _no_default(schema: dict) -> None:
-    schema.pop("default", None)
-
-
-def unset(description: str | None = None) -> Any:
-    """An optional field that is never null, and whose absence means the server's own value,
-    which may depend on the session (a section's current policy): no default is shown."""
-    return Field(None, description=description, json_schema_extra=_no_default)
 
 
 # ---- requests ----------------------------------------------------------------------------------
 
 
 class SessionListQuery(Strict):
-    limit: Annotated[int, Field(ge=0, le=LIST_MAX)] = unset("at most this many sessions")
+    limit: Annotated[int, Field(ge=0, le=LIST_MAX)] = absent("at most this many sessions")
     offset: Annotated[int, Field(ge=0, le=LIST_MAX)] = Field(0, description="skip this many")
-    since: Time = unset("last activity at or after this time")
-    until: Time = unset("last activity before this time")
+    since: Time = absent("last activity at or after this time")
+    until: Time = absent("last activity before this time")
 
 
 # Any other query parameter filters on creation metadata. Not said with `propertyNames`: keys
@@ -101,54 +61,28 @@ METADATA_FILTERS = (
 )
 
 
-class SessionToolCall(Strict):
-    """A tool call an assistant message made: an object with a string id (OpenAI's shape)."""
-
-    model_config = ConfigDict(extra="allow")
-    id: str
-    __pydantic_extra__: dict[str, SessionJson]
-
-
-class SessionSeedItem(Strict):
-    """An item to seed a section with at creation: every field of an add (docs/sections.md)."""
-
-    content: SessionJson = Field(description="a string or any JSON")
-    kind: str | None = None
-    role: str | None = None
-    tags: list[str] = []
-    priority: SafeNumber = 0
-    metadata: SessionJsonObject = {}
-    group: str | None = None
-    name: str | None = None
-    tool_calls: list[SessionToolCall] | None = None
-    tool_call_id: str | None = None
-    images: list[SessionJson] | None = None
-    reasoning_details: SessionJson = None
-    agent_calls: list[SessionJson] | None = None
-
-
 class SessionSectionSettings(Strict):
     """A section's settings for this session (sections/config.py); a new name adds a section."""
 
-    budget_tokens: Positive | None = unset("tokens; null: unbounded")
-    policy: Literal[POLICIES] = unset("what goes first when it is full")  # type: ignore[valid-type]
-    lifetime: Literal[LIFETIMES] = unset()  # type: ignore[valid-type]
-    mutable: bool = unset()
-    searchable: bool = unset()
-    audit_reads: Literal[True] = unset("every read leaves a record: only true")
-    compact_at_tokens: Positive | None = unset(
+    budget_tokens: Positive | None = absent("tokens; null: unbounded")
+    policy: Literal[POLICIES] = absent("what goes first when it is full")  # type: ignore[valid-type]
+    lifetime: Literal[LIFETIMES] = absent()  # type: ignore[valid-type]
+    mutable: bool = absent()
+    searchable: bool = absent()
+    audit_reads: Literal[True] = absent("every read leaves a record: only true")
+    compact_at_tokens: Positive | None = absent(
         "compact instead of evicting past this many tokens (docs/compaction.md); null: never"
     )
-    compact_keep_turns: Positive = unset("assistant rounds kept whole")
-    compact_tool_chars: Positive = unset("tool outputs longer than this are cut first")
-    max_items: Positive | None = unset("at most this many items; null: no bound")
-    items: list[SessionSeedItem] = unset("seed items, at creation only (replace the config's)")
+    compact_keep_turns: Positive = absent("assistant rounds kept whole")
+    compact_tool_chars: Positive = absent("tool outputs longer than this are cut first")
+    max_items: Positive | None = absent("at most this many items; null: no bound")
+    items: list[ItemToAdd] = absent("seed items, at creation only (replace the config's)")
 
 
 class SessionCreateRequest(Strict):
     """A new session: its metadata, per-section settings and seeds, its token counter."""
 
-    metadata: SessionJsonObject | None = None
+    metadata: JsonValueObject | None = None
     sections: (
         Annotated[
             dict[str, SessionSectionSettings],
@@ -263,10 +197,10 @@ class SessionSection(Open):
     tokens: Count
     items: Count
     evictions: Count
-    compact_at_tokens: Count = unset("with the other compaction settings, when it compacts")
-    compact_keep_turns: Count = unset()
-    compact_tool_chars: Count = unset()
-    max_items: Count = unset("when it is bounded")
+    compact_at_tokens: Count = absent("with the other compaction settings, when it compacts")
+    compact_keep_turns: Count = absent()
+    compact_tool_chars: Count = absent()
+    max_items: Count = absent("when it is bounded")
 
 
 class SessionDetail(SessionInfo):
@@ -289,10 +223,10 @@ class SessionCompaction(Open):
     seq: Count | None
     bytes_before: Count
     bytes_after: Count
-    tokens_before: Count = unset("the section's, when it was compacted")
-    tokens_after: Count = unset()
-    replaced: Count = unset("items replaced by a summary")
-    truncated: Count = unset("tool outputs cut")
+    tokens_before: Count = absent("the section's, when it was compacted")
+    tokens_after: Count = absent()
+    replaced: Count = absent("items replaced by a summary")
+    truncated: Count = absent("tool outputs cut")
 
 
 class SessionCompacted(Open):
@@ -330,8 +264,8 @@ class SessionErased(Open):
 
 # ---- what the operations share -----------------------------------------------------------------
 
-WRITE_HEADERS = (IDEMPOTENCY_KEY, SESSION_IF_MATCH)
-WRITTEN = Reply(SessionWritten, "durable: its record", headers=(ETAG_SENT,))
+WRITE_HEADERS = (IDEMPOTENCY_KEY, IF_MATCH)
+WRITTEN = Reply(SessionWritten, "durable: its record", headers=(ETAG,))
 BUSY = Reply(ErrorReply, "busy: time travel runs one replay at a time", headers=(RETRY_AFTER,))
 
 # What JSON Schema cannot say of a new session's body, in the operations' descriptions.

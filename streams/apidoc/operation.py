@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from .models import Version
+
 F = TypeVar("F", bound=Callable)
 _ATTRIBUTE = "api_operation"
 _HIDDEN = "api_hidden"  # why a served route is not in /openapi.json
@@ -37,9 +39,11 @@ IF_MATCH = Header(
     "If-Match",
     'the session version the write expects, as its ETag gives it ("7", W/"7" or 7); a stale '
     "one is 409 version_conflict and nothing is appended",
+    Version,
 )
-ETAG = Header("ETag", "the session's version after the call, quoted")
-LOCATION = Header("Location", "the new session's URL")
+# Reply headers: every answer that lists one carries it.
+ETAG = Header("ETag", "the session's version after the call, quoted", required=True)
+LOCATION = Header("Location", "the new session's URL", required=True)
 RETRY_AFTER = Header("Retry-After", "seconds to wait before trying again", int)
 
 

@@ -1,0 +1,148 @@
+"""The served API against its own description, both ways, with schemathesis (docs/openapi.md).
+
+A real `ledgermem serve` with data in it, and schemathesis' own command line run against its
+`/openapi.json`:
+
+- **positive**: requests the document says are valid are accepted (a 2xx, or a 404 for an id that
+  does not exist), and every answer conforms: its status is one the operation lists, its media
+  type, headers and body are the ones the document gives;
+- **negative**: requests the document says are invalid are refused with a 4xx, never a 5xx, and
+  the refusal is the error body the document gives.
+
+The session, section, item and fact ids the document cannot invent are given to schemathesis as
+parameters (its config file), so the operations reach real data; the operations that destroy get
+ids of their own, so they do not take the others' data away (cleanupSessions, which removes every
+idle session, a tenant of its own). The seed is fixed so that a failure
+can be run again; LEDGERMEM_ST_SEED chooses another, LEDGERMEM_ST_EXAMPLES how many cases an
+operation gets.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.server import Server
+
+SEED = os.environ.get("LEDGERMEM_ST_SEED", "20261205")
+EXAMPLES = os.environ.get("LEDGERMEM_ST_EXAMPLES", "20")
+COMMON = ("not_a_server_error", "status_code_conformance", "content_type_conformance")
+CHECKS = {
+    "positive": (
+        *COMMON,
+        "response_headers_conformance",
+        "response_schema_conformance",
+        "positive_data_acceptance",
+    ),
+    "negative": (*COMMON, "response_schema_conformance", "negative_data_rejection"),
+}
+ST = Path(sys.executable).with_name("st")
+
+
+TOKENS = (  # one tenant for the run; cleanupSessions gets one of its own (it removes them all)
+    '[[tokens]]\ntoken = "tok-a"\ntenant = "acme"\nscopes = ["read", "write", "admin"]\n'
+    '[[tokens]]\ntoken = "tok-c"\ntenant = "scratch"\nscopes = ["read", "write", "admin"]\n'
+)
+A = {"Authorization": "Bearer tok-a"}
+# A schema-valid request may still meet a state that refuses it: an id that does not exist (404),
+# a stale version, an ended session, a retracted fact (409), a budget it does not fit (422), time
+# travel already running (429). What it must never get is the 400 of a malformed request.
+ACCEPTED = ("2xx", "401", "403", "404", "409", "422", "429")
+HOOKS = Path(__file__).parent / "helpers" / "schemathesis_hooks.py"
+
+
+def _seed(client: httpx.Client) -> dict[str, str]:
+    """Data for the operations to reach; the ids schemathesis is to use, by parameter."""
+
+    def ok(answer: httpx.Response) -> dict:
+        assert answer.status_code < 300, answer.text
+        return answer.json() if answer.content else {}
+
+    for session in ("demo", "doomed", "erasable", "ending", "ended", "pruned"):
+        ok(client.put(f"/v1/sessions/{session}", headers=A))
+    items = "/v1/sessions/{}/sections/findings/items"
+    item = ok(client.post(items.format("demo"), json={"content": "margin 12%"}, headers=A))
+    ok(client.post(items.format("erasable"), json={"content": "to erase"}, headers=A))
+    pruned = ok(client.post(items.format("pruned"), json={"content": "to remove"}, headers=A))
+    ok(client.post("/v1/sessions/ended/end", headers=A))
+    fact = {"subject": "acme", "predicate": "ceo", "object": "ada"}
+    facts = ok(client.post("/v1/facts", json=fact, headers=A))
+    agentops = {"session_id": "ao", "project": "demo", "type": "decision", "content": "use tiles"}
+    ok(client.post("/sessions", json={"id": "ao", "project": "demo"}, headers=A))
+    ok(client.post("/sessions", json={"id": "ao-ending", "project": "demo"}, headers=A))
+    kept = ok(client.post("/observations", json={**agentops, "title": "kept"}, headers=A))
+    gone = ok(client.post("/observations", json={**agentops, "title": "gone"}, headers=A))
+    return {
+        "item": item["item"]["id"],
+        "pruned_item": pruned["item"]["id"],
+        "fact": (facts.get("facts") or [facts.get("fact")])[0]["id"],
+        "observation": str(kept["id"]),
+        "gone_observation": str(gone["id"]),
+    }
+
+
+def _config(ids: dict[str, str]) -> str:
+    def operation(op_id: str, **parameters: str) -> str:
+        table = ", ".join(f'"path.{k}" = "{v}"' for k, v in parameters.items())
+        return f'\n[[operations]]\ninclude-operation-id = "{op_id}"\nparameters = {{ {table} }}\n'
+
+    return (
+        f'hooks = "{HOOKS}"\n'
+        f'headers = {{ Authorization = "{A["Authorization"]}" }}\n'
+        f"[checks.positive_data_acceptance]\nexpected-statuses = {list(ACCEPTED)}\n"
+        "[parameters]\n"
+        '"path.session" = "demo"\n"path.section" = "findings"\n'
+        f'"path.item" = "{ids["item"]}"\n"path.fact" = "{ids["fact"]}"\n'
+        + operation("deleteSession", session="doomed")
+        + operation("eraseSession", session="erasable")
+        + operation("endSession", session="ending")
+        + operation("getSessionSummary", session="ended")
+        + operation("configureSection", section="scratch")
+        + operation("removeItem", session="pruned", item=ids["pruned_item"])
+        + operation("endAgentOpsSession", id="ao-ending")
+        + operation("getAgentOpsObservation", id=ids["observation"])
+        + operation("updateAgentOpsObservation", id=ids["observation"])
+        + operation("deleteAgentOpsObservation", id=ids["gone_observation"])
+        + '\n[[operations]]\ninclude-operation-id = "cleanupSessions"\n'
+        'headers = { Authorization = "Bearer tok-c" }\n'
+    )
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    if not ST.exists():
+        pytest.fail(
+            f"{ST} is missing: schemathesis is in the test extra (pip install -e '.[test]')"
+        )
+    root = tmp_path_factory.mktemp("conformance")
+    (root / "settings.toml").write_text(TOKENS)
+    with (
+        Server(root / "data", "--config", str(root / "settings.toml")) as server,
+        httpx.Client(base_url=server.url, timeout=30) as client,
+    ):
+        config = root / "schemathesis.toml"
+        config.write_text(_config(_seed(client)))
+        yield server, config, root
+
+
+@pytest.mark.parametrize("mode", ["positive", "negative"])
+def test_the_api_conforms_to_its_document(served, mode):
+    server, config, root = served
+    reports = root / f"report-{mode}"
+    command = [
+        str(ST), "--config-file", str(config), "run", server.url + "/openapi.json",
+        "--mode", mode, "--checks", ",".join(CHECKS[mode]),
+        "--phases", "examples,coverage,fuzzing", "--max-examples", EXAMPLES, "--seed", SEED,
+        "--generation-database", "none", "--request-timeout", "20", "--workers", "2",
+        "--no-color", "--report", "junit", "--report-dir", str(reports),
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=root)
+    shutil.rmtree(reports, ignore_errors=True)
+    assert done.returncode == 0, done.stdout[-20000:] + done.stderr[-4000:]
+    assert "API Operations:" in done.stdout  # it ran: the summary lists what was tested
