@@ -512,6 +512,9 @@ BAD_REQUESTS = [
     ("/v1/stream/sse", "colour=red", {}),
     ("/v1/stream/sse", "typed=2", {}),
     ("/v1/stream/sse", "", {"Last-Event-ID": "abc"}),
+    ("/v1/stream/sse", "after=abc", {"Last-Event-ID": "3"}),  # checked, though the header wins
+    ("/v1/stream/sse", "after=9007199254740992", {}),  # past any seq (2**53-1)
+    ("/v1/stream/jsonl", "partition=-1", {}),
     ("/v1/stream/jsonl", "follow=yes", {}),
     ("/v1/stream/jsonl", "session=", {}),
     ("/v1/stream/jsonl", "session=a%20b", {}),
@@ -522,6 +525,7 @@ BAD_REQUESTS = [
     ("/v1/events", "wait=-1", {}),
     ("/v1/events", "wait=nan", {}),
     ("/v1/events", "after=-2", {}),
+    ("/v1/events", "after=9007199254740992", {}),
 ]
 BAD_FRAMES = [
     "not json",
@@ -583,6 +587,15 @@ def test_bad_requests_are_refused_with_a_4xx_and_append_nothing(server):
     assert status["head"] == head, "a refused subscription appended something"
     kept = {k: n for k, n in after.items() if n > before.get(k, 0)}
     assert not kept, f"a refused subscription kept its place: {kept}"
+
+
+def test_a_partition_past_the_last_is_404_on_every_http_channel(server):
+    """The stream of a partition that does not exist: not found, as under /v1/log/partitions/
+    (a client cannot tell how many partitions there are from the API's description)."""
+    for path in ("/v1/stream/sse", "/v1/stream/jsonl", "/v1/events"):
+        code, body = run(get_json_error(server.url, f"{path}?partition=1"))
+        assert code == 404 and body["error"]["code"] == "not_found", (path, body)
+        assert "0..0" in body["error"]["message"]
 
 
 def test_a_tenant_sees_only_its_own_records_and_never_the_control_records(tmp_path):
