@@ -14,6 +14,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 import httpx
+import jsonschema
 import orjson
 import pytest
 from server import Server as ServeProcess
@@ -587,6 +588,41 @@ def test_bad_requests_are_refused_with_a_4xx_and_append_nothing(server):
     assert status["head"] == head, "a refused subscription appended something"
     kept = {k: n for k, n in after.items() if n > before.get(k, 0)}
     assert not kept, f"a refused subscription kept its place: {kept}"
+
+
+def test_openapi_describes_the_http_channels_from_their_models(server):
+    """The long-poll's answer and each SSE event validate against the schemas the document
+    gives them; the parameters have their types; the WebSocket is left to docs/wire.md."""
+    doc = httpx.get(server.url + "/openapi.json", timeout=10).json()
+    paths, components = doc["paths"], doc["components"]
+
+    def check(instance, schema) -> None:
+        jsonschema.validate(instance, {**schema, "components": components})
+
+    poll = paths["/v1/events"]["get"]
+    assert poll["operationId"] == "pollRecords"
+    parameters = {p["name"]: p["schema"] for p in poll["parameters"]}
+    assert parameters["wait"] == {"default": 30, "minimum": 0, "type": "number"}
+    assert parameters["after"]["minimum"] == -1 and parameters["session"]["type"] == "array"
+    answer = httpx.get(server.url + "/v1/events", params={"wait": 0}, timeout=10)
+    check(answer.json(), poll["responses"]["200"]["content"]["application/json"]["schema"])
+
+    async def first_event() -> dict:
+        async for event in sse_events(server.url, after=-1, typed=True):
+            return {name: value.decode() for name, value in event.items()}
+
+    sse = paths["/v1/stream/sse"]["get"]
+    event = run(first_event())
+    check(event, sse["responses"]["200"]["content"]["text/event-stream"]["schema"])
+    data = components["schemas"]["SseEvent"]["properties"]["data"]
+    assert data["contentMediaType"] == "application/json"
+    check(json.loads(event["data"]), data["contentSchema"])
+    jsonl = paths["/v1/stream/jsonl"]["get"]
+    assert {"operationId": "streamJsonl"}.items() <= jsonl.items()
+    assert "application/x-ndjson" in jsonl["responses"]["200"]["content"]
+    assert [p["schema"] for p in jsonl["parameters"] if p["name"] == "follow"] == [
+        {"default": True, "type": "boolean"}
+    ]
 
 
 def test_a_partition_past_the_last_is_404_on_every_http_channel(server):
