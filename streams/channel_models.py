@@ -61,6 +61,7 @@ class JsonlQuery(StreamQuery):
         True,
         description="true: stay open and send new records as they come; false: end at the head "
         "as it was when the request arrived",
+        examples=[False],
     )
 
 
@@ -75,6 +76,7 @@ class LongPollQuery(StreamQuery):
         30,
         description="seconds to wait for a matching record when none is there yet (larger values "
         "are capped at long_poll_max_wait, 60 by default); 0 answers at once",
+        examples=[0],
     )
 
 

@@ -13,6 +13,7 @@ import asyncio
 import json
 
 import httpx
+import jsonschema
 from websockets.asyncio.client import connect
 
 from eventstore.partitions import partition_of
@@ -79,6 +80,11 @@ def test_every_replica_streams_every_partition(pg_url, tmp_path):  # noqa: F811
 
         # Status on every replica, per partition; both agree on who leads what.
         views = [httpx.get(f"{s.url}/v1/log/status", timeout=10).json() for s in (a, b)]
+        doc = httpx.get(f"{a.url}/openapi.json", timeout=10).json()
+        for path in ("/v1/log/status", "/readyz"):
+            schema = doc["paths"][path]["get"]["responses"]["200"]["content"]["application/json"]
+            answer = httpx.get(f"{b.url}{path}", timeout=10).json()
+            jsonschema.validate(answer, {**schema["schema"], "components": doc["components"]})
         for view, server in zip(views, (a, b), strict=True):
             assert view["scope"] == "store" and len(view["partitions"]) == 2
             assert {p["partition"] for p in view["partitions"] if p["leading"]} == leading(server)

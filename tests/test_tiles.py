@@ -430,6 +430,14 @@ def test_with_tokens_entry_bundles_are_the_operator_s_and_proofs_a_tenant_s_own(
         assert status("/v1/log/proof/inclusion", "other", seq=3) == 404  # not beta's
         assert status("/v1/log/proof/inclusion", "op", seq=3) == 200
         assert status("/v1/log/tile/0/000", "nobody") == 401
+        # a tenant's status: the operator's keys, its own figures (streams/status_models.py)
+        doc = httpx.get(server.url + "/openapi.json").json()
+        schema = doc["paths"]["/v1/log/status"]["get"]["responses"]["200"]["content"]
+        mine = httpx.get(server.url + "/v1/log/status", headers={"authorization": "Bearer reader"})
+        assert mine.json()["scope"] == "tenant"
+        jsonschema.validate(
+            mine.json(), {**schema["application/json"]["schema"], "components": doc["components"]}
+        )
 
 
 def test_in_store_mode_each_partition_is_a_tiled_log_on_every_replica(pg_url, tmp_path):  # noqa: F811
