@@ -22,11 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from typing import Annotated, Literal
 
 import orjson
-from pydantic import Field
-from pydantic.json_schema import SkipJsonSchema
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -42,15 +39,25 @@ from eventstore.tiles import BadTilePath, parse_tile_path
 from eventstore.tlog_proof import format_tlog_proof
 
 from .apidoc import Reply, operation, undescribed
-from .apidoc.models import Count, ErrorReply, Open, Strict
+from .apidoc.models import ErrorReply
 from .auth import Principal
-from .channel_models import absent
 from .errors import ApiError
+from .proofs_models import (
+    FORMATS,
+    INCLUSION_REPLY,
+    NOT_FOUND,
+    PARTITION,
+    ConsistencyProof,
+    ConsistencyQuery,
+    InclusionQuery,
+    LogConsistencyQuery,
+    LogInclusionQuery,
+)
 from .responses import json_response
 from .routing import RawRoute, path_segments, routes_of
 from .service import Service
 from .status import ADMIN, parse_count, status_partition
-from .status_models import NO_CACHE, PartitionQuery
+from .status_models import NO_CACHE
 
 MUTABLE = {"Cache-Control": "no-cache"}  # tlog-tiles: a checkpoint is not cached for long
 IMMUTABLE = {"Cache-Control": "public, max-age=31536000, immutable"}
@@ -58,67 +65,6 @@ IMMUTABLE = {"Cache-Control": "public, max-age=31536000, immutable"}
 # has 17 digits), and `.p/<W>`.
 TILE_SEGMENTS = range(2, 9)
 PROOF_TEXT = "text/plain; charset=utf-8"
-FORMATS = ("json", "text")
-
-
-# ---- what the proof routes take and give (docs/proofs.md) ------------------------------------
-
-Hash = Annotated[str, Field(pattern=r"^[A-Za-z0-9+/]{43}=$", description="SHA-256, base64")]
-SIGNED_SIZE = (
-    "the size of a signed checkpoint the log holds: the newest (the default), or one a "
-    "segment.open embeds (multiples of the segment size); another is 404"
-)
-PARTITION = {"partition": (Count, "a shared store's partition, 0..P-1 (another is 404)")}
-
-
-class InclusionQuery(Strict):
-    seq: Count = Field(description="the record to prove; one the checkpoint does not cover is 404")
-    size: Count | SkipJsonSchema[None] = absent(SIGNED_SIZE)
-    format: Literal[FORMATS] = Field(
-        "json", description="text: the C2SP tlog-proof text of `ledgermem proof --seq`"
-    )
-
-
-class ConsistencyQuery(Strict):
-    old: Count = Field(description="the older tree's size; one past `new` is 404")
-    new: Count | SkipJsonSchema[None] = absent(SIGNED_SIZE)
-
-
-class LogInclusionQuery(InclusionQuery, PartitionQuery):
-    pass
-
-
-class LogConsistencyQuery(ConsistencyQuery, PartitionQuery):
-    pass
-
-
-class InclusionProof(Open):
-    """RFC 9162's audit path of record `seq` to the signed checkpoint of `size`."""
-
-    seq: Count
-    size: Count
-    leaf: Hash = Field(description="the record's leaf hash")
-    hashes: list[Hash] = Field(description="the audit path, leaf to root")
-    checkpoint: str = Field(description="the signed note of `size` records")
-
-
-class ConsistencyProof(Open):
-    """RFC 9162's consistency proof from the tree of `old` records to the signed one of `new`."""
-
-    old: Count
-    new: Count
-    hashes: list[Hash]
-    checkpoint: str = Field(description="the signed note of `new` records")
-
-
-INCLUSION_REPLY = Reply(
-    InclusionProof, "the proof (format=text: as text)", also=(("text/plain", None),)
-)
-NOT_FOUND = Reply(
-    ErrorReply,
-    "not_found: no such proof (yet): a seq or size past the checkpoints the log holds, no "
-    "checkpoint yet, or (with tokens) another tenant's record",
-)
 TILES = (
     "C2SP tlog-tiles: a tile path has a variable number of segments (an index is split in "
     "three-digit elements, an optional .p/<W>), which OpenAPI cannot describe; docs/proofs.md"

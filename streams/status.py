@@ -33,16 +33,10 @@ from .metrics import CHANNELS
 from .responses import json_response
 from .routing import RawRoute, routes_of
 from .service import NotLeaderHere, Service
-from .status_models import (
-    NO_CACHE,
-    PartitionQuery,
-    ServiceHealth,
-    ServiceReady,
-    Status,
-)
+from .status_models import NO_CACHE, PartitionQuery, ServiceHealth, ServiceReady, Status
 
 ADMIN = "admin"  # the scope that sees log-wide figures
-PROOF_TEXT = "text/plain; charset=utf-8"  # a signed note, a tlog-proof
+STATUS = ("status",)  # the document's tag
 NOT_READY = Reply(
     ErrorReply,
     "not ready: starting or shutting down (not_ready), writes refused until the log reopens, "
@@ -51,7 +45,9 @@ NOT_READY = Reply(
 
 
 def routes(service: Service) -> list[RawRoute]:
-    @operation("checkHealth", "alive: the process answers", replies={200: ServiceHealth})
+    @operation(
+        "checkHealth", "alive: the process answers", replies={200: ServiceHealth}, tags=STATUS
+    )
     async def healthz(request: Request) -> Response:
         return json_response({"status": "ok"})
 
@@ -59,6 +55,7 @@ def routes(service: Service) -> list[RawRoute]:
         "checkReady",
         "ready to serve: the log open and taking writes (503 while starting or stopping)",
         replies={200: ServiceReady, 503: NOT_READY},
+        tags=STATUS,
     )
     async def readyz(request: Request) -> Response:
         if not service.ready:
@@ -87,6 +84,7 @@ def routes(service: Service) -> list[RawRoute]:
         "getMetrics",
         "Prometheus metrics: log-wide with the admin scope, else the token's tenant's own",
         replies={200: Reply(description="the exposition format 0.0.4", media_type="text/plain")},
+        tags=STATUS,
     )
     async def metrics(request: Request) -> Response:
         principal = service.principal(request, "read")
@@ -101,6 +99,7 @@ def routes(service: Service) -> list[RawRoute]:
         "the log's status: head, newest checkpoint, subscribers, verifier (a tenant's own figures "
         "without the admin scope; every partition on a replica of a shared store)",
         replies={200: Status},
+        tags=STATUS,
     )
     async def log_status(request: Request) -> Response:
         principal = service.principal(request, "read")
@@ -130,7 +129,9 @@ def routes(service: Service) -> list[RawRoute]:
             text = (log_dir / layout.CHECKPOINT).read_bytes()
         except FileNotFoundError:
             return error_response(404, "not_found", "no checkpoint has been written yet")
-        return Response(text, media_type=PROOF_TEXT, headers={"Cache-Control": "no-cache"})
+        return Response(
+            text, media_type="text/plain; charset=utf-8", headers={"Cache-Control": "no-cache"}
+        )
 
     table = [
         ("/v1/log/checkpoint", checkpoint),

@@ -602,7 +602,7 @@ def test_openapi_describes_the_http_channels_from_their_models(server):
     poll = paths["/v1/events"]["get"]
     assert poll["operationId"] == "pollRecords"
     parameters = {p["name"]: p["schema"] for p in poll["parameters"]}
-    assert parameters["wait"] == {"default": 30, "minimum": 0, "type": "number"}
+    assert parameters["wait"] == {"default": 30, "minimum": 0, "type": "number", "examples": [0]}
     assert parameters["after"]["minimum"] == -1 and parameters["session"]["type"] == "array"
     answer = httpx.get(server.url + "/v1/events", params={"wait": 0}, timeout=10)
     check(answer.json(), poll["responses"]["200"]["content"]["application/json"]["schema"])
@@ -621,7 +621,7 @@ def test_openapi_describes_the_http_channels_from_their_models(server):
     assert {"operationId": "streamJsonl"}.items() <= jsonl.items()
     assert "application/x-ndjson" in jsonl["responses"]["200"]["content"]
     assert [p["schema"] for p in jsonl["parameters"] if p["name"] == "follow"] == [
-        {"default": True, "type": "boolean"}
+        {"default": True, "type": "boolean", "examples": [False]}
     ]
 
 
