@@ -161,6 +161,12 @@ def parse_cursor(value: object, name: str = "after") -> int:
     return cursor
 
 
+def _after(params: dict[str, list[str]]) -> int:
+    """The query's cursor: -1 (the start) when not given; given empty, it is no seq (400)."""
+    value = _single(params, "after")
+    return -1 if value is None else parse_cursor(value)
+
+
 def _flag(params: dict[str, list[str]], name: str, default: bool) -> bool:
     value = _single(params, name)
     if value is None:
@@ -487,7 +493,7 @@ class Channels:
     async def sse(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             principal, params, where, hub = self._begin(scope, ("after", "typed"))
-            after = parse_cursor(_single(params, "after") or "-1")  # checked even when not used
+            after = _after(params)  # checked even when Last-Event-ID wins
             last_event_id = HTTPConnection(scope).headers.get("last-event-id")
             if last_event_id:
                 after = parse_cursor(last_event_id, "Last-Event-ID")
@@ -539,7 +545,7 @@ class Channels:
     async def jsonl(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             principal, params, where, hub = self._begin(scope, ("after", "follow"))
-            after = parse_cursor(_single(params, "after") or "-1")
+            after = _after(params)
             follow = _flag(params, "follow", True)
             subscription = hub.subscribe(
                 after,
@@ -590,7 +596,7 @@ class Channels:
         settings = self.service.settings
         try:
             principal, params, where, hub = self._begin(scope, ("after", "limit", "wait"))
-            after = parse_cursor(_single(params, "after") or "-1")
+            after = _after(params)
             limit = _number(params, "limit", DEFAULT_LIMIT, 1, settings.max_batch_items)
             if limit != int(limit):
                 raise _bad(f"limit must be an integer, not {limit:g}")

@@ -527,6 +527,7 @@ BAD_REQUESTS = [
     ("/v1/events", "wait=nan", {}),
     ("/v1/events", "after=-2", {}),
     ("/v1/events", "after=9007199254740992", {}),
+    ("/v1/events", "after=", {}),  # no seq: not the start either
 ]
 BAD_FRAMES = [
     "not json",
