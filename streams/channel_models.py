@@ -7,7 +7,7 @@ filter, the tenant's partition), not a value a client could send.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, GetJsonSchemaHandler
 from pydantic.json_schema import SkipJsonSchema
@@ -21,6 +21,12 @@ from .apidoc.models import Count, ErrorReply, Identifier, Open, Record, Strict
 Cursor = Annotated[int, Field(ge=-1, le=MAX_SAFE_INTEGER)]
 Values = list[Identifier] | SkipJsonSchema[None]
 CACHE_CONTROL = Header("Cache-Control", "no-store: a stream is never cached")
+# Empty is no id, as in the SSE specification (an `id:` line with no value resets it).
+LAST_EVENT_ID = Header(
+    "Last-Event-ID",
+    "the seq of the last event seen, as its `id:` gave it; wins over `after` (empty: none)",
+    Cursor | Literal[""],
+)
 # The hub's refusals (streams/channels.py REFUSALS), besides the 4XX every route has.
 REFUSED = {
     429: Reply(ErrorReply, "too_many_subscribers: this client address has too many streams open"),

@@ -42,12 +42,12 @@ from eventstore.identifiers import is_identifier
 from eventstore.jcs import MAX_SAFE_INTEGER, loads_strict
 from sections import command_specs as specs
 
-from .apidoc import Header, Reply, operation, undescribed
+from .apidoc import Reply, operation, undescribed
 from .auth import Principal
 from .channel_models import (
     CACHE_CONTROL,
+    LAST_EVENT_ID,
     REFUSED,
-    Cursor,
     JsonlQuery,
     LongPollQuery,
     LongPollReply,
@@ -474,13 +474,7 @@ class Channels:
         description="Never ends by itself (a `: ping` comment every heartbeat_seconds while "
         "idle): resume with Last-Event-ID, which browsers send themselves. docs/wire.md.",
         query=SseQuery,
-        headers=(
-            Header(
-                "Last-Event-ID",
-                "the seq of the last event seen, as its `id:` gave it; wins over `after`",
-                Cursor,
-            ),
-        ),
+        headers=(LAST_EVENT_ID,),
         replies={
             200: Reply(
                 SseEvent, "the event stream: the schema is each event's",

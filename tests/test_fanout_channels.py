@@ -287,10 +287,13 @@ def test_last_event_id_wins_over_after(server):
             seqs = [seq_of(await add(client, session, "documents", i)) for i in range(3)]
         filters = {"session": [session]}
         stream = sse_records(server.url, after=-1, filters=filters, last_event_id=seqs[0])
-        return seqs, await take(stream, seqs[-1])
+        # An empty Last-Event-ID is no id (the SSE specification): `after` says where to start.
+        empty = sse_records(server.url, after=seqs[1], filters=filters, last_event_id="")
+        return seqs, await take(stream, seqs[-1]), await take(empty, seqs[-1])
 
-    seqs, got = run(main())
+    seqs, got, from_after = run(main())
     assert [seq_of(r) for r in got] == seqs[1:]
+    assert [seq_of(r) for r in from_after] == seqs[2:]
 
 
 def test_200_subscribers_on_mixed_channels_each_see_exactly_their_records_once(server):
