@@ -39,10 +39,21 @@ from starlette.types import Receive, Scope, Send
 from eventstore.errors import InvalidPayload, LedgerError
 from eventstore.filters import RecordFilter
 from eventstore.identifiers import is_identifier
-from eventstore.jcs import loads_strict
+from eventstore.jcs import MAX_SAFE_INTEGER, loads_strict
 from sections import command_specs as specs
 
+from .apidoc import Reply, operation, undescribed
 from .auth import Principal
+from .channel_models import (
+    CACHE_CONTROL,
+    LAST_EVENT_ID,
+    REFUSED,
+    JsonlQuery,
+    LongPollQuery,
+    LongPollReply,
+    SseEvent,
+    SseQuery,
+)
 from .connections import BODY_WRITER, FRAME_WRITER, BodyWriter, FrameWriter
 from .errors import ApiError, error_response
 from .fanout_errors import FanoutError, HubClosed, TooManySubscribers
@@ -145,7 +156,15 @@ def parse_cursor(value: object, name: str = "after") -> int:
         raise _bad(f"{name} must be a seq (an integer >= -1), not {value!r}")
     if cursor < -1:
         raise _bad(f"{name} must be a seq (an integer >= -1), not {cursor}; -1 is the start")
+    if cursor > MAX_SAFE_INTEGER:  # no seq is larger (docs/format.md): a typo, not a position
+        raise _bad(f"{name} must be a seq (at most 2**53-1), not {cursor}")
     return cursor
+
+
+def _after(params: dict[str, list[str]]) -> int:
+    """The query's cursor: -1 (the start) when not given; given empty, it is no seq (400)."""
+    value = _single(params, "after")
+    return -1 if value is None else parse_cursor(value)
 
 
 def _flag(params: dict[str, list[str]], name: str, default: bool) -> bool:
@@ -212,13 +231,18 @@ def client_address(scope: Scope) -> str:
 
 
 def parse_partition(value: object, partitions: int) -> int | None:
-    """A stream's `partition=N` (0 <= N < P), or None when not given."""
+    """A stream's `partition=N` (0 <= N < P), or None when not given. A number beyond the
+    partitions is 404, as under /v1/log/partitions/: no such partition (yet) exists."""
     if value is None:
         return None
     if type(value) is int or (isinstance(value, str) and _INTEGER.fullmatch(value)):
         number = int(value)
         if 0 <= number < partitions:
             return number
+        if number >= partitions:
+            raise ApiError(
+                404, "not_found", f"no partition {number}: partitions are 0..{partitions - 1}"
+            )
     raise _bad(f"partition must be one of 0..{partitions - 1}, not {value!r}")
 
 
@@ -444,14 +468,29 @@ class Channels:
 
     # -- SSE
 
+    @operation(
+        "streamSse",
+        "Server-Sent Events: each record as `id: <seq>` and `data: <record>`; stays open",
+        description="Never ends by itself (a `: ping` comment every heartbeat_seconds while "
+        "idle): resume with Last-Event-ID, which browsers send themselves. docs/wire.md.",
+        query=SseQuery,
+        headers=(LAST_EVENT_ID,),
+        replies={
+            200: Reply(
+                SseEvent, "the event stream: the schema is each event's",
+                media_type="text/event-stream", headers=(CACHE_CONTROL,),
+            ),
+            **REFUSED,
+        },
+        tags=("streams",),
+    )  # fmt: skip
     async def sse(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             principal, params, where, hub = self._begin(scope, ("after", "typed"))
+            after = _after(params)  # checked even when Last-Event-ID wins
             last_event_id = HTTPConnection(scope).headers.get("last-event-id")
             if last_event_id:
                 after = parse_cursor(last_event_id, "Last-Event-ID")
-            else:
-                after = parse_cursor(_single(params, "after") or "-1")
             typed = _flag(params, "typed", False)
             subscription = hub.subscribe(after, where, "sse", client=client_address(scope))
         except (ApiError, FanoutError) as exc:
@@ -483,10 +522,24 @@ class Channels:
 
     # -- JSONL
 
+    @operation(
+        "streamJsonl",
+        "JSON lines: one record a line; with follow=false the stream ends at the head",
+        description="An empty line (no record) every heartbeat_seconds while idle. docs/wire.md.",
+        query=JsonlQuery,
+        replies={
+            200: Reply(
+                description="one record a line", media_type="application/x-ndjson",
+                headers=(CACHE_CONTROL,),
+            ),
+            **REFUSED,
+        },
+        tags=("streams",),
+    )  # fmt: skip
     async def jsonl(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             principal, params, where, hub = self._begin(scope, ("after", "follow"))
-            after = parse_cursor(_single(params, "after") or "-1")
+            after = _after(params)
             follow = _flag(params, "follow", True)
             subscription = hub.subscribe(
                 after,
@@ -523,11 +576,21 @@ class Channels:
 
     # -- long-poll
 
+    @operation(
+        "pollRecords",
+        "long-poll: the records after `after`, waiting up to `wait` seconds for one",
+        query=LongPollQuery,
+        replies={
+            200: Reply(LongPollReply, headers=(CACHE_CONTROL,)),
+            **REFUSED,
+        },
+        tags=("streams",),
+    )
     async def events(self, scope: Scope, receive: Receive, send: Send) -> None:
         settings = self.service.settings
         try:
             principal, params, where, hub = self._begin(scope, ("after", "limit", "wait"))
-            after = parse_cursor(_single(params, "after") or "-1")
+            after = _after(params)
             limit = _number(params, "limit", DEFAULT_LIMIT, 1, settings.max_batch_items)
             if limit != int(limit):
                 raise _bad(f"limit must be an integer, not {limit:g}")
@@ -569,6 +632,7 @@ class Channels:
 
     # -- WebSocket
 
+    @undescribed("a WebSocket, which OpenAPI cannot describe: docs/wire.md has its frames")
     async def ws(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (await receive())["type"] != "websocket.connect":
             return

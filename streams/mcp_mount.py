@@ -30,6 +30,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from eventstore.errors import LedgerError
 
+from .apidoc import undescribed
 from .auth import authenticate_scope
 from .errors import ApiError, error_response
 from .routing import RawRoute
@@ -59,7 +60,11 @@ def routes(service: Service) -> list[RawRoute]:
         return []
     # POST only: stateless, there is no stream to open with GET and no session to DELETE; the
     # spec's answer to both is 405, which the route gives (with `Allow: POST`).
-    return [RawRoute(PATH, {"POST": McpMount(service)})]
+    mount = undescribed(
+        "MCP's streamable HTTP transport: JSON-RPC messages the MCP specification describes, "
+        "and the tools list themselves (tools/list); docs/mcp.md"
+    )(McpMount(service))
+    return [RawRoute(PATH, {"POST": mount})]
 
 
 class McpMount:

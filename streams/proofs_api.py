@@ -26,7 +26,6 @@ import base64
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import request_response
 
 from eventstore import layout
 from eventstore.checkpoint import Checkpoint, CheckpointError, parse_checkpoint
@@ -39,12 +38,26 @@ from eventstore.tile_source import TileNotFound, TileSource
 from eventstore.tiles import BadTilePath, parse_tile_path
 from eventstore.tlog_proof import format_tlog_proof
 
+from .apidoc import Reply, operation, undescribed
+from .apidoc.models import ErrorReply
 from .auth import Principal
 from .errors import ApiError
+from .proofs_models import (
+    FORMATS,
+    INCLUSION_REPLY,
+    NOT_FOUND,
+    PARTITION,
+    ConsistencyProof,
+    ConsistencyQuery,
+    InclusionQuery,
+    LogConsistencyQuery,
+    LogInclusionQuery,
+)
 from .responses import json_response
-from .routing import RawRoute, path_segments
+from .routing import RawRoute, path_segments, routes_of
 from .service import Service
-from .status import ADMIN, status_partition
+from .status import ADMIN, parse_count, status_partition
+from .status_models import NO_CACHE
 
 MUTABLE = {"Cache-Control": "no-cache"}  # tlog-tiles: a checkpoint is not cached for long
 IMMUTABLE = {"Cache-Control": "public, max-age=31536000, immutable"}
@@ -52,6 +65,10 @@ IMMUTABLE = {"Cache-Control": "public, max-age=31536000, immutable"}
 # has 17 digits), and `.p/<W>`.
 TILE_SEGMENTS = range(2, 9)
 PROOF_TEXT = "text/plain; charset=utf-8"
+TILES = (
+    "C2SP tlog-tiles: a tile path has a variable number of segments (an index is split in "
+    "three-digit elements, an optional .p/<W>), which OpenAPI cannot describe; docs/proofs.md"
+)
 
 
 def _b64(hashes: list[bytes]) -> list[str]:
@@ -64,9 +81,18 @@ def _int(request: Request, name: str, required: bool = True) -> int | None:
         if required:
             raise InvalidInput(f"give ?{name}=N")
         return None
-    if not (value.isascii() and value.isdigit()):
-        raise InvalidInput(f"{name} {value!r} is not a non-negative integer")
-    return int(value)
+    number = parse_count(value)
+    if number is None:
+        raise InvalidInput(f"{name} {value[:40]!r} is not a record count (0 to 2**53-1)")
+    return number
+
+
+def _text_format(request: Request) -> bool:
+    """Whether `?format=` asks for the tlog-proof text (json, the default, or text)."""
+    given = request.query_params.get("format", "json")
+    if given not in FORMATS:
+        raise InvalidInput(f"format {given[:40]!r} is neither json nor text")
+    return given == "text"
 
 
 class LogView:
@@ -94,7 +120,18 @@ class LogView:
         newest = self.checkpoint()
         if size == newest.size:
             return newest
-        text, _ = checkpoint_of_size(self.reader, size)
+        try:
+            text, _ = checkpoint_of_size(self.reader, size)
+        except InvalidInput:
+            # Not there (yet): 404 as for any resource that does not exist. Its own message
+            # names the log's directory, which is the server's business.
+            raise ApiError(
+                404,
+                "not_found",
+                f"no signed checkpoint of size {size}: the newest has size {newest.size}; older "
+                f"ones are those segment.open records embed (multiples of "
+                f"{1 << self.reader.seg_bits})",
+            ) from None
         return parse_checkpoint(text, self.key)
 
 
@@ -113,10 +150,8 @@ class ProofsApi:
             foreign = cluster is not None and partition != cluster.partition_of(principal.tenant)
             if foreign and ADMIN not in principal.scopes:
                 raise ApiError(403, "forbidden", "a tenant's token reads its own partition")
-        elif service.cluster is not None:
-            partition = status_partition(service, request, principal)
         else:
-            partition = 0
+            partition = status_partition(service, request, principal)
         view = self._views.get(partition)
         if view is None:
             if service.cluster is None:
@@ -129,11 +164,22 @@ class ProofsApi:
             view = self._views[partition] = LogView(reader)
         return principal, view
 
+    @operation(
+        "getPartitionCheckpoint",
+        "a shared store partition's newest signed checkpoint (a C2SP signed note), as text",
+        path=PARTITION,
+        replies={
+            200: Reply(description="the signed note", media_type="text/plain", headers=(NO_CACHE,)),
+            404: Reply(ErrorReply, "not_found: no such partition, or no checkpoint of it yet"),
+        },
+        tags=("proofs",),
+    )
     async def checkpoint(self, request: Request) -> Response:
         """A partition's newest checkpoint, as is (`/v1/log/checkpoint` is streams/status.py's)."""
         _, view = self._view(request, "read")
         return Response(view.checkpoint().text, media_type=PROOF_TEXT, headers=MUTABLE)
 
+    @undescribed(TILES)
     async def tile(self, request: Request) -> Response:
         segments = path_segments(request.scope) or []
         rest = "/".join(segments[segments.index("tile") + 1 :])
@@ -149,19 +195,44 @@ class ProofsApi:
             raise ApiError(404, "not_found", str(exc)) from None
         return Response(data, media_type="application/octet-stream", headers=IMMUTABLE)
 
+    @operation(
+        "proveInclusion",
+        "RFC 9162 inclusion proof of record `seq` to a signed checkpoint (the newest by default)",
+        query=LogInclusionQuery,
+        replies={200: INCLUSION_REPLY, 404: NOT_FOUND},
+        tags=("proofs",),
+    )
+    async def log_inclusion(self, request: Request) -> Response:
+        return await self.inclusion(request)
+
+    @operation(
+        "provePartitionInclusion",
+        "RFC 9162 inclusion proof of record `seq` in a shared store's partition",
+        query=InclusionQuery,
+        path=PARTITION,
+        replies={200: INCLUSION_REPLY, 404: NOT_FOUND},
+        tags=("proofs",),
+    )
+    async def partition_inclusion(self, request: Request) -> Response:
+        return await self.inclusion(request)
+
     async def inclusion(self, request: Request) -> Response:
         principal, view = self._view(request, "read")
         seq = _int(request, "seq")
+        text = _text_format(request)
         checkpoint = view.checkpoint_of(_int(request, "size", required=False))
         if not seq < checkpoint.size:  # type: ignore[operator]
-            raise InvalidInput(
-                f"seq {seq} is not covered by the checkpoint of size {checkpoint.size}"
+            # as for a checkpoint not yet written: the proof does not exist (yet)
+            raise ApiError(
+                404,
+                "not_found",
+                f"seq {seq} is not covered by the checkpoint of size {checkpoint.size}",
             )
         hashes, line = await asyncio.to_thread(self._inclusion, view, seq, checkpoint.size)
         if ADMIN not in principal.scopes and _tenant_of(line) != principal.tenant:
             # the same answer as for a seq that does not exist, so ids of others stay unknown
             raise ApiError(404, "not_found", f"no record {seq} of this tenant")
-        if request.query_params.get("format") == "text":
+        if text:
             body = format_tlog_proof(seq, hashes, checkpoint.text)
             return Response(body, media_type=PROOF_TEXT)
         return json_response(
@@ -179,13 +250,38 @@ class ProofsApi:
         line = next(iter(view.reader.lines(seq - 1, seq + 1)))[1]
         return inclusion_proof(seq, size, SubtreeRoots(view.reader)), line
 
+    @operation(
+        "proveConsistency",
+        "RFC 9162 consistency proof from the tree of `old` records to a signed checkpoint (the "
+        "newest by default)",
+        query=LogConsistencyQuery,
+        replies={200: ConsistencyProof, 404: NOT_FOUND},
+        tags=("proofs",),
+    )
+    async def log_consistency(self, request: Request) -> Response:
+        return await self.consistency(request)
+
+    @operation(
+        "provePartitionConsistency",
+        "RFC 9162 consistency proof between two trees of a shared store's partition",
+        query=ConsistencyQuery,
+        path=PARTITION,
+        replies={200: ConsistencyProof, 404: NOT_FOUND},
+        tags=("proofs",),
+    )
+    async def partition_consistency(self, request: Request) -> Response:
+        return await self.consistency(request)
+
     async def consistency(self, request: Request) -> Response:
         _, view = self._view(request, "read")
         old = _int(request, "old")
         checkpoint = view.checkpoint_of(_int(request, "new", required=False))
         if old > checkpoint.size:  # type: ignore[operator]
-            raise InvalidInput(
-                f"old size {old} is larger than the new checkpoint's size {checkpoint.size}"
+            # no tree of `old` records precedes it: that proof does not exist (yet)
+            raise ApiError(
+                404,
+                "not_found",
+                f"old size {old} is larger than the new checkpoint's size {checkpoint.size}",
             )
         roots = SubtreeRoots(view.reader)
         hashes = await asyncio.to_thread(consistency_proof, old, checkpoint.size, roots)
@@ -200,9 +296,10 @@ class ProofsApi:
 
 
 def _partition(given: str, partitions: int) -> int:
-    if not (given.isascii() and given.isdigit() and int(given) < partitions):
+    number = parse_count(given)
+    if number is None or number >= partitions:
         raise ApiError(404, "not_found", f"partitions are 0..{partitions - 1}")
-    return int(given)
+    return number
 
 
 def _tenant_of(line: bytes) -> str:
@@ -215,9 +312,13 @@ def routes(service: Service) -> list[RawRoute]:
     for prefix in ("/v1/log", "/v1/log/partitions/{partition}"):
         for n in TILE_SEGMENTS:
             params = "/".join(f"{{t{i}}}" for i in range(n))
-            table.append((f"{prefix}/tile/{params}", api.tile))
-        table.append((f"{prefix}/proof/inclusion", api.inclusion))
-        if prefix != "/v1/log":  # /v1/log/checkpoint is streams/status.py's
-            table.append((f"{prefix}/checkpoint", api.checkpoint))
-        table.append((f"{prefix}/proof/consistency", api.consistency))
-    return [RawRoute(pattern, {"GET": request_response(h)}) for pattern, h in table]
+            table.append((f"{prefix}/tile/{params}", {"GET": api.tile}))
+    # /v1/log/checkpoint is streams/status.py's
+    table += [
+        ("/v1/log/proof/inclusion", {"GET": api.log_inclusion}),
+        ("/v1/log/proof/consistency", {"GET": api.log_consistency}),
+        ("/v1/log/partitions/{partition}/proof/inclusion", {"GET": api.partition_inclusion}),
+        ("/v1/log/partitions/{partition}/checkpoint", {"GET": api.checkpoint}),
+        ("/v1/log/partitions/{partition}/proof/consistency", {"GET": api.partition_consistency}),
+    ]
+    return routes_of(table)

@@ -20,25 +20,43 @@ import time
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import request_response
 
 from eventstore import layout
 from eventstore.checkpoint import CheckpointError, parse_checkpoint
+from eventstore.jcs import MAX_SAFE_INTEGER
 
+from .apidoc import Reply, operation
+from .apidoc.models import ErrorReply
 from .auth import Principal
 from .errors import ApiError, error_response, refusal_code
 from .metrics import CHANNELS
 from .responses import json_response
-from .routing import RawRoute
+from .routing import RawRoute, routes_of
 from .service import NotLeaderHere, Service
+from .status_models import NO_CACHE, PartitionQuery, ServiceHealth, ServiceReady, Status
 
 ADMIN = "admin"  # the scope that sees log-wide figures
+STATUS = ("status",)  # the document's tag
+NOT_READY = Reply(
+    ErrorReply,
+    "not ready: starting or shutting down (not_ready), writes refused until the log reopens, "
+    "or a shared store out of reach (store_unreachable)",
+)
 
 
 def routes(service: Service) -> list[RawRoute]:
+    @operation(
+        "checkHealth", "alive: the process answers", replies={200: ServiceHealth}, tags=STATUS
+    )
     async def healthz(request: Request) -> Response:
         return json_response({"status": "ok"})
 
+    @operation(
+        "checkReady",
+        "ready to serve: the log open and taking writes (503 while starting or stopping)",
+        replies={200: ServiceReady, 503: NOT_READY},
+        tags=STATUS,
+    )
     async def readyz(request: Request) -> Response:
         if not service.ready:
             return error_response(503, "not_ready", "the service is starting or shutting down")
@@ -62,6 +80,12 @@ def routes(service: Service) -> list[RawRoute]:
             return json_response({"status": "ready", "partitions": partitions})
         return json_response({"status": "ready", "head": service.writer.size - 1})
 
+    @operation(
+        "getMetrics",
+        "Prometheus metrics: log-wide with the admin scope, else the token's tenant's own",
+        replies={200: Reply(description="the exposition format 0.0.4", media_type="text/plain")},
+        tags=STATUS,
+    )
     async def metrics(request: Request) -> Response:
         principal = service.principal(request, "read")
         if ADMIN in principal.scopes:
@@ -70,19 +94,37 @@ def routes(service: Service) -> list[RawRoute]:
             text = tenant_metrics(service, principal.tenant)
         return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
+    @operation(
+        "getLogStatus",
+        "the log's status: head, newest checkpoint, subscribers, verifier (a tenant's own figures "
+        "without the admin scope; every partition on a replica of a shared store)",
+        replies={200: Status},
+        tags=STATUS,
+    )
     async def log_status(request: Request) -> Response:
         principal = service.principal(request, "read")
         if ADMIN in principal.scopes:
             return json_response(log_status_of(service))
         return json_response(tenant_status(service, principal.tenant))
 
+    @operation(
+        "getCheckpoint",
+        "the newest signed checkpoint (a C2SP signed note), as text; 404 before the first",
+        query=PartitionQuery,
+        replies={
+            200: Reply(description="the signed note", media_type="text/plain", headers=(NO_CACHE,)),
+            404: Reply(ErrorReply, "not_found: no checkpoint has been written yet"),
+        },
+        tags=("proofs",),
+    )
     async def checkpoint(request: Request) -> Response:
         """The newest signed checkpoint file, as is: mirrors (`ledgermem tail`) anchor with it."""
         principal = service.principal(request, "read")
+        partition = status_partition(service, request, principal)
         if service.cluster is None:
             log_dir = service.writer.log_dir
         else:
-            log_dir = service.cluster.mirror(status_partition(service, request, principal)).log_dir
+            log_dir = service.cluster.mirror(partition).log_dir
         try:
             text = (log_dir / layout.CHECKPOINT).read_bytes()
         except FileNotFoundError:
@@ -98,22 +140,38 @@ def routes(service: Service) -> list[RawRoute]:
         ("/metrics", metrics),
         ("/v1/log/status", log_status),
     ]
-    return [RawRoute(path, {"GET": request_response(handler)}) for path, handler in table]
+    return routes_of((path, {"GET": handler}) for path, handler in table)
+
+
+def parse_count(value: str) -> int | None:
+    """A query parameter's record count or seq (0 to 2**53-1, as JSON numbers hold exactly), or
+    None when it is not one. Long strings are refused before `int` meets them (Python refuses
+    to convert more than 4300 digits)."""
+    if not (value.isascii() and value.isdigit() and len(value.lstrip("0")) <= 16):
+        return None
+    number = int(value)
+    return number if number <= MAX_SAFE_INTEGER else None
 
 
 def status_partition(service: Service, request: Request, principal) -> int:
-    """`?partition=N` for the operator (0 by default); a tenant's token reads its own."""
-    cluster = service.cluster
+    """`?partition=N` for the operator (0 by default); a tenant's token reads its own.
+
+    Checked without a shared store too (its one partition is 0), so a client's mistake shows
+    there as it would against a store: not a number is 400, a partition beyond the last 404
+    (as under /v1/log/partitions/)."""
+    partitions = service.partitions
     given = request.query_params.get("partition")
-    if ADMIN not in principal.scopes:
-        return cluster.partition_of(principal.tenant)
-    if given is None:
-        return 0
-    if not (given.isascii() and given.isdigit() and int(given) < cluster.partitions):
+    number = None if given is None else parse_count(given)
+    if given is not None and number is None:
+        raise ApiError(400, "invalid_input", f"give ?partition=N with N in 0..{partitions - 1}")
+    if number is not None and number >= partitions:
         raise ApiError(
-            400, "invalid_input", f"give ?partition=N with N in 0..{cluster.partitions - 1}"
+            404, "not_found", f"no partition {number}: partitions are 0..{partitions - 1}"
         )
-    return int(given)
+    cluster = service.cluster
+    if cluster is not None and ADMIN not in principal.scopes:
+        return cluster.partition_of(principal.tenant)
+    return number or 0
 
 
 def checkpoint_figures(path, vkey) -> dict:

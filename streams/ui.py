@@ -15,10 +15,10 @@ from importlib import resources
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import request_response
 
+from .apidoc import undescribed
 from .errors import ApiError
-from .routing import RawRoute
+from .routing import RawRoute, routes_of
 from .service import Service
 
 MEDIA_TYPES = {
@@ -33,6 +33,7 @@ CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
     "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 )
+PAGE = "the dashboard: a page for a browser and its static assets, no API (docs/dashboard.md)"
 HEADERS = {
     "content-security-policy": CSP,
     "x-content-type-options": "nosniff",
@@ -64,16 +65,15 @@ def routes(service: Service) -> list[RawRoute]:
         body, media_type = found
         return Response(body, headers=HEADERS, media_type=media_type)
 
+    @undescribed(PAGE)
     async def page(request: Request) -> Response:
         return serve("index.html")
 
+    @undescribed(PAGE)
     async def asset(request: Request) -> Response:
         return serve(request.path_params["asset"])
 
-    get_page = {"GET": request_response(page)}
-    return [
-        RawRoute("/", get_page),
-        RawRoute("/ui", get_page),
-        RawRoute("/ui/", get_page),
-        RawRoute("/ui/{asset}", {"GET": request_response(asset)}),
-    ]
+    get_page = {"GET": page}
+    return routes_of(
+        [("/", get_page), ("/ui", get_page), ("/ui/", get_page), ("/ui/{asset}", {"GET": asset})]
+    )

@@ -3,7 +3,8 @@
 Two real replicas, P = 2, each leading one partition: records written on one partition's leader
 reach the other replica's hub through its mirror, byte for byte; an operator's unscoped stream
 names its partition (`partition=N`, or `"partition": N` in the WebSocket's first frame), and is
-refused with a 400 naming the partitions when it does not; a tenant filter picks the partition.
+refused with a 400 naming the partitions when it does not (404 for a partition past the last); a
+tenant filter picks the partition.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import asyncio
 import json
 
 import httpx
+import jsonschema
 from websockets.asyncio.client import connect
 
 from eventstore.partitions import partition_of
@@ -66,7 +68,7 @@ def test_every_replica_streams_every_partition(pg_url, tmp_path):  # noqa: F811
 
         status, body = jsonl(other)
         assert status == 400 and b"partition" in body and b"0..1" in body
-        assert jsonl(other, partition=2)[0] == 400
+        assert jsonl(other, partition=2)[0] == 404  # no such partition
         assert jsonl(other, partition="one")[0] == 400
         assert jsonl(other, tenant="default", partition=1 - home)[0] == 400
 
@@ -78,6 +80,11 @@ def test_every_replica_streams_every_partition(pg_url, tmp_path):  # noqa: F811
 
         # Status on every replica, per partition; both agree on who leads what.
         views = [httpx.get(f"{s.url}/v1/log/status", timeout=10).json() for s in (a, b)]
+        doc = httpx.get(f"{a.url}/openapi.json", timeout=10).json()
+        for path in ("/v1/log/status", "/readyz"):
+            schema = doc["paths"][path]["get"]["responses"]["200"]["content"]["application/json"]
+            answer = httpx.get(f"{b.url}{path}", timeout=10).json()
+            jsonschema.validate(answer, {**schema["schema"], "components": doc["components"]})
         for view, server in zip(views, (a, b), strict=True):
             assert view["scope"] == "store" and len(view["partitions"]) == 2
             assert {p["partition"] for p in view["partitions"] if p["leading"]} == leading(server)
@@ -90,5 +97,8 @@ def test_every_replica_streams_every_partition(pg_url, tmp_path):  # noqa: F811
                 f"{server.url}/v1/log/checkpoint", params={"partition": home}, timeout=10
             )
             assert checkpoint.status_code == 200 and f"/p{home}\n".encode() in checkpoint.content
-            bad = httpx.get(f"{server.url}/v1/log/checkpoint", params={"partition": 2}, timeout=10)
-            assert bad.status_code == 400
+            for given, status in ((2, 404), ("two", 400)):  # no such partition; no number
+                bad = httpx.get(
+                    f"{server.url}/v1/log/checkpoint", params={"partition": given}, timeout=10
+                )
+                assert bad.status_code == status, bad.text

@@ -14,6 +14,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 import httpx
+import jsonschema
 import orjson
 import pytest
 from server import Server as ServeProcess
@@ -286,10 +287,13 @@ def test_last_event_id_wins_over_after(server):
             seqs = [seq_of(await add(client, session, "documents", i)) for i in range(3)]
         filters = {"session": [session]}
         stream = sse_records(server.url, after=-1, filters=filters, last_event_id=seqs[0])
-        return seqs, await take(stream, seqs[-1])
+        # An empty Last-Event-ID is no id (the SSE specification): `after` says where to start.
+        empty = sse_records(server.url, after=seqs[1], filters=filters, last_event_id="")
+        return seqs, await take(stream, seqs[-1]), await take(empty, seqs[-1])
 
-    seqs, got = run(main())
+    seqs, got, from_after = run(main())
     assert [seq_of(r) for r in got] == seqs[1:]
+    assert [seq_of(r) for r in from_after] == seqs[2:]
 
 
 def test_200_subscribers_on_mixed_channels_each_see_exactly_their_records_once(server):
@@ -512,6 +516,9 @@ BAD_REQUESTS = [
     ("/v1/stream/sse", "colour=red", {}),
     ("/v1/stream/sse", "typed=2", {}),
     ("/v1/stream/sse", "", {"Last-Event-ID": "abc"}),
+    ("/v1/stream/sse", "after=abc", {"Last-Event-ID": "3"}),  # checked, though the header wins
+    ("/v1/stream/sse", "after=9007199254740992", {}),  # past any seq (2**53-1)
+    ("/v1/stream/jsonl", "partition=-1", {}),
     ("/v1/stream/jsonl", "follow=yes", {}),
     ("/v1/stream/jsonl", "session=", {}),
     ("/v1/stream/jsonl", "session=a%20b", {}),
@@ -522,6 +529,8 @@ BAD_REQUESTS = [
     ("/v1/events", "wait=-1", {}),
     ("/v1/events", "wait=nan", {}),
     ("/v1/events", "after=-2", {}),
+    ("/v1/events", "after=9007199254740992", {}),
+    ("/v1/events", "after=", {}),  # no seq: not the start either
 ]
 BAD_FRAMES = [
     "not json",
@@ -583,6 +592,50 @@ def test_bad_requests_are_refused_with_a_4xx_and_append_nothing(server):
     assert status["head"] == head, "a refused subscription appended something"
     kept = {k: n for k, n in after.items() if n > before.get(k, 0)}
     assert not kept, f"a refused subscription kept its place: {kept}"
+
+
+def test_openapi_describes_the_http_channels_from_their_models(server):
+    """The long-poll's answer and each SSE event validate against the schemas the document
+    gives them; the parameters have their types; the WebSocket is left to docs/wire.md."""
+    doc = httpx.get(server.url + "/openapi.json", timeout=10).json()
+    paths, components = doc["paths"], doc["components"]
+
+    def check(instance, schema) -> None:
+        jsonschema.validate(instance, {**schema, "components": components})
+
+    poll = paths["/v1/events"]["get"]
+    assert poll["operationId"] == "pollRecords"
+    parameters = {p["name"]: p["schema"] for p in poll["parameters"]}
+    assert parameters["wait"] == {"default": 30, "minimum": 0, "type": "number", "examples": [0]}
+    assert parameters["after"]["minimum"] == -1 and parameters["session"]["type"] == "array"
+    answer = httpx.get(server.url + "/v1/events", params={"wait": 0}, timeout=10)
+    check(answer.json(), poll["responses"]["200"]["content"]["application/json"]["schema"])
+
+    async def first_event() -> dict:
+        async for event in sse_events(server.url, after=-1, typed=True):
+            return {name: value.decode() for name, value in event.items()}
+
+    sse = paths["/v1/stream/sse"]["get"]
+    event = run(first_event())
+    check(event, sse["responses"]["200"]["content"]["text/event-stream"]["schema"])
+    data = components["schemas"]["SseEvent"]["properties"]["data"]
+    assert data["contentMediaType"] == "application/json"
+    check(json.loads(event["data"]), data["contentSchema"])
+    jsonl = paths["/v1/stream/jsonl"]["get"]
+    assert {"operationId": "streamJsonl"}.items() <= jsonl.items()
+    assert "application/x-ndjson" in jsonl["responses"]["200"]["content"]
+    assert [p["schema"] for p in jsonl["parameters"] if p["name"] == "follow"] == [
+        {"default": True, "type": "boolean", "examples": [False]}
+    ]
+
+
+def test_a_partition_past_the_last_is_404_on_every_http_channel(server):
+    """The stream of a partition that does not exist: not found, as under /v1/log/partitions/
+    (a client cannot tell how many partitions there are from the API's description)."""
+    for path in ("/v1/stream/sse", "/v1/stream/jsonl", "/v1/events"):
+        code, body = run(get_json_error(server.url, f"{path}?partition=1"))
+        assert code == 404 and body["error"]["code"] == "not_found", (path, body)
+        assert "0..0" in body["error"]["message"]
 
 
 def test_a_tenant_sees_only_its_own_records_and_never_the_control_records(tmp_path):

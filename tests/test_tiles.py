@@ -16,6 +16,7 @@ import subprocess
 from pathlib import Path
 
 import httpx
+import jsonschema
 import orjson
 import pytest
 from helpers.cli import ledgermem
@@ -220,18 +221,85 @@ def log_head(log) -> int:
 
 
 def test_the_proof_routes_refuse_bad_input_with_json(log):
-    size, _ = checkpoint_of(log)
     for path, params in (
         ("/v1/log/proof/inclusion", {}),
         ("/v1/log/proof/inclusion", {"seq": "-1"}),
-        ("/v1/log/proof/inclusion", {"seq": str(size)}),
-        ("/v1/log/proof/inclusion", {"seq": "1", "size": "3"}),  # no checkpoint of 3
-        ("/v1/log/proof/consistency", {"old": str(size + 1)}),
+        ("/v1/log/proof/inclusion", {"seq": "1", "format": "xml"}),
+        ("/v1/log/proof/inclusion", {"seq": "9" * 5000}),  # past what int() converts: no 500
+        ("/v1/log/proof/inclusion", {"seq": str(2**53)}),
         ("/v1/log/proof/consistency", {"old": "x"}),
+        ("/v1/log/proof/consistency", {"old": "1", "partition": "p"}),
+        ("/v1/log/checkpoint", {"partition": "-1"}),
     ):
         answer = get(log, path, **params)
         assert answer.status_code == 400, (path, params)
         assert answer.json()["error"]["code"] == "invalid_input"
+
+
+def test_a_proof_the_log_holds_no_checkpoint_for_is_404_and_names_no_server_path(log):
+    """A size not (yet) signed, a seq or old size past the checkpoint: that proof does not
+    exist, as a record that does not exist; and the answer says so without the data directory."""
+    size, _ = checkpoint_of(log)
+    for path, params in (
+        ("/v1/log/proof/inclusion", {"seq": str(size)}),
+        ("/v1/log/proof/inclusion", {"seq": "1", "size": "3"}),  # no checkpoint of 3
+        ("/v1/log/proof/inclusion", {"seq": "1", "size": str(size + 1)}),  # not yet
+        ("/v1/log/proof/consistency", {"old": str(size + 1)}),
+        ("/v1/log/proof/consistency", {"old": "1", "new": "3"}),
+        ("/v1/log/proof/consistency", {"old": "1", "partition": "1"}),  # one log: partition 0
+        ("/v1/log/checkpoint", {"partition": "1"}),
+        ("/v1/log/partitions/1/proof/inclusion", {"seq": "1"}),
+    ):
+        answer = get(log, path, **params)
+        assert answer.status_code == 404, (path, params, answer.text)
+        error = answer.json()["error"]
+        assert error["code"] == "not_found" and str(log["data"]) not in error["message"]
+    message = get(log, "/v1/log/proof/inclusion", seq=1, size=3).json()["error"]["message"]
+    assert f"no signed checkpoint of size 3: the newest has size {size}" in message
+    assert get(log, "/v1/log/proof/inclusion", seq=1, partition=0).status_code == 200
+
+
+def test_openapi_describes_the_proofs_and_status_from_their_models(log):
+    """Each generated operation of streams/proofs_api.py and streams/status.py names its
+    parameters and answers, and a real answer validates against the schema it gives."""
+    doc = get(log, "/openapi.json").json()
+    paths = doc["paths"]
+
+    def validate(answer: httpx.Response, path: str, status: str = "200") -> None:
+        content = paths[path]["get"]["responses"][status]["content"]
+        schema = content[answer.headers["content-type"].split(";")[0]]["schema"]
+        instance = answer.json() if "json" in answer.headers["content-type"] else answer.text
+        jsonschema.validate(instance, {**schema, "components": doc["components"]})
+
+    size, _ = checkpoint_of(log)
+    for path, params in (
+        ("/v1/log/proof/inclusion", {"seq": 5}),
+        ("/v1/log/proof/inclusion", {"seq": 5, "format": "text"}),
+        ("/v1/log/proof/consistency", {"old": 64}),
+        ("/v1/log/partitions/0/proof/inclusion", {"seq": 5, "size": 64}),
+        ("/v1/log/partitions/0/proof/consistency", {"old": 5}),
+        ("/v1/log/partitions/0/checkpoint", {}),
+        ("/v1/log/checkpoint", {}),
+        ("/v1/log/status", {}),
+        ("/readyz", {}),
+        ("/healthz", {}),
+        ("/metrics", {}),
+    ):
+        answer = get(log, path, **params)
+        assert answer.status_code == 200, (path, answer.text)
+        validate(answer, path.replace("/partitions/0/", "/partitions/{partition}/"))
+    validate(get(log, "/v1/log/proof/inclusion", seq=size), "/v1/log/proof/inclusion", "404")
+    inclusion = paths["/v1/log/proof/inclusion"]["get"]
+    assert inclusion["operationId"] == "proveInclusion"
+    parameters = {p["name"]: p for p in inclusion["parameters"]}
+    assert parameters["seq"]["required"] and parameters["seq"]["schema"]["minimum"] == 0
+    assert parameters["format"]["schema"]["enum"] == ["json", "text"]
+    ids = {op.get("operationId") for methods in paths.values() for op in methods.values()}
+    assert {
+        "getCheckpoint", "getPartitionCheckpoint", "proveConsistency", "provePartitionInclusion",
+        "provePartitionConsistency", "checkHealth", "checkReady", "getMetrics", "getLogStatus",
+    } <= ids  # fmt: skip
+    assert not any("{t0}" in path for path in paths)  # the tiles are undescribed (docs/proofs.md)
 
 
 def test_an_inclusion_proof_as_text_verifies_offline(log, tmp_path):
@@ -362,6 +430,14 @@ def test_with_tokens_entry_bundles_are_the_operator_s_and_proofs_a_tenant_s_own(
         assert status("/v1/log/proof/inclusion", "other", seq=3) == 404  # not beta's
         assert status("/v1/log/proof/inclusion", "op", seq=3) == 200
         assert status("/v1/log/tile/0/000", "nobody") == 401
+        # a tenant's status: the operator's keys, its own figures (streams/status_models.py)
+        doc = httpx.get(server.url + "/openapi.json").json()
+        schema = doc["paths"]["/v1/log/status"]["get"]["responses"]["200"]["content"]
+        mine = httpx.get(server.url + "/v1/log/status", headers={"authorization": "Bearer reader"})
+        assert mine.json()["scope"] == "tenant"
+        jsonschema.validate(
+            mine.json(), {**schema["application/json"]["schema"], "components": doc["components"]}
+        )
 
 
 def test_in_store_mode_each_partition_is_a_tiled_log_on_every_replica(pg_url, tmp_path):  # noqa: F811

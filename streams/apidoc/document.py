@@ -122,8 +122,9 @@ def _types_of(op: Operation):
         yield header.type, "validation"
     for status in op.replies:
         reply = op.reply(status)
-        if reply.model is not None:
-            yield reply.model, "serialization"
+        for model in (reply.model, *(model for _, model in reply.also)):
+            if model is not None:
+                yield model, "serialization"
         for header in reply.headers:
             yield header.type, "serialization"
     yield ErrorReply, "serialization"
@@ -203,10 +204,15 @@ def _reply(reply: Reply, schemas: _Schemas) -> dict:
             h.name: {k: v for k, v in _header(h, schemas, "serialization").items() if k != "name"}
             for h in reply.headers
         }
-    if reply.model is not None:
-        out["content"] = {reply.media_type: {"schema": schemas.of(reply.model, "serialization")}}
-    elif reply.media_type != "application/json":
-        out["content"] = {reply.media_type: {"schema": {"type": "string"}}}
+    content = {
+        media_type: {"schema": schemas.of(model, "serialization")}
+        if model is not None
+        else {"schema": {"type": "string"}}
+        for media_type, model in ((reply.media_type, reply.model), *reply.also)
+        if model is not None or media_type != "application/json"
+    }
+    if content:
+        out["content"] = content
     return out
 
 

@@ -49,12 +49,17 @@ RETRY_AFTER = Header("Retry-After", "seconds to wait before trying again", int)
 
 @dataclass(frozen=True)
 class Reply:
-    """One answer: its body's type (None: no JSON body), what it means, its media type."""
+    """One answer: its body's type (None: no JSON body), what it means, its media type.
+
+    `also` lists the other media types the same answer may come as, each with its body's type
+    (None: text), for an operation whose caller picks the form (a `format` parameter).
+    """
 
     model: Any = None
     description: str = "ok"
     media_type: str = "application/json"
     headers: tuple[Header, ...] = ()
+    also: tuple[tuple[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
