@@ -15,11 +15,11 @@ from pydantic.json_schema import SkipJsonSchema
 from eventstore.jcs import MAX_SAFE_INTEGER
 
 from .apidoc import Header, Reply
-from .apidoc.models import Count, ErrorReply, Identifier, Open, Record, Strict
+from .apidoc.models import Absent, Count, ErrorReply, Identifier, Open, Record, Strict, absent
 
 # A seq, or -1 for the start of the log (streams/channels.py parse_cursor).
 Cursor = Annotated[int, Field(ge=-1, le=MAX_SAFE_INTEGER)]
-Values = list[Identifier] | SkipJsonSchema[None]
+Values = list[Identifier] | Absent
 CACHE_CONTROL = Header("Cache-Control", "no-store: a stream is never cached")
 # Empty is no id, as in the SSE specification (an `id:` line with no value resets it).
 LAST_EVENT_ID = Header(
@@ -32,15 +32,6 @@ REFUSED = {
     429: Reply(ErrorReply, "too_many_subscribers: this client address has too many streams open"),
     503: Reply(ErrorReply, "the service is shutting down: resume with the cursor elsewhere"),
 }
-
-
-def _no_default(schema: dict[str, Any]) -> None:
-    schema.pop("default", None)
-
-
-def absent(description: str) -> Any:
-    """A query parameter a client may leave out (`None` here, and no default in the schema)."""
-    return Field(None, description=description, json_schema_extra=_no_default)
 
 
 class StreamQuery(Strict):

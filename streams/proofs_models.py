@@ -8,8 +8,7 @@ from pydantic import Field
 from pydantic.json_schema import SkipJsonSchema
 
 from .apidoc import Reply
-from .apidoc.models import Count, ErrorReply, Open, Strict
-from .channel_models import absent
+from .apidoc.models import Count, ErrorReply, Open, Strict, absent
 from .status_models import PartitionQuery
 
 Format = Literal["json", "text"]

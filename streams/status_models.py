@@ -8,8 +8,8 @@ from pydantic import Field
 from pydantic.json_schema import SkipJsonSchema
 
 from .apidoc import Header
-from .apidoc.models import Count, Open, Strict
-from .channel_models import Cursor, absent
+from .apidoc.models import Count, Open, Strict, absent
+from .channel_models import Cursor
 
 NO_CACHE = Header("Cache-Control", "no-cache: a newer checkpoint may replace it at any time")
 Subscribers = Annotated[

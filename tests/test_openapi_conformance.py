@@ -111,6 +111,14 @@ def _config(ids: dict[str, str]) -> str:
         + operation("deleteAgentOpsObservation", id=ids["gone_observation"])
         + '\n[[operations]]\ninclude-operation-id = "cleanupSessions"\n'
         'headers = { Authorization = "Bearer tok-c" }\n'
+        # A stream answers for as long as the client stays: the long-poll is asked not to wait,
+        # the JSONL stream not to follow (it ends at the head; "false" as text, as a query
+        # string carries it), and an SSE stream, which only ends when its client leaves, is
+        # read for two seconds.
+        '\n[[operations]]\ninclude-operation-id = "pollRecords"\nparameters = { "query.wait" = 0 }\n'
+        '\n[[operations]]\ninclude-operation-id = "streamJsonl"\n'
+        'parameters = { "query.follow" = "false" }\n'
+        '\n[[operations]]\ninclude-operation-id = "streamSse"\nrequest-timeout = 2\n'
     )
 
 

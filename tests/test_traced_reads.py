@@ -261,7 +261,7 @@ READS = {  # operation -> (how to call it, the purpose of the read record it mus
     ("/v1/facts", "get"): ({}, "facts"),
     ("/v1/sessions/{session}/facts", "get"): ({}, "facts"),
     ("/v1/stream/sse", "get"): ({}, "stream"),
-    ("/v1/stream/ws", "get"): ({}, "stream"),
+    ("/v1/stream/ws", "websocket"): ({}, "stream"),  # undescribed: docs/wire.md
     ("/v1/stream/jsonl", "get"): ({}, "stream"),
     ("/v1/events", "get"): ({}, "stream"),
     ("/memory/events", "get"): ({"session_id": S}, "events"),  # KAOS (streams/kaos_api.py)
@@ -272,20 +272,21 @@ NO_CONTENT = {  # they answer without any item's content, and append nothing
     ("/v1/log/checkpoint", "get"), ("/v1/log/status", "get"),
     ("/healthz", "get"), ("/readyz", "get"), ("/metrics", "get"),
     ("/memory/sessions", "get"),  # KAOS's: session ids only
+    ("/openapi.json", "get"),  # the API's description
 }  # fmt: skip
 
 
 def _operations(client: httpx.Client) -> set[tuple[str, str]]:
+    """The document's operations, and the WebSocket, which it cannot describe."""
     paths = client.get("/openapi.json").json()["paths"]
-    return {(path, method) for path, ops in paths.items() for method in ops}
+    described = {(path, method) for path, ops in paths.items() for method in ops}
+    return described | {("/v1/stream/ws", "websocket")}
 
 
 def _is_write(client: httpx.Client, path: str, method: str) -> bool:
     op = client.get("/openapi.json").json()["paths"][path][method]
-    # A generated operation that writes lists the write's 507 (streams/apidoc/document.py); an
-    # older one names its record.
-    responses = op["responses"]
-    return "507" in responses or "record" in str(responses) or method in ("put", "patch", "delete")
+    # An operation that writes lists the write's 507 (streams/apidoc/document.py).
+    return "507" in op["responses"]
 
 
 # AgentOps' contract (docs/agentops.md): its reads need a project's data, so
@@ -298,11 +299,14 @@ AGENTOPS = {
 }  # fmt: skip
 
 
-# Tiles and proofs (docs/proofs.md): hashes, and for entry bundles the records' identifiers; no
-# item's content. tests/test_tiles.py fetches each and checks it appends nothing.
+# Proofs (docs/proofs.md): hashes and checkpoints, no item's content. tests/test_tiles.py fetches
+# each, and the tiles (which the document cannot describe: a variable number of segments), and
+# checks they append nothing.
 PROOFS = {
-    ("/v1/log/tile/{level}/{index}", "get"), ("/v1/log/tile/entries/{index}", "get"),
     ("/v1/log/proof/inclusion", "get"), ("/v1/log/proof/consistency", "get"),
+    ("/v1/log/partitions/{partition}/proof/inclusion", "get"),
+    ("/v1/log/partitions/{partition}/proof/consistency", "get"),
+    ("/v1/log/partitions/{partition}/checkpoint", "get"),
 }  # fmt: skip
 
 
