@@ -12,17 +12,18 @@ scopes are the REST API's: a token's tenant, the `read` scope.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 from starlette.requests import Request
 from starlette.responses import Response
 
+from eventstore.identifiers import is_identifier
 from sections.adapters.kaos import LocalMemory
 
 from .api import Api, Handler, _int_param
 from .apidoc import operation
-from .apidoc.models import Count, Identifier, JsonObject, Open, Strict
+from .apidoc.models import Absent, Count, Identifier, JsonObject, Open, Strict, absent
 from .errors import ApiError
 from .responses import json_response
 from .routing import RawRoute, routes_of
@@ -37,8 +38,8 @@ class KaosEventsQuery(Strict):
     limit: Count = Field(
         DEFAULT_LIMIT, description=f"how many of the newest events; at most {MAX_LIMIT} are given"
     )
-    session_id: Identifier | None = Field(
-        None, description="one session's; all the tenant's if absent"
+    session_id: Identifier | Literal[""] | Absent = absent(
+        "one session's; all the tenant's if absent or empty"
     )
 
 
@@ -85,6 +86,8 @@ class KaosApi(Api):
         if limit < 0:
             raise ApiError(400, "invalid_input", "limit must not be negative")
         session_id = request.query_params.get("session_id") or None
+        if session_id is not None and not is_identifier(session_id):
+            raise ApiError(400, "invalid_input", f"session_id {session_id[:40]!r} is no session id")
         with self.service.write():  # reads append their traces
             events = await local.recent_events(min(limit, MAX_LIMIT), session_id)
         found = [e.to_dict() for e in events]

@@ -52,6 +52,15 @@ OBSERVED = {
 class SearchApi(Api):
     def _search_options(self, request: Request) -> dict:
         params = request.query_params
+        # Its parameters are its query model's fields, and the `token` credential: a misspelt
+        # filter (`?tags=`) must not quietly widen the search.
+        model = SessionSearchQuery if "session" in request.path_params else SearchQuery
+        unknown = sorted(set(params) - set(model.model_fields) - {"token"})
+        if unknown:
+            raise ApiError(
+                400, "invalid_input",
+                f"unknown query parameter {unknown[0]!r}; use {', '.join(model.model_fields)}",
+            )  # fmt: skip
         query = params.get("q")
         if not query:
             raise ApiError(400, "invalid_input", "give the search query as ?q=")

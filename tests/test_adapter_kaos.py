@@ -322,7 +322,8 @@ def test_memory_endpoints_answer_kaos_shapes_per_tenant(tmp_path):
                           headers=A).json()["events"] == []  # fmt: skip
 
         head = client.get("/readyz").json()["head"]
-        for params in ({"limit": "x"}, {"limit": -1}, {"since": 1}, {"session_id": "_tenant"}):
+        for params in ({"limit": "x"}, {"limit": -1}, {"since": 1}, {"session_id": "_tenant"},
+                       {"session_id": "a b"}):  # fmt: skip
             refused = client.get("/memory/events", params=params, headers=A)
             assert refused.status_code == 400 and refused.json()["error"]["code"] == "invalid_input"
         assert client.get("/memory/events").status_code == 401

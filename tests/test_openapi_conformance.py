@@ -109,6 +109,8 @@ def _config(ids: dict[str, str]) -> str:
         + operation("getAgentOpsObservation", id=ids["observation"])
         + operation("updateAgentOpsObservation", id=ids["observation"])
         + operation("deleteAgentOpsObservation", id=ids["gone_observation"])
+        + '\n[[operations]]\ninclude-operation-id = "getAgentOpsTimeline"\n'
+        f'parameters = {{ "query.observation_id" = {ids["observation"]} }}\n'
         + '\n[[operations]]\ninclude-operation-id = "cleanupSessions"\n'
         'headers = { Authorization = "Bearer tok-c" }\n'
         # A stream answers for as long as the client stays: the long-poll is asked not to wait,

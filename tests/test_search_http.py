@@ -175,6 +175,9 @@ def test_summaries_and_context_injection_over_http(client):
             404,
         ),  # fmt: skip
         ("GET", "/v1/summaries", {"params": {"limit": "0"}}, 400),
+        # a misspelt filter must not quietly widen the search
+        ("GET", "/v1/search", {"params": {"q": "margin", "tags": "x"}}, 400),
+        ("GET", "/v1/sessions/s1/search", {"params": {"q": "margin", "session": "s2"}}, 400),
         ("GET", "/v1/sessions/nope/summary", {}, 404),
         ("POST", "/v1/sessions/s1/context", {"json": {"observations": -1}}, 400),
         ("POST", "/v1/sessions/s1/context", {"json": {"observations": 2, "query": 7}}, 400),

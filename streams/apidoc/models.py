@@ -83,8 +83,18 @@ class Open(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
+def _live_or_redacted(schema: dict) -> None:
+    _no_default(schema["properties"]["salt"])
+    _no_default(schema["properties"]["redacted"])
+    # Exactly one of them: an erased payload takes its salt along (docs/format.md section 9).
+    schema["oneOf"] = [{"required": ["salt"]}, {"required": ["redacted"]}]
+
+
 class Record(Open):
-    """One record, exactly its line in the segment file (docs/format.md section 2)."""
+    """One record, exactly its line in the segment file (docs/format.md section 2): with its
+    `payload` and `salt`, or, once erased, with `redacted` instead (section 9)."""
+
+    model_config = ConfigDict(extra="allow", json_schema_extra=_live_or_redacted)
 
     v: int
     seq: Count
@@ -96,9 +106,13 @@ class Record(Open):
     prev: Hex64
     h: Hex64
     pd: Hex64
-    salt: Annotated[str, Field(pattern=r"^[0-9a-f]{32}$")]
-    payload: Any = None
-    redacted: int | None = None
+    salt: Annotated[str, Field(pattern=r"^[0-9a-f]{32}$")] | Absent = Field(
+        None, description="the payload's salt; gone with an erased payload"
+    )
+    payload: Any = Field(None, description="what happened; gone once erased")
+    redacted: Count | Absent = Field(
+        None, description="once erased: the seq of the redaction record that allowed it"
+    )
 
 
 class ErrorDetail(Open):
