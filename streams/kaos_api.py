@@ -12,7 +12,7 @@ scopes are the REST API's: a token's tenant, the `read` scope.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 from starlette.requests import Request
@@ -35,7 +35,9 @@ PARAMETERS = frozenset(("limit", "session_id", "token"))
 
 
 class KaosEventsQuery(Strict):
-    limit: Count = Field(
+    # Any count the service reads as an integer (streams/api.py `_integer`: 18 digits at most);
+    # more than MAX_LIMIT is MAX_LIMIT, as in KAOS.
+    limit: Annotated[int, Field(ge=0, le=10**18 - 1)] = Field(
         DEFAULT_LIMIT, description=f"how many of the newest events; at most {MAX_LIMIT} are given"
     )
     session_id: Identifier | Literal[""] | Absent = absent(

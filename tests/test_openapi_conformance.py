@@ -3,9 +3,10 @@
 A real `ledgermem serve` with data in it, and schemathesis' own command line run against its
 `/openapi.json`:
 
-- **positive**: requests the document says are valid are accepted (a 2xx, or a 404 for an id that
-  does not exist), and every answer conforms: its status is one the operation lists, its media
-  type, headers and body are the ones the document gives;
+- **positive**: requests the document says are valid are accepted (a 2xx, or the 404/409/422 of a
+  state that refuses them, never a 400), and every answer conforms: its status is one the
+  operation lists, its media type, headers and body are the ones the document gives; a method the
+  document does not list for a path is 405 with an `Allow` naming the ones it does;
 - **negative**: requests the document says are invalid are refused with a 4xx, never a 5xx, and
   the refusal is the error body the document gives.
 
@@ -39,6 +40,8 @@ CHECKS = {
         "response_headers_conformance",
         "response_schema_conformance",
         "positive_data_acceptance",
+        "unsupported_method",  # a method the document does not list is 405 with Allow
+        "allow_header_conformance",
     ),
     "negative": (*COMMON, "response_schema_conformance", "negative_data_rejection"),
 }
