@@ -17,9 +17,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from .apidoc import undescribed
-from .errors import ApiError
 from .routing import RawRoute, routes_of
-from .ui import CSP, HEADERS, MEDIA_TYPES
+from .ui import CSP, HEADERS, MEDIA_TYPES, server_of
 
 # What the page loads from Swagger UI's distribution (swagger-ui-py puts it in swagger_ui/static).
 SWAGGER_FILES = ("swagger-ui-bundle.js", "swagger-ui.css", "favicon-32x32.png", "LICENSE")
@@ -54,14 +53,7 @@ def load_assets() -> dict[str, tuple[bytes, str]]:
 
 
 def routes() -> list[RawRoute]:
-    assets = load_assets()
-
-    def serve(name: str) -> Response:
-        found = assets.get(name)
-        if found is None:
-            raise ApiError(404, "not_found", f"the API explorer has no asset {name[:80]!r}")
-        body, media_type = found
-        return Response(body, headers=EXPLORER_HEADERS, media_type=media_type)
+    serve = server_of(load_assets(), EXPLORER_HEADERS, "the API explorer")
 
     @undescribed("the API explorer's page (a browser page over /openapi.json)")
     async def page(request: Request) -> Response:

@@ -6,7 +6,7 @@ sections/observations.py `Observation.of`); these models say the same to a clien
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -17,16 +17,14 @@ from .apidoc.models import (
     NOT_BLANK,
     Absent,
     Count,
-    Hex64,
     Identifier,
-    JsonObject,
     Open,
     Reader,
-    SafeInt,
     Strict,
     Time,
     absent,
 )
+from .item_models import ItemView
 
 Text = Annotated[str, Field(pattern=NOT_BLANK)]
 READER = Field(
@@ -53,29 +51,11 @@ class SearchQuery(SessionSearchQuery):
     session: list[str] = Field(default_factory=list, description="only these sessions; may repeat")
 
 
-class SearchItem(Open):
-    """The item a hit found, as it is now."""
-
-    id: str
-    section: str
-    content: Any = Field(description="a string or any JSON")
-    tokens: Count
-    kind: str | None
-    role: str | None
-    tags: list[str]
-    priority: float
-    metadata: JsonObject
-    group: str | None
-    seq: Count = Field(description="the record that last changed the item")
-    h: Hex64
-    ts: SafeInt = Field(description="when its content was set, µs since the epoch")
-
-
 class SearchHit(Open):
     session: str
     score: float = Field(description="BM25: higher is better")
     snippet: str = Field(description="the matched words between [ and ]")
-    item: SearchItem
+    item: ItemView = Field(description="the item a hit found, as it is now")
 
 
 class SearchHits(Open):

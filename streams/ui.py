@@ -11,6 +11,7 @@ names a key or gets the usual JSON 404: no path from a request ever reaches the 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from importlib import resources
 
 from starlette.requests import Request
@@ -53,17 +54,26 @@ def load_assets() -> dict[str, tuple[bytes, str]]:
     return assets
 
 
-def routes(service: Service) -> list[RawRoute]:
-    # `service` is unused: the page needs no credentials to load, only its API calls do, and
-    # that is how it can ask for a token. It is taken so app.py builds every route set alike.
-    assets = load_assets()
+def server_of(
+    assets: dict[str, tuple[bytes, str]], headers: dict[str, str], what: str
+) -> Callable[[str], Response]:
+    """name -> the asset's answer from `assets` (read once), or the usual JSON 404 naming
+    `what` has no such asset: a request's name is only ever a key, never a path."""
 
     def serve(name: str) -> Response:
         found = assets.get(name)
         if found is None:
-            raise ApiError(404, "not_found", f"the dashboard has no asset {name[:80]!r}")
+            raise ApiError(404, "not_found", f"{what} has no asset {name[:80]!r}")
         body, media_type = found
-        return Response(body, headers=HEADERS, media_type=media_type)
+        return Response(body, headers=headers, media_type=media_type)
+
+    return serve
+
+
+def routes(service: Service) -> list[RawRoute]:
+    # `service` is unused: the page needs no credentials to load, only its API calls do, and
+    # that is how it can ask for a token. It is taken so app.py builds every route set alike.
+    serve = server_of(load_assets(), HEADERS, "the dashboard")
 
     @undescribed(PAGE)
     async def page(request: Request) -> Response:
