@@ -22,7 +22,8 @@ def parse_time(text: str) -> int:
     if _MICROS.fullmatch(text):
         return int(text)
     try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        # RFC 3339 (section 5.6) allows "z" as well as "Z" for UTC; fromisoformat takes only "Z".
+        moment = datetime.fromisoformat(text[:-1] + "Z" if text.endswith("z") else text)
     except (ValueError, OverflowError):
         raise InvalidInput(
             f"{text!r} is neither microseconds since the epoch nor an ISO-8601 time"
