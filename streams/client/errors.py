@@ -152,6 +152,11 @@ class StalePosition(Conflict): ...
 class ImmutableSection(Conflict): ...
 
 
+class FactConflict(Conflict):
+    """The memory's facts refuse it as they are: a source that is not a live item, a retraction
+    at a time the fact is not valid."""
+
+
 class BodyTooLarge(PayloadTooLarge): ...
 
 
@@ -225,6 +230,7 @@ BY_CODE: dict[str, type[ApiError]] = {
     "idempotency_key_reused": IdempotencyKeyReused,
     "stale_position": StalePosition,
     "immutable_section": ImmutableSection,
+    "fact_conflict": FactConflict,
     "body_too_large": BodyTooLarge,
     "batch_too_large": BatchTooLarge,
     "unsupported_media_type": UnsupportedMediaType,
