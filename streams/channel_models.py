@@ -66,7 +66,8 @@ class LongPollQuery(StreamQuery):
     after: Cursor = Field(
         -1, description="the seq of the last record seen (`next` of the previous answer)"
     )
-    limit: Annotated[int, Field(ge=1, le=MAX_SAFE_INTEGER)] = Field(
+    # Any count: the service caps it rather than refusing it (streams/channels.py `_number`).
+    limit: Annotated[int, Field(ge=1)] = Field(
         100, description="at most this many records (larger values are capped at max_batch_items)"
     )
     wait: Annotated[float, Field(ge=0)] = Field(
