@@ -49,7 +49,7 @@ from . import agentops_models as m
 from .api import read_json
 from .apidoc import Reply, keep_operation, operation
 from .apidoc.models import Identifier
-from .errors import ApiError, from_exception
+from .errors import ApiError, error_response, from_exception
 from .responses import json_response
 from .routing import RawRoute
 from .service import Service
@@ -77,7 +77,10 @@ def _wrap(handler: Handler) -> Callable:
             return await handler(request)
         except Invalid as exc:
             return _error(400, str(exc))
-        except ApiError as exc:  # the service answers an oversized body 400, as bad JSON
+        except ApiError as exc:
+            if exc.status == 405:  # the router's refusal, in the shape of every other 405
+                return error_response(405, exc.code, exc.message, exc.headers)
+            # the service answers an oversized body 400, as bad JSON
             return _error(400 if exc.status == 413 else exc.status, exc.message, exc.headers)
         except LedgerError as exc:
             answer = from_exception(exc)
@@ -100,6 +103,11 @@ def _limit(request: Request, name: str, default: int) -> int:
 
 def _id(request: Request) -> int:
     value = request.path_params["id"]
+    if value == "recent":  # its own resource (GET only), which /observations/{id} must not take
+        raise ApiError(
+            405, "method_not_allowed",
+            f"{request.method} is not allowed on /observations/recent; use GET", {"Allow": "GET"},
+        )  # fmt: skip
     if not (value.isascii() and value.isdigit()) or len(value) > 18:
         raise Invalid("invalid observation id")
     return int(value)

@@ -412,8 +412,10 @@ def test_a_patch_holds_the_limits_of_a_new_observation(client):
 
 def test_observations_recent_is_its_own_route(client):
     assert client.get("/observations/recent", headers=A).status_code == 200
-    answer = client.patch("/observations/recent", json={"title": "t"}, headers=A)
-    assert answer.json() == {"error": "invalid observation id"}  # as before: not an id
+    for method in ("PATCH", "DELETE"):  # its only method is GET: not an id of /observations/{id}
+        answer = client.request(method, "/observations/recent", headers=A)
+        assert answer.status_code == 405 and answer.headers["allow"] == "GET"
+        assert answer.json()["error"]["code"] == "method_not_allowed"
 
 
 # ---- our tenancy and our log ---------------------------------------------------------------------
