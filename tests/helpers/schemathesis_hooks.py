@@ -11,7 +11,8 @@
   - an unknown *header* (HTTP lets any hop add headers; no server can refuse them), which
     schemathesis sends as if a header set were closed;
   - an "incorrect type" for a repeatable query parameter: a single value on the wire is also a
-    list of one, so the request it sent is valid after all.
+    list of one, so the request it sent is valid after all; and a "violation" of an optional
+    query parameter the request did not carry.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import re
 import tomllib
 import uuid
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
 import schemathesis
 
@@ -54,28 +56,67 @@ def before_call(ctx, case, kwargs):
 
 @schemathesis.hook
 def filter_failure(ctx, failure, case, response):
-    """Keep a failure unless it is one of the two shapes above."""
+    """Keep a failure unless every invalid part it names is one of the shapes above."""
     if failure.code != "ST201":
         return True
-    components = [line for line in failure.message.splitlines() if "Invalid component" in line]
-    return not components or not all(_meaningless(line, case) for line in components)
+    components = _components(failure.message)
+    sent = set(parse_qs(urlsplit(response.request.url).query, keep_blank_values=True))
+    return not components or not all(
+        _meaningless(head, details, case, sent) for head, details in components
+    )
 
 
-def _meaningless(component: str, case) -> bool:
-    if component.strip() == _UNKNOWN_HEADER:
+def _components(message: str) -> list[tuple[str, list[str]]]:
+    """Each "Invalid component" line of a failure, with the "- violates ..." lines under it."""
+    found: list[tuple[str, list[str]]] = []
+    for line in message.splitlines():
+        text = line.strip()
+        if text.startswith("Invalid component"):
+            found.append((text, []))
+        elif found and text.startswith("- violates"):
+            found[-1][1].append(text)
+    return found
+
+
+def _meaningless(head: str, details: list[str], case, sent: set[str]) -> bool:
+    if head == _UNKNOWN_HEADER:
         return True
-    fixed = _PATH.search(component)
+    fixed = _PATH.search(head)
     if fixed is not None:
         name = fixed.group(1)
         return str((case.path_parameters or {}).get(name)) in FIXED.get(name, ())
-    found = _QUERY_TYPE.search(component)
-    return found is not None and _is_array_query(case, found.group(1))
+    single = _QUERY_TYPE.search(head)
+    if single is not None:
+        return _query_parameter(case, single.group(1)).get("array", False)
+    if " in query" not in head or not details:
+        return False
+    return all(_query_detail_meaningless(detail, case, sent) for detail in details)
 
 
-def _is_array_query(case, name: str) -> bool:
+_DETAIL = re.compile(r"violates `[^`]+` at /properties/([^/\s]+)(.*)")
+
+
+def _query_detail_meaningless(detail: str, case, sent: set[str]) -> bool:
+    """A query value that is valid as sent: one value of a repeatable parameter (a list of one
+    on the wire), or an optional parameter the request's URL does not carry at all."""
+    found = _DETAIL.search(detail)
+    if found is None:
+        return False
+    name, rest = found.groups()
+    parameter = _query_parameter(case, name)
+    if not parameter:
+        return False
+    if parameter["array"] and "(was array, became string)" in rest:
+        return True
+    return name not in sent and not parameter["required"]
+
+
+def _query_parameter(case, name: str) -> dict:
+    """{"array": is it repeatable, "required": ...} of a declared query parameter, else {}."""
     for parameter in case.operation.definition.raw.get("parameters", ()):
         if parameter.get("in") == "query" and parameter.get("name") == name:
             schema = parameter.get("schema", {})
             branches = schema.get("anyOf", [schema])
-            return any(branch.get("type") == "array" for branch in branches)
-    return False
+            array = any(branch.get("type") == "array" for branch in branches)
+            return {"array": array, "required": parameter.get("required", False)}
+    return {}
