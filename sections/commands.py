@@ -138,14 +138,14 @@ def create_session(
         "config": {s.name: s.to_json() for s in config.sections},
         "order": [s.name for s in config.sections],
         "counter": {"name": counter.name, "version": counter.version},
-        "seed": _seed(config, counter),
+        "seed": seed_payload(config, counter),
     }
     if idem is not None:  # a session made by POST /v1/sessions with an Idempotency-Key
         payload["idem"] = idem
     return Command(tenant, session, SESSION_SECTION, "session.created", payload)
 
 
-def _seed(config: MemoryConfig, counter: TokenCounter) -> dict[str, list[dict]]:
+def seed_payload(config: MemoryConfig, counter: TokenCounter) -> dict[str, list[dict]]:
     """The seed items of each section in record form, grouped as one `add_many` would group
     them. Seeds are admitted whole or the session is not created: they may not exceed their
     section's budget, since evicting part of what the caller gave as the session's start would
@@ -170,11 +170,6 @@ def _seed(config: MemoryConfig, counter: TokenCounter) -> dict[str, list[dict]]:
             )
         seed[name] = made
     return seed
-
-
-# The seeds checked (and made) on their own: a get-or-create of a session that exists refuses
-# the seeds a creation would refuse, though it appends nothing (streams/api.py put_session).
-seed_items = _seed
 
 
 def configure_section(

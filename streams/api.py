@@ -22,7 +22,7 @@ from eventstore.jcs import MAX_SAFE_INTEGER
 from eventstore.timestamps import parse_time
 from sections import command_specs as specs
 from sections.command_specs import CommandSpec
-from sections.commands import UPDATABLE, seed_items
+from sections.commands import UPDATABLE, seed_payload
 from sections.config import COMPACTION_SETTINGS, SETTINGS, MemoryConfig
 from sections.item_filter import MAX_PAGE, NO_FILTER, ItemFilter, event_type
 from sections.memory import Memory, Session
@@ -258,7 +258,7 @@ class Api:
         metadata, sections, counter = _session_body(await self._body(request, required=False))
         config = memory.session_config(sections, counter)
         if config.seed_items:
-            seed_items(config, memory.counter_for(config))
+            seed_payload(config, memory.counter_for(config))
         return metadata, config
 
     @operation(

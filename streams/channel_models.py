@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, GetJsonSchemaHandler
-from pydantic.json_schema import SkipJsonSchema
 
 from eventstore.jcs import MAX_SAFE_INTEGER
 
@@ -41,7 +40,7 @@ class StreamQuery(Strict):
     session: Values = absent("only these sessions' records; may repeat")
     section: Values = absent("only these sections' records; may repeat")
     type: Values = absent("only records of these types; may repeat")
-    partition: Count | SkipJsonSchema[None] = absent(
+    partition: Count | Absent = absent(
         "with a shared store of P partitions: the one to read (0..P-1; another is 404), for an "
         "operator's stream without a tenant filter; else the tenant's partition"
     )
@@ -96,7 +95,7 @@ class SseEvent(Open):
     (comments, the keep-alive pings, are no events)."""
 
     id: Annotated[str, Field(pattern=r"^[0-9]+$")] = Field(description="the record's seq")
-    event: str | SkipJsonSchema[None] = absent(
+    event: str | Absent = absent(
         "the record's type with typed=true; without it, absent (a `message` event)"
     )
     data: Annotated[str, JsonText(Record)] = Field(description="the record's exact line")

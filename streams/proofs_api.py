@@ -57,7 +57,7 @@ from .responses import json_response
 from .routing import RawRoute, path_segments, routes_of
 from .service import Service
 from .status import ADMIN, parse_count, status_partition
-from .status_models import NO_CACHE
+from .status_models import CHECKPOINT_NOTE
 
 MUTABLE = {"Cache-Control": "no-cache"}  # tlog-tiles: a checkpoint is not cached for long
 IMMUTABLE = {"Cache-Control": "public, max-age=31536000, immutable"}
@@ -169,7 +169,7 @@ class ProofsApi:
         "a shared store partition's newest signed checkpoint (a C2SP signed note), as text",
         path=PARTITION,
         replies={
-            200: Reply(description="the signed note", media_type="text/plain", headers=(NO_CACHE,)),
+            200: CHECKPOINT_NOTE,
             404: Reply(ErrorReply, "not_found: no such partition, or no checkpoint of it yet"),
         },
         tags=("proofs",),

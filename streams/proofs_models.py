@@ -5,10 +5,9 @@ from __future__ import annotations
 from typing import Annotated, Literal, get_args
 
 from pydantic import Field
-from pydantic.json_schema import SkipJsonSchema
 
 from .apidoc import Reply
-from .apidoc.models import Count, ErrorReply, Open, Strict, absent
+from .apidoc.models import Absent, Count, ErrorReply, Open, Strict, absent
 from .status_models import PartitionQuery
 
 Format = Literal["json", "text"]
@@ -23,7 +22,7 @@ PARTITION = {"partition": (Count, "a shared store's partition, 0..P-1 (another i
 
 class InclusionQuery(Strict):
     seq: Count = Field(description="the record to prove; one the checkpoint does not cover is 404")
-    size: Count | SkipJsonSchema[None] = absent(SIGNED_SIZE)
+    size: Count | Absent = absent(SIGNED_SIZE)
     format: Format = Field(
         "json", description="text: the C2SP tlog-proof text of `ledgermem proof --seq`"
     )
@@ -31,7 +30,7 @@ class InclusionQuery(Strict):
 
 class ConsistencyQuery(Strict):
     old: Count = Field(description="the older tree's size; one past `new` is 404")
-    new: Count | SkipJsonSchema[None] = absent(SIGNED_SIZE)
+    new: Count | Absent = absent(SIGNED_SIZE)
 
 
 class LogInclusionQuery(InclusionQuery, PartitionQuery):

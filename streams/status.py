@@ -33,7 +33,7 @@ from .metrics import CHANNELS
 from .responses import json_response
 from .routing import RawRoute, routes_of
 from .service import NotLeaderHere, Service
-from .status_models import NO_CACHE, PartitionQuery, ServiceHealth, ServiceReady, Status
+from .status_models import CHECKPOINT_NOTE, PartitionQuery, ServiceHealth, ServiceReady, Status
 
 ADMIN = "admin"  # the scope that sees log-wide figures
 STATUS = ("status",)  # the document's tag
@@ -112,7 +112,7 @@ def routes(service: Service) -> list[RawRoute]:
         "the newest signed checkpoint (a C2SP signed note), as text; 404 before the first",
         query=PartitionQuery,
         replies={
-            200: Reply(description="the signed note", media_type="text/plain", headers=(NO_CACHE,)),
+            200: CHECKPOINT_NOTE,
             404: Reply(ErrorReply, "not_found: no checkpoint has been written yet"),
         },
         tags=("proofs",),

@@ -5,20 +5,21 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from pydantic import Field
-from pydantic.json_schema import SkipJsonSchema
 
-from .apidoc import Header
-from .apidoc.models import Count, Open, Strict, absent
+from .apidoc import Header, Reply
+from .apidoc.models import Absent, Count, Open, Strict, absent
 from .channel_models import Cursor
 
 NO_CACHE = Header("Cache-Control", "no-cache: a newer checkpoint may replace it at any time")
+# The checkpoint file as is, under /v1/log/checkpoint and each partition's (streams/proofs_api.py).
+CHECKPOINT_NOTE = Reply(description="the signed note", media_type="text/plain", headers=(NO_CACHE,))
 Subscribers = Annotated[
     dict[str, Count], Field(description="open subscribers by channel: sse, ws, jsonl, longpoll")
 ]
 
 
 class PartitionQuery(Strict):
-    partition: Count | SkipJsonSchema[None] = absent(
+    partition: Count | Absent = absent(
         "with a shared store: the operator's partition to read (0 by default; 0..P-1, another "
         "is 404); a tenant's token reads its own. Without a store the one partition is 0"
     )
@@ -37,16 +38,14 @@ class ReadyPartition(Open):
 
 class ServiceReady(Open):
     status: Literal["ready"]
-    head: Cursor | SkipJsonSchema[None] = absent("the log's newest seq (without a shared store)")
-    partitions: list[ReadyPartition] | SkipJsonSchema[None] = absent(
-        "with a shared store: every partition"
-    )
+    head: Cursor | Absent = absent("the log's newest seq (without a shared store)")
+    partitions: list[ReadyPartition] | Absent = absent("with a shared store: every partition")
 
 
 class StatusCheckpoint(Open):
     size: Count | None = Field(description="records it covers; null when there is none to read")
     age_seconds: float | None = Field(description="seconds since it was written")
-    error: str | SkipJsonSchema[None] = absent("why there are no figures")
+    error: str | Absent = absent("why there are no figures")
 
 
 class StatusVerifier(Open):
@@ -106,7 +105,7 @@ class TenantStatus(Open):
 
     scope: Literal["tenant"]
     tenant: str
-    partition: Count | SkipJsonSchema[None] = absent("with a shared store: the tenant's")
+    partition: Count | Absent = absent("with a shared store: the tenant's")
     origin: str
     vkey: str
     sessions: Count | None

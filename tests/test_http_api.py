@@ -14,6 +14,7 @@ from urllib.parse import quote
 import httpx
 import jsonschema
 import pytest
+from helpers.described import validator
 from server import ROOT, Server
 
 from eventstore.checkpoint import VerifierKey
@@ -233,8 +234,7 @@ def test_bad_input_is_a_4xx_json_error_and_appends_nothing(
 def _schema_of(doc: dict, content: dict) -> jsonschema.Draft202012Validator:
     """A validator of the JSON body `content` (a request body's or reply's) describes, its $refs
     resolved in the document."""
-    schema = {**content["application/json"]["schema"], "components": doc["components"]}
-    return jsonschema.Draft202012Validator(schema)
+    return validator(doc, content["application/json"]["schema"])
 
 
 ITEM_OPERATIONS = {

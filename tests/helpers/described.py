@@ -11,10 +11,15 @@ def reply_schema(doc: dict, path: str, method: str, status: int | str) -> dict:
     return response["content"]["application/json"]["schema"]
 
 
+def validator(doc: dict, schema: dict) -> jsonschema.Draft202012Validator:
+    """A validator of `schema`, its $refs read in the document's components."""
+    return jsonschema.Draft202012Validator({**schema, "components": doc["components"]})
+
+
 def conforms(doc: dict, schema: dict, value: object) -> None:
     """Raise unless `value` is valid against `schema`, its $refs read in the document's
     components."""
-    jsonschema.Draft202012Validator({**schema, "components": doc["components"]}).validate(value)
+    validator(doc, schema).validate(value)
 
 
 def ids(doc: dict, *routes: tuple[str, str]) -> list[str]:
