@@ -150,12 +150,12 @@ def _int_param(request: Request, name: str, default: int | None = None) -> int |
 
 
 def _only(body: dict, allowed: frozenset[str], what: str) -> dict:
-    unknown = set(body) - allowed
-    if unknown or not body:
+    """`body`, refused unless it gives one or more of `allowed`, and nothing else (`_known`)."""
+    if not body:
         raise ApiError(
             400, "invalid_input", f"give {what}: one or more of {', '.join(sorted(allowed))}"
         )
-    return body
+    return _known(body, tuple(sorted(allowed)), what)
 
 
 def _reader(request: Request) -> str:
