@@ -3,7 +3,7 @@
 Prints one JSON object on stdout (progress on stderr). Every scenario opens a fresh log in a
 temporary data directory with real fdatasync (Durability.FSYNC) and appends ~300-byte payloads
 (text, role, tags, a float, an int) from 1, 8 and 64 concurrent appenders, as threads calling
-`append` and as asyncio tasks awaiting `append_async`. The ack latency of one append is the time
+`append` and as asyncio tasks awaiting `submit([entry]).wait_async()`. The ack latency of one append is the time
 from the call to its return, i.e. until the record is durable.
 
 In the same run:
@@ -235,12 +235,12 @@ class Scenario:
     async def _task_worker(self, k: int, writer) -> None:
         ends: list[int] = []
         lats: list[int] = []
-        append, clock = writer.append_async, time.perf_counter_ns
+        submit, clock = writer.submit, time.perf_counter_ns
         for item in self._items(k):
             if self.stop:
                 break
             t0 = clock()
-            await append(*item)
+            await submit([item]).wait_async()
             t1 = clock()
             ends.append(t1)
             lats.append(t1 - t0)

@@ -26,8 +26,8 @@ Server variants (`--variants`):
   fail), so uvicorn falls back to the asyncio loop and h11: plain `uvicorn`.
 The client runs on uvloop when it can import it (`client_loop` in the JSON).
 
-In the same run, the ceiling: the raw `LogWriter.append_async` rate in this process, 32 asyncio
-tasks, real fdatasync, appending the very payloads the server wrote (copied from its log).
+In the same run, the ceiling: the raw `LogWriter.submit(...).wait_async()` rate in this process,
+32 asyncio tasks, real fdatasync, appending the very payloads the server wrote (copied from its log).
 
 Profiling: `LEDGERMEM_BENCH_PROFILE=KIND:FILE` profiles the server's event-loop thread over the
 measured window only (the launcher below; the client signals the window's edges) and writes
@@ -536,7 +536,7 @@ def run_client(cfg: dict) -> dict:
     return json.loads(done.stdout)
 
 
-# ---- the ceiling: LogWriter.append_async in this process ----------------------------------------
+# ---- the ceiling: LogWriter.submit + wait_async in this process --------------------------------
 
 
 def logged_payloads(data_dir: Path, limit: int = 2000) -> list[tuple]:
@@ -566,7 +566,7 @@ def logged_payloads(data_dir: Path, limit: int = 2000) -> list[tuple]:
 def raw_append(
     root: Path, entries: list[tuple], concurrency: int, warmup: float, seconds: float
 ) -> dict:
-    """`concurrency` asyncio tasks awaiting LogWriter.append_async, real fdatasync."""
+    """`concurrency` asyncio tasks awaiting LogWriter.submit([entry]).wait_async(), real fdatasync."""
     from eventstore.store import open_log
     from eventstore.writer import Durability
 
@@ -586,7 +586,7 @@ def raw_append(
             n = k
             while not stop:
                 t0 = time.perf_counter_ns()
-                await writer.append_async(*entries[n % len(entries)])
+                await writer.submit([entries[n % len(entries)]]).wait_async()
                 t1 = time.perf_counter_ns()
                 done.append((t1, t1 - t0))
                 n += concurrency
@@ -682,7 +682,7 @@ def run(root: Path, args: argparse.Namespace) -> dict:
 
     ceiling = {}
     for mode in modes:
-        log(f"ceiling: LogWriter.append_async, {mode} payloads, {args.connections} tasks")
+        log(f"ceiling: LogWriter.submit + wait_async, {mode} payloads, {args.connections} tasks")
         ceiling[mode] = raw_append(
             root, payloads[mode], args.connections, args.warmup, args.seconds
         )

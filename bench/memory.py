@@ -10,7 +10,7 @@ Prints one JSON object on stdout (progress on stderr). Figures, with real fdatas
    (sections still filling, no eviction) and on sessions whose bounded sections were filled to
    their budget first (steady state: nearly every add to a bounded section evicts). Latency of
    an add is the time from the call to its return, i.e. until its record is durable. In the
-   same run, the raw `LogWriter.append` / `append_async` rate at the same concurrency with the
+   same run, the raw `LogWriter.append` / `submit(...).wait_async()` rate at the same concurrency with the
    same payloads (copied from the memory run's own item.added records) gives the ratio.
 2. rebuild: a log of `--records` records (default 1,000,000) is built through the public API
    with Durability.UNSAFE_NO_FSYNC (the build is not measured, only the rebuild is). A fresh
@@ -420,7 +420,7 @@ def raw_scenario(root: Path, family: str, payloads: list, warmup: float, seconds
         async def acall():
             n = state["n"]
             state["n"] = n + CONCURRENCY
-            await writer.append_async(*payloads[n % n_payloads])
+            await writer.submit([payloads[n % n_payloads]]).wait_async()
 
         return acall
 

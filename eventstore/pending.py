@@ -53,10 +53,6 @@ class Settlement:
             self._waiters.append((loop, future))
             return True
 
-    def add_waiters_unshared(self, waiters: list[Waiter]) -> None:
-        """`add_waiter` for a settlement the writer cannot settle yet (its batch is not taken)."""
-        self._waiters += waiters
-
     def settle(self, error: BaseException | None) -> list[Waiter]:
         """Called once, by the writer. Returns the async waiters for `wake_waiters`."""
         with self._mutex:

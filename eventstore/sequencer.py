@@ -152,17 +152,8 @@ class Sequencer:
 
     def assign(self, entries: list[Entry], ts: int) -> tuple[list[Operation], list[Record]]:
         """The operations that append `entries`, and the entries' records (seals and opens aside)."""
-        ops, (records,) = self.assign_batches([(entries, None)], ts)
-        return ops, records  # type: ignore[return-value]
-
-    def assign_batches(
-        self, batches: list[tuple[list[Entry], int | None]], ts: int
-    ) -> tuple[list[Operation], list[list[Record] | int]]:
-        """`assign` for several batches, in order, as one run of operations: each batch's
-        records, or, for a batch skipped because it expected another size (the seq its first
-        record would get) than the log has when its turn comes, that size."""
         ops: list[Operation] = []
-        results: list[list[Record] | int] = []
+        records: list[Record] = []
         lines = AppendLines([], [], [])
         add_line, add_record, add_leaf = (
             lines.lines.append,
@@ -171,39 +162,33 @@ class Sequencer:
         )
         mask, tree, salt = self._mask, self._tree, self._salt
         size, prev, prev_hex = self._size, self._prev, self._prev_hex
-        for entries, expected_size in batches:
-            if expected_size is not None and expected_size != size:
-                results.append(size)
-                continue
-            records: list[Record] = []
-            results.append(records)
-            for entry in entries:
-                if size & mask == mask:
-                    self._size, self._prev, self._prev_hex = size, prev, prev_hex
-                    ops.append(lines)
-                    ops.extend(self._seal_and_open(lines, ts))
-                    size, prev, prev_hex = self._size, self._prev, self._prev_hex
-                    lines = AppendLines([], [], [])
-                    add_line, add_record, add_leaf = (
-                        lines.lines.append, lines.records.append, lines.leaves.append
-                    )  # fmt: skip
-                # _encode, inlined: this loop runs once per appended record.
-                record, line, prev = new_record(
-                    prev, size, ts, entry.tenant, entry.session, entry.section, entry.type,
-                    salt(), entry.payload, entry.jcs, prev_hex,
+        for entry in entries:
+            if size & mask == mask:
+                self._size, self._prev, self._prev_hex = size, prev, prev_hex
+                ops.append(lines)
+                ops.extend(self._seal_and_open(lines, ts))
+                size, prev, prev_hex = self._size, self._prev, self._prev_hex
+                lines = AppendLines([], [], [])
+                add_line, add_record, add_leaf = (
+                    lines.lines.append, lines.records.append, lines.leaves.append
                 )  # fmt: skip
-                tree.append(prev)
-                prev_hex = record.h
-                size += 1
-                add_line(line)
-                add_record(record)
-                add_leaf(prev)
-                records.append(record)
+            # _encode, inlined: this loop runs once per appended record.
+            record, line, prev = new_record(
+                prev, size, ts, entry.tenant, entry.session, entry.section, entry.type,
+                salt(), entry.payload, entry.jcs, prev_hex,
+            )  # fmt: skip
+            tree.append(prev)
+            prev_hex = record.h
+            size += 1
+            add_line(line)
+            add_record(record)
+            add_leaf(prev)
+            records.append(record)
         self._size, self._prev, self._prev_hex = size, prev, prev_hex
         if lines.lines or not ops:
             lines.tree = tree.copy()
             ops.append(lines)
-        return ops, results
+        return ops, records
 
     def resume(
         self, ts: int, payload: dict, sealed_root: bytes | None

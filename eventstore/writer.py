@@ -10,9 +10,7 @@ acknowledging any of it.
 Acknowledgement is per batch too (pending.py): every submit between two drains of the queue
 shares one `Settlement`, which the writer thread settles once the batch is durable: threads
 waiting on it pass one lock along, asyncio tasks await futures that the writer resolves with
-one `call_soon_threadsafe` per event loop, so the event loop never blocks on storage. The
-`append_async` calls of one event-loop turn are also submitted together (loop_batches.py): one
-lock and one queue hand-off per turn instead of per call.
+one `call_soon_threadsafe` per event loop, so the event loop never blocks on storage.
 
 `open()` puts a log directory behind it (file_sink.py, recovered by file_recovery.py);
 `create_on()` starts a new log on any other sink, `resume_on()` continues one recovered
@@ -35,9 +33,8 @@ from .entry import MAX_PAYLOAD_BYTES, Entry, as_entry
 from .errors import InvalidInput, StalePosition, WriterClosed
 from .file_sink import Durability, FileSink
 from .lockfile import WriterLock
-from .loop_batches import Call, LoopBatches
 from .merkle import CompactRange
-from .pending import Pending, Settlement, Waiter, settled, wake_waiters
+from .pending import Pending, Settlement, settled, wake_waiters
 from .record import Record
 from .sequencer import AppendLines, Sequencer, SequencerState, StartSegment
 from .sink import (
@@ -192,7 +189,6 @@ class LogWriter(FailedWrites):
         self._cond = threading.Condition(threading.Lock())
         self._queue: list[Operation] = []
         self._group: Settlement | None = None  # what the queued operations' callers wait on
-        self._loop_batches = LoopBatches(self._submit_calls)
         self._redacting = threading.Lock()
         self._closing = False
         self._closed = False
@@ -269,31 +265,6 @@ class LogWriter(FailedWrites):
             ops, records = sequencer.assign(batch, sequencer.now() if ts is None else ts)
             return Pending(records, self._enqueue(ops))
 
-    def _submit_calls(self, calls: list[Call]) -> None:
-        """Submit the `append_async` calls of one event-loop turn, in order (loop_batches.py):
-        what `submit` does for each, under one lock, queued as one run of operations."""
-        sequencer = self._sequencer
-        with self._assign:
-            self._check_open()  # raises before anything is queued: every call gets the error
-            ops, results = sequencer.assign_batches(
-                [(entries, expected_size) for entries, expected_size, _, _ in calls],
-                sequencer.now(),
-            )
-            waiters: list[Waiter] = []
-            accepted: list[Pending] = []
-            for (_, expected_size, pending, future), records in zip(calls, results, strict=True):
-                if type(records) is int:  # the log's size when this call's turn came
-                    if not future.done():
-                        future.set_exception(StalePosition(expected_size, records))  # type: ignore[arg-type]
-                    continue
-                pending.records = records  # type: ignore[assignment]
-                waiters.append((future.get_loop(), future))
-                accepted.append(pending)
-            if waiters:
-                group = self._enqueue(ops, waiters)
-                for pending in accepted:
-                    pending.settlement = group
-
     def append(
         self, tenant: str, session: str, section: str, type_: str, payload: object,
         *, expected_size: int | None = None,
@@ -307,23 +278,6 @@ class LogWriter(FailedWrites):
     ) -> list[Record]:
         """Append records with consecutive seqs (rotation records aside); return them once durable."""
         return self.submit(entries, expected_size=expected_size).wait()
-
-    async def append_async(
-        self, tenant: str, session: str, section: str, type_: str, payload: object,
-        *, expected_size: int | None = None,
-    ) -> Record:  # fmt: skip
-        """`append` for asyncio: submitted with the other calls of this event-loop turn."""
-        entry = Entry(tenant, session, section, type_, payload)
-        return (await self._loop_batches.append([entry], expected_size)).result()[0]
-
-    async def append_batch_async(
-        self, entries: Iterable[Entry | Sequence], *, expected_size: int | None = None
-    ) -> list[Record]:
-        """`append_batch` for asyncio: submitted with the other calls of this event-loop turn."""
-        batch = [as_entry(e) for e in entries]
-        if not batch:
-            return []
-        return (await self._loop_batches.append(batch, expected_size)).result()
 
     def redact(self, seqs: Iterable[int], reason: str, request: str | None = None) -> Record:
         """Erase the payloads of `seqs` (docs/format.md section 9); return the redaction record.
@@ -414,9 +368,8 @@ class LogWriter(FailedWrites):
         if self._closing:
             raise WriterClosed(f"the writer of {self.log_dir} is closed")
 
-    def _enqueue(self, ops: list[Operation], waiters: list[Waiter] | None = None) -> Settlement:
-        """Queue `ops` for the writer thread; returns the settlement their callers wait on.
-        `waiters`: futures to resolve on their loops once it is settled."""
+    def _enqueue(self, ops: list[Operation]) -> Settlement:
+        """Queue `ops` for the writer thread; returns the settlement their callers wait on."""
         with self._cond:
             if not self._queue:
                 self._cond.notify()  # the writer thread only ever waits on an empty queue
@@ -424,8 +377,6 @@ class LogWriter(FailedWrites):
             group = self._group
             if group is None:
                 group = self._group = Settlement()
-            if waiters:
-                group.add_waiters_unshared(waiters)  # the writer takes it under _cond only
             return group
 
     # ---- the writer thread -----------------------------------------------------------------

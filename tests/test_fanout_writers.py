@@ -117,7 +117,7 @@ def test_a_subscriber_that_is_not_waiting_is_woken_not_written_to(writer, log_di
         sub = hub.subscribe(hub.head, MATCH_ALL, "ws")
         sub.writer = fake = FakeWriter(got, random.Random(1), 1.0)
         assert (await sub.next()).caught_up == hub.head  # the notice is the task's to send
-        await writer.append_batch_async(entries(3, random.Random(2)))
+        await writer.submit(entries(3, random.Random(2))).wait_async()
         # The writer calls its listeners before it wakes its callers: published by now, while
         # nobody waited in next().
         assert fake.writes == 0
@@ -125,7 +125,7 @@ def test_a_subscriber_that_is_not_waiting_is_woken_not_written_to(writer, log_di
         assert len(delivery.items) == 3
         waiting = asyncio.ensure_future(sub.next())
         await asyncio.sleep(0)  # it runs, finds nothing to do and waits
-        await writer.append_batch_async(entries(2, random.Random(3)))
+        await writer.submit(entries(2, random.Random(3))).wait_async()
         assert fake.writes == 1 and len(got) == 2 and not waiting.done()
         assert sub.delivered == hub.head
         sub.close()

@@ -109,7 +109,7 @@ def test_each_record_is_encoded_once_and_shared_by_every_subscriber(writer, log_
         subs = [hub.subscribe(hub.head, channel="sse") for _ in range(3)]
         for sub in subs:
             assert (await sub.next()).caught_up == hub.head
-        await writer.append_batch_async(entries(5, random.Random(1)))
+        await writer.submit(entries(5, random.Random(1))).wait_async()
         batches = [(await sub.next()).items for sub in subs]
         assert [len(b) for b in batches] == [5, 5, 5]
         for a, b in zip(batches[0], batches[1], strict=True):
@@ -202,7 +202,7 @@ def test_a_stalled_subscriber_keeps_a_bounded_buffer_and_the_writer_never_waits(
         most = 0
         rng = random.Random(5)
         for _ in range(200):  # the writer goes on while nobody pulls from `stalled`
-            await writer.append_batch_async(entries(10, rng, size=200))
+            await writer.submit(entries(10, rng, size=200)).wait_async()
             most = max(most, stalled.cursor.buffered)
         assert most <= 16
         assert stalled.cursor.buffered_bytes <= hub.max_bytes
@@ -225,10 +225,10 @@ def test_memory_per_subscriber_is_bounded_however_far_it_falls_behind(writer, lo
     def publish(sessions: range, per_session: int):
         payload = {"p": "z" * (record_bytes - 300)}
         batch = [("t", f"k{i}", "a", "x", payload) for i in sessions for _ in range(per_session)]
-        return writer.append_batch_async(batch)
+        return writer.submit(batch).wait_async()
 
     async def held_by(subs) -> float:
-        await writer.append_batch_async([("t", "other", "a", "x", {})])  # nothing else holds them
+        await writer.submit([("t", "other", "a", "x", {})]).wait_async()  # nothing else holds them
         await asyncio.sleep(0.05)
         gc.collect()
         before, count = tracemalloc.get_traced_memory()[0], len(subs)

@@ -66,9 +66,8 @@ def test_threads_and_tasks_appending_together_all_land_exactly_once(writer):
 
     async def task_body(n: int) -> None:
         for i in range(40):
-            await writer.append_async(
-                "acme", f"task-{n}", "messages", "item.added", {"n": n, "i": i}
-            )
+            entry = ("acme", f"task-{n}", "messages", "item.added", {"n": n, "i": i})
+            await writer.submit([entry]).wait_async()
 
     async def tasks() -> None:
         await asyncio.gather(*(task_body(n) for n in range(16)))
@@ -91,9 +90,9 @@ def test_threads_and_tasks_appending_together_all_land_exactly_once(writer):
 def test_async_batch_and_expected_size(writer):
     async def body():
         size = writer.size
-        records = await writer.append_batch_async(
+        records = await writer.submit(
             [("a", "s", "x", "t", {"i": 1}), ("a", "s", "x", "t", {"i": 2})], expected_size=size
-        )
+        ).wait_async()
         return size, records
 
     size, records = asyncio.run(body())

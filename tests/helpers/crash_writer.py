@@ -103,7 +103,8 @@ async def task_appender(writer: LogWriter, tag: str) -> None:
     for i in range(10**9):
         body = payload(tag, "task", i)
         try:
-            record = await writer.append_async("acme", "task", "messages", "item.added", body)
+            entry = ("acme", "task", "messages", "item.added", body)
+            (record,) = await writer.submit([entry]).wait_async()
         except LedgerError as exc:
             return refused(exc)
         report(record.seq, body)
