@@ -14,8 +14,8 @@ one `call_soon_threadsafe` per event loop, so the event loop never blocks on sto
 
 `open()` puts a log directory behind it (file_sink.py, recovered by file_recovery.py);
 `create_on()` starts a new log on any other sink, `resume_on()` continues one recovered
-elsewhere (a PostgreSQL partition). A failed write stops the writer until `reopen()`
-(writer_failure.py) has recovered the directory in place.
+elsewhere (a PostgreSQL partition). A failed write stops the writer (it holds the cause in a
+`WriteFailure`, writer_failure.py) until `reopen()` has recovered the directory in place.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 from . import file_recovery, filemodes, layout, redaction
@@ -40,13 +40,12 @@ from .sequencer import AppendLines, Sequencer, SequencerState, StartSegment
 from .sink import (
     Batch,
     CloseLog,
-    CommitResult,
     DurabilitySink,
     RedactionRewrite,
     SignedCheckpoint,
     WriteCheckpoint,
 )
-from .writer_failure import FailedWrites, _NotCommitted
+from .writer_failure import NotCommitted, WriteFailure
 
 __all__ = ["DEFAULT_SEG_BITS", "MAX_PAYLOAD_BYTES", "Durability", "Entry", "LogWriter", "Pending"]
 
@@ -57,11 +56,8 @@ DEFAULT_SEG_BITS = 16
 Operation = AppendLines | StartSegment | WriteCheckpoint | RedactionRewrite | CloseLog
 
 
-class LogWriter(FailedWrites):
+class LogWriter:
     """Append-only writer of one log. Use `open()` (or `create_on()`); always `close()`."""
-
-    log_dir: Path | None
-    durability: Durability | None
 
     def __init__(self) -> None:
         raise TypeError("use LogWriter.open()")
@@ -93,10 +89,7 @@ class LogWriter(FailedWrites):
         sink = FileSink(log_dir, seg_bits, durability)
         try:
             recovered = file_recovery.recover(log_dir, key, seg_bits, create, sink)
-            if recovered is None:
-                self = cls._new(sink, key, seg_bits, checkpoint_interval, clock, salts)
-            else:
-                self = cls._resume(sink, key, recovered, checkpoint_interval, clock, salts)
+            self = cls._on(sink, key, seg_bits, recovered, checkpoint_interval, clock, salts)
             self.log_dir, self.durability, self._lock = log_dir, durability, lock
         except BaseException:
             sink.close()
@@ -118,7 +111,7 @@ class LogWriter(FailedWrites):
     ) -> LogWriter:
         """Start a new log on an empty sink (any DurabilitySink; its owner keeps it single-writer)."""
         _check_seg_bits(seg_bits)
-        self = cls._new(sink, key, seg_bits, checkpoint_interval, clock, salts)
+        self = cls._on(sink, key, seg_bits, None, checkpoint_interval, clock, salts)
         self._start_thread()
         return self
 
@@ -136,47 +129,56 @@ class LogWriter(FailedWrites):
         """Continue a recovered log on any other sink (eventstore/pg/recovery.py recovers a
         partition): appends `log.resume` (and a missing segment.open) and a checkpoint, as
         `open()` does for a directory."""
-        self = cls._resume(sink, key, recovered, checkpoint_interval, clock, salts)
+        seg_bits = recovered.state.seg_bits
+        self = cls._on(sink, key, seg_bits, recovered, checkpoint_interval, clock, salts)
         self._start_thread()
         return self
 
     @classmethod
-    def _resume(cls, sink, key, recovered, checkpoint_interval, clock, salts) -> LogWriter:
-        self = cls._assemble(sink, key, recovered.state, checkpoint_interval, clock, salts)
-        self._cp_size = recovered.checkpoint_size
-        ops, _ = self._sequencer.resume(self.now(), recovered.resume, recovered.sealed_root)
-        with self._answers_raised():
-            self._execute(ops)
-        self.last_resume = recovered.resume
-        self._write_checkpoint()
-        return self
-
-    @classmethod
-    def _new(cls, sink, key, seg_bits, checkpoint_interval, clock, salts) -> LogWriter:
-        state = SequencerState.empty(key.origin, seg_bits)
-        self = cls._assemble(sink, key, state, checkpoint_interval, clock, salts)
-        with self._answers_raised():
-            self._execute([self._sequencer.header(self.now())])
-        self._write_checkpoint()
-        return self
-
-    @classmethod
-    def _assemble(
+    def _on(
         cls,
+        sink: DurabilitySink,
+        key: SigningKey,
+        seg_bits: int,
+        recovered: file_recovery.Recovered | None,
+        checkpoint_interval: float,
+        clock: Callable[[], int],
+        salts: Callable[[], bytes] | None,
+    ) -> LogWriter:
+        """A writer on `sink` whose first records are durable: a new log's header, or what
+        continues a recovered one (`log.resume`, and a missing segment.open); then a checkpoint."""
+        state = SequencerState.empty(key.origin, seg_bits) if recovered is None else recovered.state
+        self = object.__new__(cls)  # __init__ refuses: the class methods above are the way in
+        self._setup(sink, key, state, checkpoint_interval, clock, salts)
+        if recovered is None:
+            with self._answers_raised():
+                self._execute([self._sequencer.header(self.now())])
+        else:
+            self._cp_size = recovered.checkpoint_size
+            ops, _ = self._sequencer.resume(self.now(), recovered.resume, recovered.sealed_root)
+            with self._answers_raised():
+                self._execute(ops)
+            self.last_resume = recovered.resume
+        self._write_checkpoint()
+        return self
+
+    def _setup(
+        self,
         sink: DurabilitySink,
         key: SigningKey,
         state: SequencerState,
         checkpoint_interval: float,
         clock: Callable[[], int],
         salts: Callable[[], bytes] | None,
-    ) -> LogWriter:
-        self = object.__new__(cls)
+    ) -> None:
         self.key = key
         self.origin = key.origin
         self.seg_bits = state.seg_bits
         self.checkpoint_interval = checkpoint_interval
-        self.log_dir = self.durability = None
-        self.last_resume: dict | None = None
+        # A directory's writer only (open()): what reopen() recovers.
+        self.log_dir: Path | None = None
+        self.durability: Durability | None = None
+        self.last_resume: dict | None = None  # the log.resume payload of the last (re)open
         self._lock: WriterLock | None = None
         self._sink = sink
         self._durable = state.tree.copy()  # the durable tree: what checkpoint files sign
@@ -193,23 +195,90 @@ class LogWriter(FailedWrites):
         self._closing = False
         self._closed = False
         self._finished = False
-        self._failed: BaseException | CommitResult | None = None
+        self._failure = WriteFailure()  # why a failed write stopped it (writer_failure.py)
         self._cp_size = 0
         self._cp_time = time.monotonic()
-        return self
+        self._thread: threading.Thread  # started by _start_thread, again by each reopen
 
     @contextlib.contextmanager
-    def _answers_raised(self):
+    def _answers_raised(self) -> Iterator[None]:
         """While opening: a sink's refusal surfaces as CommitRefused/CommitUnknown."""
         try:
             yield
-        except _NotCommitted as exc:
-            self._failed = exc.answer
-            raise self._stopped_error() from None
+        except NotCommitted as exc:
+            self._failure.stop(exc)
+            raise self._failure.error() from None
 
     def _start_thread(self) -> None:
         self._thread = threading.Thread(target=self._run, name="ledgermem-writer", daemon=True)
         self._thread.start()
+
+    # ---- after a failed write --------------------------------------------------------------
+
+    @property
+    def failure(self) -> BaseException | None:
+        """Why the writer refuses appends after a failed write (None while it takes them):
+        the error it will raise, whose `cause` is the storage's own error."""
+        return self._failure.error() if self._failure.stopped else None
+
+    def reopen(self) -> dict | None:
+        """After a failed write: recover the directory and take appends again, in place.
+
+        The failed writer's thread is stopped, the directory is recovered as `open()` does
+        (what was not durable is cut off, `log.resume` is appended) and a new thread starts.
+        Listeners stay registered and get the `log.resume` batch, so they see no gap: the seqs
+        given to records that were never durable are given again. Returns the `log.resume`
+        payload, or None when there was nothing to heal. Raises (and stays failed, ready to be
+        reopened again) while the cause lasts: the caller retries, with backoff.
+        """
+        if self.log_dir is None or self.durability is None:
+            raise WriterClosed("only a writer made by LogWriter.open() can be reopened")
+        with self._assign:
+            if not self._failure.stopped:
+                return None
+            if self._closing:
+                raise WriterClosed(f"the writer of {self.log_dir} is closed")
+            if self._thread.is_alive():
+                self._enqueue([CloseLog()])  # a failed writer settles it and stops
+                self._thread.join()
+                self._finished = self._closed = False  # still failed: close() must still work
+            self._sink.close()
+            sink = FileSink(self.log_dir, self.seg_bits, self.durability)
+            sink.fsync_observer = self._sink.fsync_observer
+            published: list[Record] = []
+            try:
+                recovered = file_recovery.recover(
+                    self.log_dir, self.key, self.seg_bits, False, sink
+                )
+                assert recovered is not None  # create=False: no log raises CorruptLog
+                state = recovered.state
+                self._sink = sink
+                self._durable, self._durable_size = state.tree.copy(), state.size
+                self._cp_size = recovered.checkpoint_size
+                self._sequencer = Sequencer(self.key, state, clock=self._clock, salts=self._salts)
+                # A checkpoint first, as a probe: while the cause lasts (no descriptor, no space)
+                # this fails before anything is appended, so retries do not pile up resumes.
+                self._write_checkpoint()
+                ops, _ = self._sequencer.resume(self.now(), recovered.resume, recovered.sealed_root)
+                self._execute(ops, published)
+                self._write_checkpoint()
+            except BaseException as exc:
+                sink.abandon()
+                sink.close()
+                self._failure.stop(exc)
+                raise
+            finally:
+                # Before any new batch, so listeners keep log order; also what a reopen that
+                # failed later made durable (a log.resume), which the next one continues after.
+                if published:
+                    for listener in self._listeners:
+                        listener(published)
+            self.last_resume = recovered.resume
+            self._queue, self._group = [], None
+            self._failure.clear()
+            self._finished = self._closed = False
+            self._start_thread()
+            return recovered.resume
 
     # ---- appending -------------------------------------------------------------------------
 
@@ -309,8 +378,7 @@ class LogWriter(FailedWrites):
                 self._check_open()
                 ops, records = self._sequencer.assign([entry], self.now())
                 targets = redaction.targets_by_segment(seqs, records[0].seq, self.seg_bits)
-                ops.append(RedactionRewrite(targets))
-                pending = Pending(records, self._enqueue(ops))
+                pending = Pending(records, self._enqueue([*ops, RedactionRewrite(targets)]))
             return pending.wait()[0]
 
     def checkpoint(self) -> None:
@@ -332,11 +400,11 @@ class LogWriter(FailedWrites):
         timeout. Raises WriterClosed when a failed write means it never will be."""
         with self._cond:
             done = self._cond.wait_for(
-                lambda: self._durable_size > seq or self._finished or self._failed is not None,
+                lambda: self._durable_size > seq or self._finished or self._failure.stopped,
                 timeout,
             )
-            if self._durable_size <= seq and self._failed is not None:
-                raise self._stopped_error(f"record {seq} will never be durable: ")
+            if self._durable_size <= seq and self._failure.stopped:
+                raise self._failure.error(f"record {seq} will never be durable: ")
             return done
 
     def close(self) -> None:
@@ -344,10 +412,10 @@ class LogWriter(FailedWrites):
         with self._assign:
             already, self._closing = self._closing, True
             if not already:
-                ops: list[Operation] = []
-                if self._failed is None:
-                    ops, _ = self._sequencer.assign([Entry.control("log.close", {})], self.now())
-                ops.append(CloseLog())
+                ops: list[Operation] = [CloseLog()]
+                if not self._failure.stopped:
+                    entry = Entry.control("log.close", {})
+                    ops[:0] = self._sequencer.assign([entry], self.now())[0]
                 self._enqueue(ops)
         self._thread.join()
         self._closed = True  # also when a failed reopen had stopped the thread already
@@ -363,12 +431,12 @@ class LogWriter(FailedWrites):
         self.close()
 
     def _check_open(self) -> None:
-        if self._failed is not None:
-            raise self._stopped_error()
+        if self._failure.stopped:
+            raise self._failure.error()
         if self._closing:
             raise WriterClosed(f"the writer of {self.log_dir} is closed")
 
-    def _enqueue(self, ops: list[Operation]) -> Settlement:
+    def _enqueue(self, ops: Sequence[Operation]) -> Settlement:
         """Queue `ops` for the writer thread; returns the settlement their callers wait on."""
         with self._cond:
             if not self._queue:
@@ -391,19 +459,19 @@ class LogWriter(FailedWrites):
                 group, self._group = self._group, None
             if ops:
                 self._process(ops, group)
-            if self._failed is None and not self._finished:
+            if not self._failure.stopped and not self._finished:
                 self._checkpoint_if_due()
 
     def _process(self, ops: list[Operation], group: Settlement | None) -> None:
         published: list[Record] = []
         error: BaseException | None = None
-        if self._failed is None:
+        if not self._failure.stopped:
             try:
                 self._execute(ops, published)
             except Exception as exc:  # an I/O error, or a bug: never leave a caller waiting
                 self._fail(exc)
-        if self._failed is not None:
-            error = self._stopped_error()
+        if self._failure.stopped:
+            error = self._failure.error()
             published = []
             if any(type(op) is CloseLog for op in ops):
                 self._finished = True
@@ -419,41 +487,43 @@ class LogWriter(FailedWrites):
             if waiters:
                 wake_waiters(waiters)
 
-    def _execute(self, ops: list[Operation], published: list[Record] | None = None) -> None:
+    def _execute(self, ops: Sequence[Operation], published: list[Record] | None = None) -> None:
         """Commit the ops in order through the sink; every line is durable when this returns."""
         lines: list[bytes] = []
         records: list[Record] = []
         leaves: list[bytes] = []
         tree = None  # the log's compact range after the lines gathered so far
         for op in ops:
-            kind = type(op)
-            if kind is AppendLines:
-                lines += op.lines  # type: ignore[union-attr]
-                records += op.records  # type: ignore[union-attr]
-                leaves += op.leaves  # type: ignore[union-attr]
-                tree = op.tree  # type: ignore[union-attr]
+            if isinstance(op, AppendLines):
+                lines += op.lines
+                records += op.records
+                leaves += op.leaves
+                tree = op.tree
                 continue
             if lines:
                 self._commit(Batch(lines, records, leaves), tree, published)
                 lines, records, leaves = [], [], []
-            if kind is StartSegment:
-                self._check_answer(self._sink.start_segment(op))  # type: ignore[arg-type]
-                self._made_durable([op.record], op.tree, published)  # type: ignore[union-attr]
-                if op.checkpoint is not None:  # type: ignore[union-attr]
-                    self._checkpoint_installed(op.record.seq)  # type: ignore[union-attr]
-            elif kind is WriteCheckpoint:
+            if isinstance(op, StartSegment):
+                WriteFailure.check(self._sink.start_segment(op))
+                self._made_durable([op.record], op.tree, published)
+                if op.checkpoint is not None:
+                    self._checkpoint_installed(op.record.seq)
+            elif isinstance(op, WriteCheckpoint):
                 self._write_checkpoint()
-            elif kind is RedactionRewrite:
+            elif isinstance(op, RedactionRewrite):
                 self._write_checkpoint()  # it must cover the redaction record
-                self._sink.rewrite_redacted(op)  # type: ignore[arg-type]
-            elif kind is CloseLog:
+                self._sink.rewrite_redacted(op)
+            elif isinstance(op, CloseLog):
                 self._write_checkpoint()
                 self._finished = True
         if lines:
             self._commit(Batch(lines, records, leaves), tree, published)
 
-    def _commit(self, batch: Batch, tree: CompactRange, published: list[Record] | None) -> None:
-        self._check_answer(self._sink.commit(batch))
+    def _commit(
+        self, batch: Batch, tree: CompactRange | None, published: list[Record] | None
+    ) -> None:
+        assert tree is not None  # every run of lines carries the range after it (sequencer.py)
+        WriteFailure.check(self._sink.commit(batch))
         self._made_durable(batch.records, tree, published)
 
     def _made_durable(
@@ -469,7 +539,7 @@ class LogWriter(FailedWrites):
     # ---- checkpoints -----------------------------------------------------------------------
 
     def _checkpoint_wait(self) -> float | None:
-        if self._durable_size <= self._cp_size or self._failed is not None:
+        if self._durable_size <= self._cp_size or self._failure.stopped:
             return None
         return max(0.0, self._cp_time + self.checkpoint_interval - time.monotonic())
 
@@ -489,6 +559,11 @@ class LogWriter(FailedWrites):
         text = sign_checkpoint(self.key, size, self._durable.root())
         self._sink.install_checkpoint(SignedCheckpoint(text, size))
         self._checkpoint_installed(size)
+
+    def _fail(self, exc: BaseException) -> None:
+        """Stop taking appends after a failed commit; the sink drops what is not durable."""
+        if self._failure.stop(exc):
+            self._sink.abandon()
 
     def _checkpoint_installed(self, size: int) -> None:
         self._cp_size = max(size, self._cp_size)
