@@ -32,7 +32,7 @@ from pathlib import Path
 import orjson
 
 from . import layout, redaction, segfile
-from .atomic import write_atomically
+from .atomic import fsync_dir, write_atomically
 from .errors import CorruptLog, InvalidInput
 from .filemodes import FILE_MODE, make_dir
 from .linecheck import LineError, check_line
@@ -361,8 +361,6 @@ class Mirror:
 
     def flush(self) -> None:
         """Make the files durable (an export's last step; the mirror itself need not)."""
-        from .atomic import fsync_dir
-
         with self._lock:
             for _, path in layout.list_segments(self.log_dir):
                 fd = os.open(path, os.O_RDONLY)

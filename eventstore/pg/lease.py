@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from ..errors import InvalidInput
 from . import statements
 
 
@@ -115,7 +116,5 @@ def _fence(lease: Lease) -> dict:
 
 
 def _check_seconds(seconds: float) -> None:
-    from ..errors import InvalidInput
-
     if not isinstance(seconds, int | float) or not 0 < seconds <= 3600:
         raise InvalidInput(f"a lease lasts between 0 and 3600 seconds, not {seconds!r}")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 from ..checkpoint import SigningKey
 from ..errors import BadKey
@@ -208,8 +209,6 @@ def _read_store(conn) -> StoreInfo | None:
 
 def redact_url(url: str) -> str:
     """The URL without its password, for messages."""
-    from urllib.parse import urlsplit, urlunsplit
-
     parts = urlsplit(url)
     if parts.password is None:
         return url

@@ -7,6 +7,7 @@ decrease.
 
 Shape:
 - `inputs`: the vkey, the directory listing, segment 0's header, the `checkpoint` file, pins.
+- `plan`: what each segment walk is given (`Plan`), fixed before the walks.
 - `segment_walk`: one segment file checked on its own: every line through the format core
   (`eventstore.linecheck`, with an inline hot path for the common line), the chain within the
   file and the control rules (`control`). What it cannot know alone (the previous segment's

@@ -8,16 +8,13 @@ LineError naming the failed rule, and returns the facts the stitcher needs.
 from __future__ import annotations
 
 import base64
-from typing import TYPE_CHECKING
 
 from ..checkpoint import CheckpointError, VerifierKey, parse_checkpoint
 from ..errors import BadKey
 from ..linecheck import LineError
 from ..record import FORMAT_NAME, HEX64, REDACTION, SEGMENT_OPEN, SEGMENT_SEAL
+from .plan import Plan
 from .report import Restart
-
-if TYPE_CHECKING:
-    from .segment_walk import Plan
 
 
 def check_log_header(payload: dict, plan: Plan) -> str | None:

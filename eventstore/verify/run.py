@@ -16,8 +16,8 @@ from .inputs import (
     read_pin,
     scan_directory,
 )
+from .plan import Plan
 from .report import FAIL, Report, VerifyError
-from .segment_walk import Plan
 from .stitch import Stitcher
 
 

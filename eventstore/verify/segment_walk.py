@@ -16,7 +16,6 @@ import hashlib
 import os
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import orjson
 
@@ -48,6 +47,7 @@ from ..record import (
     pack_seq_ts,
 )
 from . import control
+from .plan import Plan
 from .report import Restart, TsDecrease
 
 _IDENTIFIER_CACHE_MAX = 4096
@@ -71,21 +71,6 @@ _NOT_FAST = (
     ValueError,
     RecursionError,
 )
-
-
-@dataclass(frozen=True)
-class Plan:
-    """Everything a segment walk needs, fixed before the walk (picklable for worker processes)."""
-
-    log_dir: Path
-    seg_bits: int
-    origin: str
-    vkey: str
-    auditor_vkey: str | None
-    strict: bool
-    last: int  # number of the last segment file present
-    queries: list[int]  # tree sizes whose roots the stitcher needs (checkpoint file, pins)
-    covered: int  # records covered by the checkpoint file and pins: they rule out leftovers
 
 
 @dataclass

@@ -15,6 +15,7 @@ from ..layout import segment_name, segment_number
 from ..merkle import CompactRange
 from ..record import CONTROL_TENANT
 from .inputs import DirectoryScan, HeldCheckpoint
+from .plan import Plan
 from .report import (
     FAIL,
     INTACT_UNANCHORED,
@@ -27,7 +28,7 @@ from .report import (
     TsDecrease,
     VerifyError,
 )
-from .segment_walk import Plan, SegmentResult, walk_segment
+from .segment_walk import SegmentResult, walk_segment
 
 
 class Stitcher:
