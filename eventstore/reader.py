@@ -135,15 +135,21 @@ class LogReader:
         poll: float = 0.05,
         stop: Callable[[], bool] | None = None,
     ) -> Iterator[Record]:
-        """Every record after `after`, then wait for more: tails a directory another process writes."""
+        """Every record after `after`, then wait for more: tails a directory another process writes.
+
+        Once `stop()` says so, it reads once more and returns: every record durable by then is
+        yielded, including one appended between the last read and the stop."""
         last = after
         while True:
+            # Asked before the read, not after: a record made durable just before the stop is in
+            # the files when this read starts.
+            stopping = stop is not None and stop()
             for _, line in self.lines(last):
                 record = Record.from_line(line)
                 last = record.seq
                 if where is MATCH_ALL or where.matches(record):
                     yield record
-            if stop is not None and stop():
+            if stopping:
                 return
             time.sleep(poll)
 

@@ -123,6 +123,33 @@ def test_follow_tails_a_writer_in_another_process_exactly_once_in_order(tmp_path
     assert seen == list(range(count))
 
 
+def test_follow_yields_a_record_made_durable_just_before_stop_is_set(tmp_path):
+    """The order that once lost a record (the follower saw [0, 1, 2] while the log held
+    [0, 1, 2, 3]): the follower has read everything, then record 3 becomes durable, then stop is
+    set, all before the follower's next look at the files. `stop` itself does the append, so the
+    order is fixed by the code, not by timing."""
+    key = SigningKey.from_seed("test.local/tail", SEED)
+    with LogWriter.open(tmp_path / "log", key, seg_bits=5) as writer:
+        for i in range(3):
+            writer.append("acme", "s", "messages", "item.added", {"i": i})
+        seen: list[int] = []
+        stopped: list[bool] = []
+
+        def stop() -> bool:
+            if len(seen) < 3:
+                return False  # not caught up yet: keep following
+            if not stopped:
+                writer.append("acme", "s", "messages", "item.added", {"i": 3})  # durable now
+                stopped.append(True)
+            return True
+
+        for record in LogReader(tmp_path / "log").follow(poll=0, stop=stop):
+            if not record.is_control:
+                seen.append(record.payload["i"])
+
+    assert seen == [0, 1, 2, 3]
+
+
 def test_one_reader_shared_by_threads_returns_the_right_records_while_the_log_grows(tmp_path):
     import random
     import threading
