@@ -159,6 +159,7 @@ class _Recovery:
         last = scan.leaves[-1] if scan.leaves else prev
         state = SequencerState(seg_bits, survivors, last, last_n, tree, seg_tree)
         self.sink.open_segment(last_n, existing=True)
+        self.sink.continue_chain(survivors, last.hex())
 
         last_event = self._last_event(scan)
         is_control = last_event is not None and last_event["tenant"] == CONTROL_TENANT

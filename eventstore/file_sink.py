@@ -24,7 +24,14 @@ from .atomic import fsync_dir, write_atomically
 from .filemodes import FILE_MODE
 from .record import Record
 from .sequencer import StartSegment
-from .sink import COMMITTED, Batch, CommitResult, RedactionRewrite, SignedCheckpoint
+from .sink import (
+    COMMITTED,
+    Batch,
+    ChainHead,
+    CommitResult,
+    RedactionRewrite,
+    SignedCheckpoint,
+)
 
 
 class Durability(Enum):
@@ -46,16 +53,27 @@ class FileSink:
         self._fd = -1
         self._segment: int | None = None  # the segment file open for appending
         self._durable_offset = 0
+        # The LOCK keeps other writers out; the head keeps out a batch of a writer whose own
+        # state went wrong, which would otherwise break the chain in the files.
+        self._head = ChainHead()
+
+    def continue_chain(self, size: int, last_h: str) -> None:
+        """The directory holds `size` records, the last with hex `h` `last_h` (recovery)."""
+        self._head = ChainHead(size, last_h)
 
     def commit(self, batch: Batch) -> CommitResult:
+        self._head.check(batch.records[0])
         self._write_durable(b"".join(batch.lines), len(batch.lines))
+        self._head.advance(batch.records[-1])
         return COMMITTED
 
     def start_segment(self, start: StartSegment) -> CommitResult:
+        self._head.check(start.record)
         # Recovery may have opened the file already: a crash came between the seal and the open.
         if start.number != self._segment:
             self.open_segment(start.number, existing=False)
         self._write_durable(start.line, 1)
+        self._head.advance(start.record)
         fsync_dir(self.log_dir)
         if start.checkpoint is not None:
             self.install_checkpoint(SignedCheckpoint(start.checkpoint, start.record.seq))

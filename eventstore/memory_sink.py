@@ -7,12 +7,20 @@ Nothing here survives the process; never use it where a record must be durable.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 
 from .errors import InvalidInput
 from .record import Record
 from .sequencer import StartSegment
-from .sink import COMMITTED, Batch, CommitResult, RedactionRewrite, SignedCheckpoint
+from .sink import (
+    COMMITTED,
+    Batch,
+    ChainHead,
+    CommitResult,
+    RedactionRewrite,
+    SignedCheckpoint,
+)
 
 
 class MemorySink:
@@ -23,18 +31,27 @@ class MemorySink:
         self.segment_starts: list[int] = []
         self.checkpoints: list[SignedCheckpoint] = []  # every installed one, oldest first
         self.closed = False
+        self._head = ChainHead()  # a batch that does not continue it is never kept
         self._mutex = threading.Lock()  # read_record runs on callers' threads
 
     def commit(self, batch: Batch) -> CommitResult:
+        started = time.perf_counter()
+        self._head.check(batch.records[0])
         with self._mutex:
             self.batches.append(batch)
             self.lines.extend(batch.lines)
+        self._head.advance(batch.records[-1])
+        self._observe(started, len(batch.lines))
         return COMMITTED
 
     def start_segment(self, start: StartSegment) -> CommitResult:
+        started = time.perf_counter()
+        self._head.check(start.record)
         with self._mutex:
             self.segment_starts.append(start.number)
             self.lines.append(start.line)
+        self._head.advance(start.record)
+        self._observe(started, 1)
         if start.checkpoint is not None:
             self.install_checkpoint(SignedCheckpoint(start.checkpoint, start.record.seq))
         return COMMITTED
@@ -60,3 +77,8 @@ class MemorySink:
 
     def close(self) -> None:
         self.closed = True
+
+    def _observe(self, started: float, lines: int) -> None:
+        # Nothing to sync in memory; the observer still hears of every commit, as the protocol says.
+        if self.fsync_observer is not None:
+            self.fsync_observer(time.perf_counter() - started, lines)

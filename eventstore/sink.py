@@ -9,6 +9,12 @@ a database transaction maps `commit(batch)` onto one transaction and answers:
 - `Refused(owner)`: nothing was written, because someone else owns the log (a fencing check);
 - `Unknown(reason)`: the outcome is not known (a connection lost mid-commit): check the head.
 
+A batch (or segment start) that does not continue what the storage holds, by its first seq and
+`prev`, is never written, whatever the storage: a fenced store answers Refused, a single-owner
+one (a directory under its LOCK, memory) raises `BrokenChain`. Either stops the writer; it is
+what a second writer, or a writer whose state went wrong, would send. tests/helpers/
+sink_contract.py states the whole protocol as tests every sink passes.
+
 Any answer but COMMITTED, and any exception, stops the writer: it refuses further appends with
 a typed error and settles every waiter with it, until the log is reopened: `LogWriter.reopen()`
 (writer_failure.py) recovers a log directory in place, and the service retries it with backoff.
@@ -20,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from .errors import WriterClosed
+from .errors import LedgerError, WriterClosed
 from .record import Record
 from .sequencer import StartSegment
 
@@ -96,6 +102,33 @@ class CloseLog:
     """Install the final checkpoint; the writer stops after it and closes the sink."""
 
 
+class BrokenChain(LedgerError):
+    """A batch that does not continue the storage's head: nothing of it was written."""
+
+
+@dataclass(slots=True)
+class ChainHead:
+    """Where a single-owner storage's chain ends: what the next line must continue.
+
+    `h` is None before the first record: the storage does not know the log's genesis hash, and
+    the sequencer gives seq 0 its `prev`."""
+
+    size: int = 0  # records held: the seq the next one must have
+    h: str | None = None  # the hex `h` of the last record held
+
+    def check(self, first: Record) -> None:
+        """Raise BrokenChain unless `first` is the next record of this chain."""
+        if first.seq != self.size or (self.h is not None and first.prev != self.h):
+            raise BrokenChain(
+                f"seq {first.seq} (prev {first.prev[:16]}...) does not continue the log's head "
+                f"(seq {self.size - 1}, h {(self.h or '')[:16]}...): nothing was written; "
+                "reopen the log, which reads its head from the storage"
+            )
+
+    def advance(self, last: Record) -> None:
+        self.size, self.h = last.seq + 1, last.h
+
+
 class CommitRefused(WriterClosed):
     """The sink refused a commit because someone else owns the log: reopen after checking."""
 
@@ -126,12 +159,14 @@ class DurabilitySink(Protocol):
     fsync_observer: Callable[[float, int], None] | None
 
     def commit(self, batch: Batch) -> CommitResult:
-        """Make the batch's lines durable after everything committed before."""
+        """Make the batch's lines durable after everything committed before; never write a
+        batch that does not continue the head (Refused, or BrokenChain raised)."""
         ...
 
     def start_segment(self, start: StartSegment) -> CommitResult:
         """Begin segment `start.number` with its segment.open line, durably, and keep its
-        embedded checkpoint (if any) as the newest checkpoint."""
+        embedded checkpoint (if any) as the newest checkpoint; it continues the head as a
+        batch does."""
         ...
 
     def install_checkpoint(self, checkpoint: SignedCheckpoint) -> None:
