@@ -41,7 +41,9 @@ class Recovered:
     sealed_root: bytes | None  # the last full segment's root, when its successor has no open
 
 
-def recover(log_dir: Path, key: SigningKey, seg_bits: int, create: bool, sink: FileSink):
+def recover(
+    log_dir: Path, key: SigningKey, seg_bits: int, create: bool, sink: FileSink
+) -> Recovered | None:
     """Recover the log in `log_dir` and open its last segment in `sink`.
 
     Returns None when there is no log yet (temporaries removed): the caller creates one.
@@ -162,16 +164,18 @@ class _Recovery:
         self.sink.continue_chain(survivors, last.hex())
 
         last_event = self._last_event(scan)
-        is_control = last_event is not None and last_event["tenant"] == CONTROL_TENANT
+        last_control = None  # the type of the last event when it is a control record
+        if last_event is not None and last_event["tenant"] == CONTROL_TENANT:
+            last_control = last_event["type"]
         checkpoint_size = newest
-        if is_control and last_event["type"] == "redaction":  # type: ignore[index]
-            checkpoint_size = self._finish_redaction(last_event, survivors)  # type: ignore[arg-type]
+        if last_event is not None and last_control == "redaction":
+            checkpoint_size = self._finish_redaction(last_event, survivors)
         sealed_root = None
         if scan.count == 0:  # the crash came between the seal and the next segment.open
             sealed_root = segment_root_from_files(log_dir, last_n - 1, size_s)
         resume = {
             "checkpoint_size": newest,
-            "clean": bool(last_event) and is_control and last_event["type"] == "log.close",  # type: ignore[index]
+            "clean": last_control == "log.close",
             "fragment_sha256": fragment_sha,
             "torn_bytes": torn_bytes,
         }
@@ -180,7 +184,7 @@ class _Recovery:
     def _read_header(self, path: Path) -> dict:
         line = segfile.first_line(path)
         try:
-            header = orjson.loads(line)["payload"]  # type: ignore[arg-type]
+            header = orjson.loads(line or b"")["payload"]  # no line: a JSONDecodeError
             seg_bits, origin, vkey = header["seg_bits"], header["origin"], header["vkey"]
         except (orjson.JSONDecodeError, KeyError, TypeError):
             raise CorruptLog(f"{path}: the first line is not a segment 0 header") from None

@@ -4,8 +4,24 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
-from .record import Record
+
+class Addressed(Protocol):
+    """What a filter reads of a record: its four names. A `Record` has them, and so has any
+    lighter view of a line that parses only those (the replay CLI's, the fan-out's)."""
+
+    @property
+    def tenant(self) -> str: ...
+
+    @property
+    def session(self) -> str: ...
+
+    @property
+    def section(self) -> str: ...
+
+    @property
+    def type(self) -> str: ...
 
 
 def _values(value: str | Iterable[str] | None) -> frozenset[str] | None:
@@ -45,7 +61,7 @@ class RecordFilter:
             and self.type is None
         )
 
-    def matches(self, record: Record) -> bool:
+    def matches(self, record: Addressed) -> bool:
         return (
             (self.tenant is None or record.tenant in self.tenant)
             and (self.session is None or record.session in self.session)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import TypeGuard
 
 from .errors import InvalidIdentifier
 from .record import CONTROL_TENANT
@@ -20,7 +21,7 @@ __all__ = [
 ]
 
 
-def is_identifier(value: object) -> bool:
+def is_identifier(value: object) -> TypeGuard[str]:
     return type(value) is str and _IDENTIFIER.fullmatch(value) is not None
 
 
@@ -30,7 +31,7 @@ def check_identifier(kind: str, value: object) -> str:
             f"{kind} {value!r} is not an identifier: use 1 to 128 characters of "
             "A-Z a-z 0-9 . _ : @ / + -"
         )
-    return value  # type: ignore[return-value]
+    return value
 
 
 # Appends repeat a few identifier tuples; checking each once saves four regex matches a record.

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeAlias, cast
 
 import orjson
 import rfc8785
@@ -33,6 +35,11 @@ _JCS_INTEGER_LIMIT = 1e21  # at or above this JCS switches to exponent form
 # shortest round-trip digits in plain decimal notation. Outside, their exponent forms differ.
 _ORJSON_FLOAT_MIN, _ORJSON_FLOAT_MAX = 1e-5, 1e16
 _UTF8_BOM = b"\xef\xbb\xbf"
+
+# A Python value that `check_value` accepted: JSON's types, as `rfc8785` takes them.
+JsonValue: TypeAlias = (
+    None | bool | int | float | str | Sequence["JsonValue"] | Mapping[str, "JsonValue"]
+)
 
 
 class TooDeep(InvalidPayload):
@@ -58,7 +65,8 @@ def check_value(value: object, *, max_depth: int | None = MAX_DEPTH) -> bool:
     except _Fault as fault:
         path = "payload" + "".join(reversed(fault.steps))
         if fault.message is None:  # nested too deep
-            raise TooDeep(path if len(path) <= 60 else path[:60] + "...", max_depth) from None  # type: ignore[arg-type]
+            assert max_depth is not None  # without a limit the walk never runs out of depth
+            raise TooDeep(path if len(path) <= 60 else path[:60] + "...", max_depth) from None
         raise InvalidPayload(f"{path}: {fault.message}") from None
 
 
@@ -71,24 +79,26 @@ class _Fault(Exception):
         self.steps: list[str] = []
 
 
-def _check(value: object, depth_left: int) -> bool:
+def _check(value: Any, depth_left: int) -> bool:
+    # `value` is any Python object. Its type is read once into `kind` (this walk runs over every
+    # payload appended), and mypy cannot narrow `value` through that variable: hence Any.
     kind = type(value)
     if kind is str or value is None or kind is bool:
         return True
     if kind is int:
-        if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:  # type: ignore[operator]
+        if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
             return True
         raise _Fault(f"integer {value} is outside ±(2**53-1); put such values in strings")
     if kind is float:
-        if not math.isfinite(value):  # type: ignore[arg-type]
+        if not math.isfinite(value):
             raise _Fault(f"{value} is not a finite number")
-        if value.is_integer():  # type: ignore[union-attr]
-            if 2**53 <= abs(value) < _JCS_INTEGER_LIMIT:  # type: ignore[arg-type]
+        if value.is_integer():
+            if 2**53 <= abs(value) < _JCS_INTEGER_LIMIT:
                 raise _Fault(
                     f"{value!r} is an integral double of 2**53 or more; put it in a string"
                 )
             return False  # JCS writes 1.0 as 1 and -0.0 as 0; orjson keeps them
-        return _ORJSON_FLOAT_MIN <= abs(value) < _ORJSON_FLOAT_MAX  # type: ignore[arg-type]
+        return _ORJSON_FLOAT_MIN <= abs(value) < _ORJSON_FLOAT_MAX
     is_object = kind is dict
     if not is_object and kind is not list:
         raise _Fault(f"{kind.__name__} is not a JSON value")
@@ -96,7 +106,7 @@ def _check(value: object, depth_left: int) -> bool:
         raise _Fault(None)
     depth_left -= 1
     fast = True
-    for key, item in value.items() if is_object else enumerate(value):  # type: ignore[union-attr,arg-type]
+    for key, item in value.items() if is_object else enumerate(value):
         if is_object:
             if type(key) is not str:
                 raise _Fault(f"object key {key!r} is not a string")
@@ -120,7 +130,7 @@ def canonical(value: object) -> bytes:
     try:
         if orjson_is_exact:
             return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
-        return rfc8785.dumps(value)
+        return rfc8785.dumps(cast(JsonValue, value))  # checked above
     except (TypeError, ValueError, UnicodeError, rfc8785.CanonicalizationError) as exc:
         # Lone surrogates are the only thing left that the walk above lets through.
         raise InvalidPayload(f"payload: {exc}") from None
@@ -129,7 +139,7 @@ def canonical(value: object) -> bytes:
 def jcs_reference(value: object) -> bytes:
     """True JCS through `rfc8785`, for verifiers that must not trust a shortcut."""
     try:
-        return rfc8785.dumps(value)
+        return rfc8785.dumps(cast(JsonValue, value))  # rfc8785 refuses what is not JSON
     except (TypeError, ValueError, UnicodeError, rfc8785.CanonicalizationError) as exc:
         raise InvalidPayload(f"payload: {exc}") from None
 
@@ -174,13 +184,14 @@ def loads_strict(data: bytes | str, *, max_depth: int | None = MAX_DEPTH) -> obj
     try:
         check_value(value, max_depth=max_depth)
     except TooDeep:
-        raise TooDeep("JSON text", max_depth) from None  # type: ignore[arg-type]
+        assert max_depth is not None  # only a limit makes check_value raise TooDeep
+        raise TooDeep("JSON text", max_depth) from None
     _check_strings(value)
     return value
 
 
 def _utf8_text(data: bytes | str) -> str:
-    if type(data) is str:
+    if isinstance(data, str):
         if data.startswith("\ufeff"):
             raise InvalidPayload("JSON text must not start with a byte order mark (U+FEFF)")
         return data
@@ -190,7 +201,7 @@ def _utf8_text(data: bytes | str) -> str:
     if b"\x00" in data[:4] or data.startswith((b"\xff\xfe", b"\xfe\xff")):
         raise InvalidPayload("JSON text must be UTF-8: this looks like UTF-16 or UTF-32")
     try:
-        return data.decode("utf-8")  # type: ignore[union-attr]
+        return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InvalidPayload(f"JSON text must be UTF-8: {exc.reason} at byte {exc.start}") from None
 

@@ -149,7 +149,7 @@ def _check_record(
     seg_bits: int | None,
     strict: bool,
 ) -> CheckedLine:
-    unknown = frozenset()
+    unknown: frozenset[str] = frozenset()
     if len(obj) != 12 or obj.keys() != PAYLOAD_KEYS:
         unknown = check_keys(obj, strict)
     v = obj["v"]

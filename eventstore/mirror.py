@@ -26,7 +26,7 @@ import logging
 import os
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import orjson
@@ -50,10 +50,6 @@ class MirrorDiverged(CorruptLog):
 class Mirror:
     """One partition's log as spec segment files, written from committed lines (a cache)."""
 
-    log_dir: Path
-    origin: str
-    seg_bits: int
-
     def __init__(self) -> None:
         raise TypeError("use Mirror.open()")
 
@@ -62,8 +58,14 @@ class Mirror:
     @classmethod
     def open(cls, log_dir: str | os.PathLike[str], origin: str, seg_bits: int) -> Mirror:
         """Open (creating) the mirror in `log_dir`, cutting an unsound tail of the last segment."""
-        self = object.__new__(cls)
-        self.log_dir = make_dir(Path(log_dir))
+        self = object.__new__(cls)  # __init__ refuses: open() is the way in
+        self._setup(make_dir(Path(log_dir)), origin, seg_bits)
+        self._recover()
+        self._check_checkpoint()
+        return self
+
+    def _setup(self, log_dir: Path, origin: str, seg_bits: int) -> None:
+        self.log_dir = log_dir
         self.origin, self.seg_bits = origin, seg_bits
         self._seg_size = 1 << seg_bits
         self._lock = threading.RLock()  # the files and the counters
@@ -77,9 +79,6 @@ class Mirror:
         self.size = 0
         self.last_h = genesis(origin)
         self.checkpoint_size = -1  # the size the `checkpoint` file covers; -1 for none
-        self._recover()
-        self._check_checkpoint()
-        return self
 
     def _check_checkpoint(self) -> None:
         """Keep the checkpoint file only if it covers no more than the files hold: after a cut
@@ -318,7 +317,9 @@ class Mirror:
 
     def _rewrite_targets(self, record: Record) -> None:
         """Remove the payloads the redaction record names (docs/format.md section 9)."""
-        seqs = [t["seq"] for t in record.payload["targets"]]  # type: ignore[index]
+        payload = record.payload
+        assert isinstance(payload, dict)  # a redaction payload is an object (format section 5)
+        seqs = [t["seq"] for t in payload["targets"]]
         for n, targets in sorted(
             redaction.targets_by_segment(seqs, record.seq, self.seg_bits).items()
         ):
@@ -330,7 +331,7 @@ class Mirror:
                 self._open_segment(n)  # appends must go to the new file
 
     @staticmethod
-    def _holds_payload(path: Path, targets: dict[int, int]):
+    def _holds_payload(path: Path, targets: dict[int, int]) -> Iterator[bool]:
         for _, line in segfile.iter_lines(path):
             if redaction.seq_of(line) in targets:
                 yield b'"payload":' in line and b'"redacted":' not in line

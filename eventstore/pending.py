@@ -68,32 +68,30 @@ class Pending:
 
     __slots__ = ("records", "settlement")
 
-    def __init__(
-        self, records: list[Record] | None = None, settlement: Settlement | None = None
-    ) -> None:
-        self.records: list[Record] = [] if records is None else records
-        self.settlement = settlement  # None until the writer queued them
+    def __init__(self, records: list[Record], settlement: Settlement) -> None:
+        self.records = records
+        self.settlement = settlement
 
     def wait(self, timeout: float = -1) -> list[Record]:
         """Block until the records are durable; raise if they never will be."""
         settlement = self.settlement
-        if not settlement.settled and not settlement.wait(timeout):  # type: ignore[union-attr]
+        if not settlement.settled and not settlement.wait(timeout):
             raise TimeoutError("the records are not durable yet")
         return self.result()
 
     async def wait_async(self) -> list[Record]:
         """Await until the records are durable; raise if they never will be."""
         settlement = self.settlement
-        if not settlement.settled:  # type: ignore[union-attr]
+        if not settlement.settled:
             loop = asyncio.get_running_loop()
             future = loop.create_future()
-            if settlement.add_waiter(loop, future):  # type: ignore[union-attr]
+            if settlement.add_waiter(loop, future):
                 await future
         return self.result()
 
     def result(self) -> list[Record]:
         """The records of a settled Pending, or the error that keeps them from being durable."""
-        error = self.settlement.error  # type: ignore[union-attr]
+        error = self.settlement.error
         if error is not None:
             raise error
         return self.records

@@ -171,7 +171,9 @@ def encode_line(
     if payload_jcs is None:
         tail = b"}" if redacted is None else b',"redacted":%d}' % redacted
         return head + tail
-    return head + b',"salt":"' + salt_hex.encode() + b'","payload":' + payload_jcs + b"}"  # type: ignore[union-attr]
+    if salt_hex is None:  # the line checks pass untrusted fields and catch this
+        raise TypeError("a record with a payload has a salt")
+    return head + b',"salt":"' + salt_hex.encode() + b'","payload":' + payload_jcs + b"}"
 
 
 class _RecordSlots:
@@ -189,8 +191,9 @@ class _RecordSlots:
     )  # fmt: skip
 
     def __init__(
-        self, seq, ts, tenant, session, section, type, prev, h, pd, salt, payload, redacted, line
-    ):  # fmt: skip
+        self, seq: int, ts: int, tenant: str, session: str, section: str, type: str, prev: str,
+        h: str, pd: str, salt: str | None, payload: object, redacted: int | None, line: bytes,
+    ) -> None:  # fmt: skip
         self.seq = seq
         self.ts = ts
         self.tenant = tenant
@@ -265,7 +268,7 @@ def make_record(
         seq, ts, tenant, session, section, type_, prev, h, pd, salt, payload, redacted, line
     )
     record.__class__ = Record
-    return record  # type: ignore[return-value]
+    return record  # type: ignore[return-value]  # why: a Record since the line above; mypy cannot follow a __class__ change
 
 
 def new_record(
@@ -302,4 +305,4 @@ def new_record(
         None, line[:-1],
     )  # fmt: skip
     record.__class__ = Record  # see _RecordSlots
-    return record, line, h  # type: ignore[return-value]
+    return record, line, h  # type: ignore[return-value]  # why: a Record since the line above; mypy cannot follow a __class__ change

@@ -36,10 +36,10 @@ class TileSource:
         """The tile's (or entry bundle's) bytes, for a tree of `size` leaves that has it."""
         if not available(tile, size):
             raise TileNotFound(f"{tile.path()} is not in the tree of size {size}")
-        if tile.is_entries:
+        if tile.level is None:  # an entry bundle
             lo, hi = tile.span()
             return bundle([entry_of_line(line) for _, line in self._lines(lo, hi)])
-        return self._hashes(tile.level, tile.index, tile.width)  # type: ignore[arg-type]
+        return self._hashes(tile.level, tile.index, tile.width)
 
     def _lines(self, lo: int, hi: int) -> list[tuple[int, bytes]]:
         lines = list(self.reader.lines(lo - 1, hi))

@@ -404,7 +404,8 @@ def _check_chain(checked: list[Record], report: BundleReport) -> None:
         if not known:
             report.unlinked.append((before, record.seq))
         elif prev != before:
-            if before < prev < record.seq:  # type: ignore[operator]
+            assert prev is not None  # known and null was refused above
+            if before < prev < record.seq:
                 why = f"record {prev} of the session is missing from the bundle"
             else:
                 why = "the bundle's records are not one chain"

@@ -42,8 +42,9 @@ def run(args: argparse.Namespace) -> int:
             erased = session.erase(args.item, reason=args.reason)
             what = f"items {', '.join(erased)} of session {args.session!r}"
         else:
-            record = session.erase_all(reason=args.reason)
-            n = len(record.payload["records"])  # type: ignore[index]
+            payload = session.erase_all(reason=args.reason).payload
+            assert isinstance(payload, dict)  # a session.erased record's payload is an object
+            n = len(payload["records"])
             what = f"session {args.session!r} (the payloads of {count(n, 'record')})"
     finally:
         memory.close()  # its snapshot is of the state after the erase

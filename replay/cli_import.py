@@ -250,15 +250,16 @@ def _logged_content(item: Item, records: dict[int, Record]) -> object:
             "does not hold"
         )
     payload = record.payload
+    assert isinstance(payload, dict)  # the memory's records carry objects (sections/)
     if record.type == "item.updated":
-        return payload["set"]["content"]  # type: ignore[index]
-    found, content = compacted_content(payload.get("compacted") or {}, item.id)  # type: ignore[union-attr]
+        return payload["set"]["content"]
+    found, content = compacted_content(payload.get("compacted") or {}, item.id)
     if found:  # a summary or a cut tool output (docs/compaction.md)
         return content
-    if "items" in payload:  # type: ignore[operator]
-        items = payload["items"]  # type: ignore[index]
+    if "items" in payload:
+        items = payload["items"]
     else:
-        items = [i for v in payload["seed"].values() for i in v]  # type: ignore[index]
+        items = [i for v in payload["seed"].values() for i in v]
     return items[item.k]["content"]
 
 

@@ -20,7 +20,8 @@ import shutil
 from eventstore import layout
 from eventstore.errors import InvalidInput, LockHeld
 from eventstore.reader import LogReader
-from eventstore.store import open_log
+from eventstore.store import KeyInfo, open_log
+from eventstore.writer import LogWriter
 from sections.projection import HANDLERS
 from sections.snapshot import purge_snapshots
 
@@ -69,7 +70,7 @@ def open_data_dir(path: str) -> layout.DataDir:
     return data
 
 
-def open_writer(data: layout.DataDir):
+def open_writer(data: layout.DataDir) -> tuple[LogWriter, KeyInfo]:
     try:
         return open_log(data.root, create=False)
     except LockHeld as exc:

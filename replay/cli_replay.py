@@ -43,6 +43,11 @@ def pretty(record: Record) -> str:
 
 class _Envelope:
     __slots__ = ("ts", "tenant", "session", "section", "type")
+    ts: int
+    tenant: str
+    session: str
+    section: str
+    type: str
 
 
 def envelope_of(line: bytes) -> _Envelope:
@@ -83,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
         for _, line in reader.lines(after, end):
             advance()
             envelope = envelope_of(line)
-            if not where.matches(envelope):  # type: ignore[arg-type]
+            if not where.matches(envelope):
                 continue
             if (since is not None and envelope.ts < since) or (
                 until is not None and envelope.ts > until

@@ -9,15 +9,22 @@ a deleted or erased session. Items both added and gone inside (A, B] are counted
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from eventstore.record import Record
 from sections.state import Item, MemoryState
 
+# Whether a session's items are compared: (tenant, session id) -> wanted.
+KeyFilter = Callable[[str, str], bool]
+# A record's payload as the state saw it (History.payload_of: a large content read back).
+PayloadOf = Callable[[Record], dict | None]
+
 _COMPARED = ("content", "content_seq", "tags", "priority", "metadata", "kind", "role", "group")
 
 
-def _items(state: MemoryState, key_filter) -> dict[tuple[str, str, str], tuple[str, Item]]:
+def _items(
+    state: MemoryState, key_filter: KeyFilter
+) -> dict[tuple[str, str, str], tuple[str, Item]]:
     found = {}
     for (tenant, sid), session in state.sessions.items():
         if not key_filter(tenant, sid):
@@ -28,7 +35,9 @@ def _items(state: MemoryState, key_filter) -> dict[tuple[str, str, str], tuple[s
     return found
 
 
-def _departures(records: Iterable[Record], payload_of) -> dict[tuple[str, str, str], dict]:
+def _departures(
+    records: Iterable[Record], payload_of: PayloadOf
+) -> dict[tuple[str, str, str], dict]:
     """For every item that left in these records, the last reason and the seq it left at."""
     gone: dict[tuple[str, str, str], dict] = {}
     for record in records:
@@ -78,7 +87,11 @@ def _departures(records: Iterable[Record], payload_of) -> dict[tuple[str, str, s
 
 
 def diff(
-    before: MemoryState, after: MemoryState, window: Iterable[Record], payload_of, key_filter
+    before: MemoryState,
+    after: MemoryState,
+    window: Iterable[Record],
+    payload_of: PayloadOf,
+    key_filter: KeyFilter,
 ) -> dict:
     a = _items(before, key_filter)
     b = _items(after, key_filter)

@@ -49,6 +49,12 @@ class Mirror:
         """Records in the mirror."""
         return self.last_seq + 1
 
+    @property
+    def _bits(self) -> int:
+        """seg_bits, for placing a line: every line is placed after the header (seq 0) is in."""
+        assert self.seg_bits is not None, "the header (seq 0) is not in the mirror yet"
+        return self.seg_bits
+
     # ---- opening ---------------------------------------------------------------------------
 
     @classmethod
@@ -101,17 +107,18 @@ class Mirror:
                 fsync_dir(self.path)
                 continue
             record = Record.from_line(tail[0])
-            if record.seq >> self.seg_bits != n:  # type: ignore[operator]
+            if record.seq >> self._bits != n:
                 raise MirrorError(
                     f"{seg_path}: its last line has seq {record.seq}, which belongs in "
-                    f"{layout.segment_name(record.seq >> self.seg_bits)}"  # type: ignore[operator]
+                    f"{layout.segment_name(record.seq >> self._bits)}"
                 )
             self.last_seq, self.last_h = record.seq, bytes.fromhex(record.h)
             break
         checkpoint = self.path / layout.CHECKPOINT
         if checkpoint.exists():
+            assert self.vkey is not None  # the header is in: _take_header set it
             try:
-                cp = parse_checkpoint(checkpoint.read_text("utf-8"), self.vkey)  # type: ignore[arg-type]
+                cp = parse_checkpoint(checkpoint.read_text("utf-8"), self.vkey)
             except CheckpointError as exc:
                 raise MirrorError(f"{checkpoint}: {exc}") from None
             self.checkpoint_size = cp.size
@@ -135,7 +142,7 @@ class Mirror:
         for line in lines:
             record = Record.from_line(line)
             self._check_continues(record)
-            segment = record.seq >> self.seg_bits  # type: ignore[operator]
+            segment = record.seq >> self._bits
             if segment != self._segment:
                 self._open_segment(segment)
             data = memoryview(line + b"\n")
@@ -154,14 +161,16 @@ class Mirror:
                 f"{self.path / where}: got seq {record.seq} after seq {self.last_seq}: the stream "
                 "skipped or repeated records, so nothing more was written"
             )
+        expected: bytes | None
         if record.seq == 0:
             self._take_header(record, self.path / layout.segment_name(0))
-            expected = genesis(self.origin)  # type: ignore[arg-type]
+            assert self.origin is not None  # _take_header set it
+            expected = genesis(self.origin)
         else:
-            expected = self.last_h  # type: ignore[assignment]
+            expected = self.last_h
         if bytes.fromhex(record.prev) != expected:
             raise MirrorError(
-                f"{self.path / layout.segment_name(record.seq >> self.seg_bits)}: seq "  # type: ignore[operator]
+                f"{self.path / layout.segment_name(record.seq >> self._bits)}: seq "
                 f"{record.seq} does not chain to the mirror's seq {self.last_seq} (prev "
                 f"{record.prev[:16]}...): the server's log is not the one this mirror copies"
             )
@@ -225,9 +234,11 @@ class Mirror:
     def apply_redaction(self, redaction: Record) -> int:
         """Remove the payloads a redaction record names, as the server's writer did. Returns
         how many payloads this mirror still held."""
-        targets = {t["seq"]: redaction.seq for t in redaction.payload["targets"]}  # type: ignore[index]
+        payload = redaction.payload
+        assert isinstance(payload, dict)  # a redaction payload is an object (format section 5)
+        targets = {t["seq"]: redaction.seq for t in payload["targets"]}
         self.sync()
-        removed = redact_segments(self.path, self.seg_bits, targets)  # type: ignore[arg-type]
+        removed = redact_segments(self.path, self._bits, targets)
         if removed and self._segment >= 0:
             segment = self._segment
             self._close_fd()

@@ -9,14 +9,23 @@ extra); `require_psycopg()` names the install step when it is missing.
 
 from __future__ import annotations
 
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, TypeAlias
+
 from ..errors import LedgerError
+
+if TYPE_CHECKING:
+    import psycopg
+
+    # What `schema.connect` returns: autocommit, rows as tuples (psycopg's default).
+    Connection: TypeAlias = psycopg.Connection[tuple[Any, ...]]
 
 
 class StoreError(LedgerError):
     """The shared store is missing, of another shape, or unusable as configured."""
 
 
-def require_psycopg():
+def require_psycopg() -> ModuleType:
     try:
         import psycopg
     except ImportError:  # pragma: no cover - the test extra installs it

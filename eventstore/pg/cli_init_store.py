@@ -18,7 +18,7 @@ from ..errors import LedgerError
 from ..layout import DataDir
 from ..wording import count
 from . import StoreError, require_psycopg
-from .schema import init_store, one_line, redact_url
+from .schema import StoreInfo, init_store, one_line, redact_url
 
 REPLICA_SECRET = "replica.secret"
 
@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _init(args: argparse.Namespace):
+def _init(args: argparse.Namespace) -> StoreInfo:
     psycopg = require_psycopg()
     try:
         info = init_store(

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
 
@@ -32,6 +33,9 @@ from ..partitions import partition_origin
 from ..record import REDACTION, Record
 from . import StoreError, require_psycopg
 from .schema import StoreInfo, connect, one_line, read_store
+
+if TYPE_CHECKING:
+    from . import Connection
 
 PAGE_ROWS = 1000
 
@@ -82,7 +86,7 @@ def check_partition(info: StoreInfo, partition: int) -> None:
 
 
 class _Export:
-    def __init__(self, conn, info: StoreInfo, partition: int, out: Path) -> None:
+    def __init__(self, conn: Connection, info: StoreInfo, partition: int, out: Path) -> None:
         self.conn, self.info, self.partition = conn, info, partition
         self.out = make_dir(out)
         self.seg_bits = info.seg_bits
@@ -166,7 +170,9 @@ class _Export:
     def _recopy_targets(self, line: bytes, start: int) -> None:
         """Copy again, from the table, the targets of a redaction that this run did not copy
         itself (they may have lost their payloads since an earlier export)."""
-        targets = [t.get("seq") for t in Record.from_line(line).payload.get("targets", [])]  # type: ignore[union-attr]
+        payload = Record.from_line(line).payload
+        assert isinstance(payload, dict)  # a redaction payload is an object (format section 5)
+        targets = [t.get("seq") for t in payload.get("targets", [])]
         earlier = sorted(s for s in targets if type(s) is int and 0 <= s < start)
         if not earlier:
             return

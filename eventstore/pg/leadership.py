@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
+from typing import Any
 
 from ..checkpoint import SigningKey
+from ..mirror import Mirror
 from ..writer import LogWriter
 from . import lease as leases
 from .lease import Lease
@@ -28,8 +31,8 @@ def open_partition_writer(
     key: SigningKey,
     partition: int,
     lease: Lease,
-    mirror=None,
-    **writer_options,
+    mirror: Mirror | None = None,
+    **writer_options: Any,
 ) -> LogWriter:
     """The writer of `partition` for the holder of `lease` (recover + create_on / resume_on).
 
@@ -55,7 +58,9 @@ def open_partition_writer(
 class LeaseKeeper:
     """Renews a lease every `seconds / 3` on a thread of its own, until stopped or lost."""
 
-    def __init__(self, url: str, lease: Lease, on_lost=None) -> None:
+    def __init__(
+        self, url: str, lease: Lease, on_lost: Callable[[Lease], None] | None = None
+    ) -> None:
         self.url, self.lease, self.on_lost = url, lease, on_lost
         self._stop = threading.Event()
         self._thread = threading.Thread(

@@ -15,9 +15,13 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from ..errors import InvalidInput
 from . import statements
+
+if TYPE_CHECKING:
+    from . import Connection
 
 
 def safety_margin(seconds: float) -> float:
@@ -66,7 +70,7 @@ class Head:
     expired: bool  # by the database's clock
 
 
-def take(conn, partition: int, owner: str, seconds: float) -> Lease | None:
+def take(conn: Connection, partition: int, owner: str, seconds: float) -> Lease | None:
     """Take partition's lease if it expired (or was released); None while someone holds it."""
     _check_seconds(seconds)
     started = time.monotonic()
@@ -78,7 +82,7 @@ def take(conn, partition: int, owner: str, seconds: float) -> Lease | None:
     return Lease(partition, row[0], owner, seconds, started + seconds - safety_margin(seconds))
 
 
-def renew(conn, lease: Lease) -> bool:
+def renew(conn: Connection, lease: Lease) -> bool:
     """Extend the lease (the heartbeat). False: it was lost, and `lease` is marked so."""
     started = time.monotonic()
     row = conn.execute(statements.RENEW, _fence(lease)).fetchone()
@@ -89,13 +93,13 @@ def renew(conn, lease: Lease) -> bool:
     return True
 
 
-def release(conn, lease: Lease) -> None:
+def release(conn: Connection, lease: Lease) -> None:
     """Give the partition up now (on a clean stop), so another replica need not wait it out."""
     lease.lose()
     conn.execute(statements.RELEASE, _fence(lease))
 
 
-def heads(conn) -> list[Head]:
+def heads(conn: Connection) -> list[Head]:
     """Every partition's head. A lease never taken has lease_until `-infinity`, which psycopg
     cannot load as a datetime: it is read as None (and counts as expired)."""
     rows = conn.execute(

@@ -16,6 +16,7 @@ does, before `log.resume` is appended.
 from __future__ import annotations
 
 import base64
+from typing import TYPE_CHECKING
 
 import orjson
 
@@ -32,7 +33,11 @@ from ..recovery import newest_checkpoint
 from ..sequencer import SequencerState
 from ..sink import RedactionRewrite, SignedCheckpoint
 from . import StoreError
-from .schema import StoreInfo
+from .schema import StoreInfo, one_row
+from .sink import PgSink
+
+if TYPE_CHECKING:
+    from . import Connection
 
 
 def partition_key(info: StoreInfo, key: SigningKey, partition: int) -> SigningKey:
@@ -46,7 +51,12 @@ def partition_key(info: StoreInfo, key: SigningKey, partition: int) -> SigningKe
 
 
 def recover_partition(
-    conn, info: StoreInfo, key: SigningKey, partition: int, *, sink=None
+    conn: Connection,
+    info: StoreInfo,
+    key: SigningKey,
+    partition: int,
+    *,
+    sink: PgSink | None = None,
 ) -> Recovered | None:
     """Where partition `partition`'s log stands, checked; None when it is empty.
 
@@ -58,16 +68,25 @@ def recover_partition(
 
 
 class _PartitionRecovery:
-    def __init__(self, conn, info: StoreInfo, key: SigningKey, partition: int, sink) -> None:
+    def __init__(
+        self,
+        conn: Connection,
+        info: StoreInfo,
+        key: SigningKey,
+        partition: int,
+        sink: PgSink | None,
+    ) -> None:
         self.conn, self.info, self.key, self.partition, self.sink = conn, info, key, partition, sink
         self.seg_bits = info.seg_bits
         self.seg_size = 1 << info.seg_bits
         self.where = f"partition {partition}"
 
     def run(self) -> Recovered | None:
-        last_seq, last_h = self.conn.execute(
-            "SELECT last_seq, last_h FROM lm_head WHERE partition = %s", (self.partition,)
-        ).fetchone()
+        last_seq, last_h = one_row(
+            self.conn.execute(
+                "SELECT last_seq, last_h FROM lm_head WHERE partition = %s", (self.partition,)
+            )
+        )
         if last_seq < 0:
             return None
         size = last_seq + 1
@@ -110,13 +129,15 @@ class _PartitionRecovery:
 
         state = SequencerState(self.seg_bits, size, prev, last_n, tree, seg_tree)
         last_event = self._last_event(objs, first_of_last)
-        is_control = last_event is not None and last_event["tenant"] == CONTROL_TENANT
+        last_control = None  # the type of the last event when it is a control record
+        if last_event is not None and last_event["tenant"] == CONTROL_TENANT:
+            last_control = last_event["type"]
         checkpoint_size = newest
-        if is_control and last_event["type"] == "redaction":  # type: ignore[index]
-            checkpoint_size = self._finish_redaction(last_event, size, newest)  # type: ignore[arg-type]
+        if last_event is not None and last_control == "redaction":
+            checkpoint_size = self._finish_redaction(last_event, size, newest)
         resume = {
             "checkpoint_size": newest,
-            "clean": is_control and last_event["type"] == "log.close",  # type: ignore[index]
+            "clean": last_control == "log.close",
             "fragment_sha256": None,
             "torn_bytes": 0,
         }
@@ -138,7 +159,7 @@ class _PartitionRecovery:
         for n in range(count):
             line = opens.get((n + 1) << self.seg_bits)
             try:
-                carried = orjson.loads(line)["payload"]["prev_segment_root"]  # type: ignore[arg-type]
+                carried = orjson.loads(line or b"")["payload"]["prev_segment_root"]
             except (TypeError, KeyError, orjson.JSONDecodeError):
                 raise CorruptLog(f"{self.where}: segment {n + 1} has no segment.open") from None
             if base64.b64decode(carried) != roots[n]:

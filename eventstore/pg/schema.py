@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from ..checkpoint import SigningKey
@@ -25,6 +26,11 @@ from ..layout import DataDir
 from ..partitions import check_partitions, partition_origin
 from ..record import genesis
 from . import StoreError, require_psycopg
+
+if TYPE_CHECKING:
+    from psycopg import Cursor
+
+    from . import Connection
 
 DDL = """
 CREATE TABLE IF NOT EXISTS lm_store (
@@ -108,7 +114,7 @@ TCP_DEADLINES = {
 IDLE_IN_TRANSACTION_MS = 1000
 
 
-def connect(url: str):
+def connect(url: str) -> Connection:
     """A connection to the store's database (autocommit: each statement is its own transaction,
     `with conn.transaction()` groups several), refusing one that could lose acknowledged commits."""
     psycopg = require_psycopg()
@@ -187,7 +193,7 @@ def init_store(
         conn.close()
 
 
-def read_store(conn) -> StoreInfo:
+def read_store(conn: Connection) -> StoreInfo:
     """The store's description; StoreError when `init-store` never ran on this database."""
     psycopg = require_psycopg()
     try:
@@ -199,12 +205,20 @@ def read_store(conn) -> StoreInfo:
     return info
 
 
-def _read_store(conn) -> StoreInfo | None:
+def _read_store(conn: Connection) -> StoreInfo | None:
     row = conn.execute("SELECT origin, partitions, seg_bits FROM lm_store").fetchone()
     if row is None:
         return None
     vkeys = [v for (v,) in conn.execute("SELECT vkey FROM lm_head ORDER BY partition")]
     return StoreInfo(row[0], row[1], row[2], tuple(vkeys))
+
+
+def one_row(cursor: Cursor[tuple[Any, ...]]) -> tuple[Any, ...]:
+    """The row of a query that always has one: a partition's head row (init-store made it), a
+    SELECT of aggregates."""
+    row = cursor.fetchone()
+    assert row is not None, "a row init-store creates is missing"
+    return row
 
 
 def redact_url(url: str) -> str:

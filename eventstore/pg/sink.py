@@ -24,8 +24,10 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import InvalidInput, LedgerError
+from ..mirror import Mirror
 from ..record import Record
 from ..sequencer import StartSegment
 from ..sink import (
@@ -39,7 +41,10 @@ from ..sink import (
 )
 from . import StoreError, require_psycopg, statements
 from .lease import Lease
-from .schema import StoreInfo, connect, one_line
+from .schema import StoreInfo, connect, one_line, one_row
+
+if TYPE_CHECKING:
+    from . import Connection
 
 log = logging.getLogger(__name__)
 
@@ -64,13 +69,16 @@ class StoreUnreachable(LedgerError, OSError):
 class PgSink:
     """The DurabilitySink of one partition of a shared store (eventstore/sink.py)."""
 
-    def __init__(self, url: str, info: StoreInfo, lease: Lease, mirror=None) -> None:
+    def __init__(
+        self, url: str, info: StoreInfo, lease: Lease, mirror: Mirror | None = None
+    ) -> None:
         self.url, self.info, self.lease, self.mirror = url, info, lease, mirror
         self.partition = lease.partition
         self.fsync_observer: Callable[[float, int], None] | None = None
         self._psycopg = require_psycopg()
-        self._conn = connect(url)  # refuses synchronous_commit = off at once
-        self._reader = None  # read_record runs on callers' threads: a connection of its own
+        self._conn: Connection | None = connect(url)  # refuses synchronous_commit = off at once
+        # read_record runs on callers' threads: a connection of its own.
+        self._reader: Connection | None = None
         self._reader_lock = threading.Lock()
         # How each commit that lost its connection was decided, by the head: for metrics/tests.
         self.after_loss: collections.Counter[str] = collections.Counter()
@@ -90,8 +98,9 @@ class PgSink:
             answer = self._append(statements.APPEND, params)
         else:
             payload = start.record.payload
+            assert isinstance(payload, dict)  # the sequencer's segment.open
             params["sealed_segment"] = start.number - 1
-            params["sealed_root"] = base64.b64decode(payload["prev_segment_root"])  # type: ignore[index]
+            params["sealed_root"] = base64.b64decode(payload["prev_segment_root"])
             params["cp_size"] = start.record.seq
             params["cp_text"] = start.checkpoint
             answer = self._append(statements.START_SEGMENT, params)
@@ -101,7 +110,9 @@ class PgSink:
                 self._to_mirror("install_checkpoint", start.checkpoint)
         return answer
 
-    def _append_params(self, records: list[Record], lines: list[bytes], leaves: list[bytes]):
+    def _append_params(
+        self, records: list[Record], lines: list[bytes], leaves: list[bytes]
+    ) -> dict[str, Any]:
         first, last = records[0].seq, records[-1].seq
         return {
             **self._fence(),
@@ -115,7 +126,7 @@ class PgSink:
             "note": f"{self.partition}:{first}:{last}",
         }
 
-    def _append(self, sql: str, params: dict) -> CommitResult:
+    def _append(self, sql: str, params: dict[str, Any]) -> CommitResult:
         """Send one fenced append; on a lost connection decide from the head (see module doc)."""
         while True:
             if not self.lease.valid():
@@ -123,7 +134,7 @@ class PgSink:
             started = time.monotonic()
             try:
                 conn = self._writer()
-                inserted, moved = conn.execute(sql, params).fetchone()
+                inserted, moved = one_row(conn.execute(sql, params))
             except (self._psycopg.OperationalError, StoreError) as exc:  # StoreError: reconnecting
                 self._drop_writer()
                 decision = self._decide_after_loss(params, started, exc)
@@ -140,18 +151,21 @@ class PgSink:
                 return COMMITTED
             return self._refused()
 
-    def _decide_after_loss(self, params: dict, started: float, exc: BaseException):
+    def _decide_after_loss(
+        self, params: dict[str, Any], started: float, exc: BaseException
+    ) -> CommitResult | Literal["resend"]:
         """After a connection lost mid-commit: COMMITTED, "resend", Refused or Unknown."""
         reason = one_line(exc)
         delay = BACKOFF_FIRST
         while self.lease.valid():
             try:
                 conn = self._writer()
-                head = conn.execute(
-                    "SELECT last_seq, last_h, epoch, owner FROM lm_head WHERE partition = %s",
-                    (self.partition,),
-                ).fetchone()
-                last_seq, last_h, epoch, owner = head
+                last_seq, last_h, epoch, owner = one_row(
+                    conn.execute(
+                        "SELECT last_seq, last_h, epoch, owner FROM lm_head WHERE partition = %s",
+                        (self.partition,),
+                    )
+                )
                 if last_seq >= params["last_seq"]:
                     row = conn.execute(
                         "SELECT h FROM lm_record WHERE partition = %s AND seq = %s",
@@ -176,10 +190,10 @@ class PgSink:
         """Zero rows: the head is not ours any more (or not where we think it is)."""
         self.lease.lose()
         try:
-            row = (
-                self._writer()
-                .execute("SELECT owner, epoch FROM lm_head WHERE partition = %s", (self.partition,))
-                .fetchone()
+            row = one_row(
+                self._writer().execute(
+                    "SELECT owner, epoch FROM lm_head WHERE partition = %s", (self.partition,)
+                )
             )
         except (self._psycopg.OperationalError, StoreError):
             self._drop_writer()
@@ -194,7 +208,7 @@ class PgSink:
     def install_checkpoint(self, checkpoint: SignedCheckpoint) -> None:
         params = {**self._fence(), "size": checkpoint.size, "text": checkpoint.text}
 
-        def insert(conn) -> None:
+        def insert(conn: Connection) -> None:
             if conn.execute(statements.INSERT_CHECKPOINT, params).fetchone() is None:
                 self._check_still_ours(conn)  # else it was there already: fine
 
@@ -228,15 +242,17 @@ class PgSink:
             seq: rs for per_segment in rewrite.targets.values() for seq, rs in per_segment.items()
         }
 
-        def rewrite_rows(conn) -> None:
+        def rewrite_rows(conn: Connection) -> None:
             with conn.transaction():
                 if conn.execute(statements.LOCK_HEAD_IF_OURS, self._fence()).fetchone() is None:
                     self._check_still_ours(conn)
                 for seq, redaction_seq in sorted(targets.items()):
-                    row = conn.execute(
-                        "SELECT line FROM lm_record WHERE partition = %s AND seq = %s",
-                        (self.partition, seq),
-                    ).fetchone()
+                    row = one_row(  # a target: a durable record before the redaction
+                        conn.execute(
+                            "SELECT line FROM lm_record WHERE partition = %s AND seq = %s",
+                            (self.partition, seq),
+                        )
+                    )
                     record = Record.from_line(bytes(row[0]))
                     if record.has_payload:  # a retry after a lost commit finds it done
                         line = record.redacted_line(redaction_seq) + b"\n"
@@ -260,7 +276,7 @@ class PgSink:
 
     # ---- connections -----------------------------------------------------------------------
 
-    def _fence(self) -> dict:
+    def _fence(self) -> dict[str, Any]:
         lease = self.lease
         return {
             "partition": lease.partition,
@@ -269,7 +285,7 @@ class PgSink:
             "seconds": lease.seconds,
         }
 
-    def _writer(self):
+    def _writer(self) -> Connection:
         if self._conn is None:
             self._conn = connect(self.url)
         return self._conn
@@ -280,7 +296,7 @@ class PgSink:
             with contextlib.suppress(Exception):
                 conn.close()
 
-    def _check_still_ours(self, conn) -> None:
+    def _check_still_ours(self, conn: Connection) -> None:
         row = conn.execute(
             "SELECT owner, epoch FROM lm_head WHERE partition = %s", (self.partition,)
         ).fetchone()
@@ -289,7 +305,7 @@ class PgSink:
             owner = f"{row[0]} (epoch {row[1]})" if row else "nobody"
             raise Fenced(f"partition {self.partition} is led by {owner} now", owner)
 
-    def _retrying(self, write: Callable[[object], None]) -> None:
+    def _retrying(self, write: Callable[[Connection], None]) -> None:
         """Run an idempotent fenced write, reconnecting while the lease lasts."""
         delay = BACKOFF_FIRST
         while True:
@@ -317,7 +333,7 @@ class PgSink:
             time.sleep(delay)
             delay = min(delay * 2, BACKOFF_MAX)
 
-    def _to_mirror(self, method: str, *arguments) -> None:
+    def _to_mirror(self, method: str, *arguments: object) -> None:
         if self.mirror is None:
             return
         try:

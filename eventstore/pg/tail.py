@@ -20,11 +20,15 @@ import contextlib
 import logging
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from ..errors import LedgerError
 from ..mirror import Mirror, MirrorDiverged
 from . import StoreError, require_psycopg
 from .schema import NOTIFY_CHANNEL, connect, one_line
+
+if TYPE_CHECKING:
+    from . import Connection
 
 log = logging.getLogger("ledgermem.store.tail")
 
@@ -52,9 +56,9 @@ class StoreTail:
         self.backend_pid: int | None = None  # the feeding connection's backend (for operators)
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
-        self._sync_conn = None
+        self._sync_conn: Connection | None = None
         self._sync_lock = threading.Lock()
-        self._feed_conn = None
+        self._feed_conn: Connection | None = None
         self._fed = False  # the current connection has synced once
 
     # ---- the thread --------------------------------------------------------------------------
@@ -129,11 +133,11 @@ class StoreTail:
                     if mirror is not None and mirror.size <= last:
                         self._sync_one(conn, partition)
 
-    def _sync_all(self, conn) -> None:
+    def _sync_all(self, conn: Connection) -> None:
         for partition in sorted(self.mirrors):
             self._sync_one(conn, partition)
 
-    def _sync_one(self, conn, partition: int) -> None:
+    def _sync_one(self, conn: Connection, partition: int) -> None:
         if partition in self.failed:
             return
         try:
@@ -165,7 +169,7 @@ class StoreTail:
         raise AssertionError("unreachable")
 
 
-def sync_mirror(conn, partition: int, mirror: Mirror) -> int:
+def sync_mirror(conn: Connection, partition: int, mirror: Mirror) -> int:
     """Extend `mirror` with the partition's committed rows beyond its size, page by page, then
     install the newest checkpoint it covers. Returns the mirror's size."""
     while True:
@@ -207,7 +211,7 @@ def _note(woken: dict[int, int], payload: str) -> None:
     woken[partition] = max(last, woken.get(partition, -1))
 
 
-def _close(conn) -> None:
+def _close(conn: Connection | None) -> None:
     if conn is not None:
         # Closing a broken connection: nothing is left to do when it fails.
         with contextlib.suppress(Exception):

@@ -88,8 +88,10 @@ def read_header(log_dir: Path) -> Header:
         obj = jcs.loads_strict(raw.rstrip(b"\n"))
     except InvalidPayload:
         return Header(error=fail)
-    payload = obj.get("payload") if type(obj) is dict else None
-    if type(payload) is not dict or obj.get("type") != SEGMENT_OPEN:
+    if not isinstance(obj, dict):
+        return Header(error=fail)
+    payload = obj.get("payload")
+    if not isinstance(payload, dict) or obj.get("type") != SEGMENT_OPEN:
         return Header(error=fail)
     header = Header()
     if type(payload.get("origin")) is str:

@@ -35,7 +35,7 @@ def verify_log(
     INTACT-UNANCHORED: a key read from the files proves nothing against whoever wrote them.
     """
     log_dir = Path(log_dir)
-    pins = [Path(p) for p in pins]
+    pin_paths = [Path(p) for p in pins]
     if not log_dir.is_dir():
         raise VerifyInputError(
             f"log directory {str(log_dir)!r} does not exist or is not a directory"
@@ -76,7 +76,7 @@ def verify_log(
         warnings=scan.warnings,
     )
     if key is None:
-        if pins:
+        if pin_paths:
             raise VerifyInputError(
                 "cannot check the pins: no --vkey, and segment 0's header has none"
             )
@@ -85,7 +85,7 @@ def verify_log(
             "segment 0's header names no verifier key, and no --vkey was given",
         )  # fmt: skip
         return report
-    pinned = [read_pin(p, key) for p in pins]  # bad pins are input errors, before any verdict
+    pinned = [read_pin(p, key) for p in pin_paths]  # bad pins are input errors, before any verdict
     if header.error is not None or header.seg_bits is None:
         report.error = header.error
         return report

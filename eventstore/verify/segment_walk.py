@@ -16,6 +16,7 @@ import hashlib
 import os
 import re
 from dataclasses import dataclass, field
+from typing import BinaryIO, cast
 
 import orjson
 
@@ -155,7 +156,7 @@ class SegmentWalk:
             result.last_h, result.last_ts = self.expected_prev, self.last_ts
         return result
 
-    def _walk(self, f, file_size: int) -> None:
+    def _walk(self, f: BinaryIO, file_size: int) -> None:
         """Read the file line by line, checking each line, until the end or the first failure.
 
         This is the hot loop. The common line, a canonical event record that passes every
@@ -172,7 +173,7 @@ class SegmentWalk:
         loads, dumps, sha256, pack = orjson.loads, orjson.dumps, _sha256, pack_seq_ts
         fromhex, head, fixed = binascii.unhexlify, _HEAD.__mod__, _FIXED.format
         sorted_strict, leaf_rec = SORTED_STRICT, LEAF_PREFIX
-        expected_prev, prev_bytes, last_ts = self.expected_prev, self.prev_bytes, self.last_ts
+        expected_prev, prev_bytes, last_ts = self._state()
         offset = 0
         line_no = 0
         pending: tuple[int, int] | None = None  # (offset, line) of an unparsable last-segment line
@@ -208,7 +209,7 @@ class SegmentWalk:
                     pb = body[fixed_end:-1]
                     payload = loads(pb)
                     fast = (
-                        ident is not None
+                        ident  # empty: not four valid event identifiers
                         and body.startswith(start)
                         and body[-1] == 125  # b"}"
                         and b"%d" % ts == ts_raw
@@ -230,8 +231,8 @@ class SegmentWalk:
                         == fixed(expected_prev, h, pd_bytes.hex(), salt_bytes.hex()).encode()
                     )
                 if fast:
-                    if ts < last_ts:  # type: ignore[operator]  # line 1 came before: not None
-                        self._ts_decrease(seq, last_ts, ts)  # type: ignore[arg-type]
+                    if ts < last_ts:
+                        self._ts_decrease(seq, last_ts, ts)
                     last_ts, expected_prev, prev_bytes = ts, h, digest
                     leaves.append(digest)
                     if len(leaves) == chunk:
@@ -257,11 +258,14 @@ class SegmentWalk:
     ) -> None:
         self.expected_prev, self.prev_bytes, self.last_ts = expected_prev, prev_bytes, last_ts
 
-    def _state(self) -> tuple[str | None, bytes | None, int | None]:
-        return self.expected_prev, self.prev_bytes, self.last_ts
+    def _state(self) -> tuple[str, bytes, int]:
+        """The chain's state, for the walk's locals. It is unset (None) before line 1 is read and
+        after a line that stops the walk, but the walk's inline path only takes lines after
+        line 1, which set it: typed as set, so that path needs no check per line."""
+        return cast(tuple[str, bytes, int], (self.expected_prev, self.prev_bytes, self.last_ts))
 
     def _unusual_line(
-        self, f, raw: bytes, line_no: int, offset: int, pending: tuple[int, int] | None
+        self, f: BinaryIO, raw: bytes, line_no: int, offset: int, pending: tuple[int, int] | None
     ) -> tuple[bool, tuple[int, int] | None]:
         """Lines off the hot path: the first and last of a segment, partial lines, anything after
         a seal or after an unparsable line. Returns (stop walking, pending leftover)."""
@@ -312,7 +316,7 @@ class SegmentWalk:
         return True
 
     @staticmethod
-    def _newline_follows(f) -> bool:
+    def _newline_follows(f: BinaryIO) -> bool:
         while chunk := f.read(1 << 20):
             if b"\n" in chunk:
                 return True
@@ -379,22 +383,22 @@ class SegmentWalk:
             result.first_prev = obj["prev"]
         self._accept(seq, obj["ts"], checked.h, obj["h"])
 
-    def _event_identifiers(self, names_raw: bytes) -> bytes | None:
+    def _event_identifiers(self, names_raw: bytes) -> bytes:
         """The preimage bytes of four valid event identifiers, given as they stand in a canonical
-        line (`"tenant":"...",...,"type":"..."`); cached. None unless the bytes are exactly that
+        line (`"tenant":"...",...,"type":"..."`); cached. Empty unless the bytes are exactly that
         form of four valid identifiers and the tenant is not the control tenant."""
         match = _NAMES.fullmatch(names_raw)
         if match is None:
-            return None
+            return b""
         try:
             names = tuple(value.decode() for value in match.groups())
         except UnicodeDecodeError:
-            return None
+            return b""
         if names[0] == CONTROL_TENANT or not all(is_identifier(value) for value in names):
-            return None
+            return b""
         ident, in_line = identifier_bytes(*names)
         if in_line != names_raw:
-            return None
+            return b""
         if len(self.idents) >= _IDENTIFIER_CACHE_MAX:
             self.idents.clear()
         self.idents[names_raw] = ident

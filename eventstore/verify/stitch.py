@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import multiprocessing
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 
 import orjson
 
@@ -333,14 +333,16 @@ class Stitcher:
     def _summary_warnings(self) -> list[str]:
         out = []
         if self.noncanonical:
-            name, line = self.noncanonical_first  # type: ignore[misc]
+            assert self.noncanonical_first is not None  # set with the first one counted
+            name, line = self.noncanonical_first
             out.append(
                 f"{self.noncanonical} non-canonical line(s), first {name} line {line}: key order, "
                 "whitespace or escapes differ from the writer's bytes (nothing hashes the line, so "
                 "they still verify)"
             )
         if self.unknown:
-            name, line = self.unknown_first  # type: ignore[misc]
+            assert self.unknown_first is not None  # set with the first one counted
+            name, line = self.unknown_first
             out.append(
                 f"{self.unknown} line(s) with unknown top-level keys {sorted(self.unknown_names)}, "
                 f"first {name} line {line} (ignored in non-strict mode; strict mode fails them)"
@@ -359,7 +361,9 @@ class Stitcher:
         return out
 
 
-def segment_results(tasks: list[tuple[Plan, int]], jobs: int) -> Iterator[SegmentResult]:
+def segment_results(
+    tasks: list[tuple[Plan, int]], jobs: int
+) -> Generator[SegmentResult, None, None]:
     """Segment results in order; in worker processes when jobs > 1."""
     if jobs <= 1 or len(tasks) <= 1:
         for task in tasks:
