@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 import orjson
 
-FORMAT_VERSION = 1
 FORMAT_NAME = "ledgermem/v1"
 REC_TAG = b"ledgermem/v1 record\n"
 PAY_TAG = b"ledgermem/v1 payload\n"
