@@ -46,7 +46,7 @@ def child_fold(data: Path, records: int) -> dict:
     """`History.load` from zero in this process (the tree on PYTHONPATH), thread CPU."""
     import sections
     from eventstore.reader import LogReader
-    from sections.history import History
+    from sections.runtime.history import History
 
     spent = {"gc": 0.0, "t": 0.0}
 
@@ -115,8 +115,8 @@ def timed_state(tree: Path, data: Path, at: int) -> dict:
 def make_snapshots(data: Path, keep: Path, at: int) -> None:
     """The snapshots a service would leave: one at `at` and the newest one, kept aside."""
     from eventstore.reader import LogReader
-    from sections.history import History
-    from sections.snapshot import Snapshot, write_snapshot
+    from sections.runtime.history import History
+    from sections.runtime.snapshot import Snapshot, write_snapshot
 
     if keep.is_dir():
         return

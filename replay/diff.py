@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from eventstore.record import Record
-from sections.state import Item, MemoryState
+from sections.model.state import Item, MemoryState
 
 _COMPARED = ("content", "content_seq", "tags", "priority", "metadata", "kind", "role", "group")
 

@@ -6,9 +6,10 @@ import sys
 import time
 from pathlib import Path
 
+from sections.history import History
+
 import sections
 from eventstore.reader import LogReader
-from sections.history import History
 
 print(sections.__file__, file=sys.stderr)
 r = LogReader(Path("/tmp/fold-log/log"))

@@ -20,10 +20,10 @@ log_dir, base, n, rounds = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]
 tmp = Path(tempfile.mkdtemp())
 shutil.copytree(base / "sections", tmp / "sections_base")
 sys.path.insert(0, str(tmp))
+from sections.history import History as HistoryB  # noqa: E402
 from sections_base.history import History as HistoryA  # noqa: E402
 
 from eventstore.reader import LogReader  # noqa: E402
-from sections.history import History as HistoryB  # noqa: E402
 
 reader = LogReader(log_dir)
 
