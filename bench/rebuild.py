@@ -229,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         "summary": ratios(runs, list(dict.fromkeys(args.order))),
     }
     text = orjson.dumps(result).decode() + "\n"
-    if args.out:  # the raw figures beside the docs (docs/bench-runs/issue15/...)
+    if args.out:  # a path outside the tree (e.g. /tmp/rebuild.json); stdout has the same object
         args.out.write_text(text)
     sys.stdout.write(text)
     return 0
