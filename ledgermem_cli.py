@@ -13,7 +13,10 @@ import sys
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "serve": ("streams.cli_serve", "run the HTTP service (REST, SSE, WebSocket, JSONL, long-poll)"),
+    "serve": (
+        "streams.server.cli_serve",
+        "run the HTTP service (REST, SSE, WebSocket, JSONL, long-poll)",
+    ),
     "verify": (
         "eventstore.cli_verify",
         "verify a log directory offline (docs/format.md section 10)",
@@ -59,7 +62,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "a consistent copy of a data directory, while the service runs",
     ),
     "mcp": (
-        "streams.cli_mcp",
+        "streams.mcp.cli_mcp",
         "serve the memory as MCP tools over stdio or HTTP (needs the `mcp` extra)",
     ),
 }

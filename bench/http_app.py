@@ -1,6 +1,6 @@
 """The HTTP layer's own CPU per item POST, in one process, without sockets or uvicorn.
 
-Prints one JSON object. The app of `streams/app.py` (`create_app`, the service started as
+Prints one JSON object. The app of `streams/web/app.py` (`create_app`, the service started as
 `ledgermem serve` starts it: real files, real fdatasync) is called as an ASGI callable by 32
 asyncio tasks, each posting one item after the other to its own session; then the same adds go
 straight to `Memory.run_async` (the command the route runs), in the same process, interleaved
@@ -35,10 +35,10 @@ TEXT = (
 
 
 async def measure(mode: str, requests: int, batch: int, root: Path) -> dict:
-    from sections import command_specs as specs
-    from streams.app import create_app
-    from streams.service import Service
-    from streams.settings import Settings
+    from sections.specs import command_specs as specs
+    from streams.server.service import Service
+    from streams.server.settings import Settings
+    from streams.web.app import create_app
 
     data = Path(tempfile.mkdtemp(prefix=f"{mode}-", dir=root))
     settings = Settings(data=str(data))
@@ -46,7 +46,7 @@ async def measure(mode: str, requests: int, batch: int, root: Path) -> dict:
     app = create_app(settings, service)
     await service.startup()
     gc.collect()
-    gc.freeze()  # as `ledgermem serve` does after start-up (streams/cli_serve.py)
+    gc.freeze()  # as `ledgermem serve` does after start-up (streams/server/cli_serve.py)
     sessions = [f"s{k}" for k in range(CONNECTIONS)]
     memory = service.memory
     for session in sessions:

@@ -56,7 +56,7 @@ from eventstore.reader import LogReader
 from eventstore.store import open_log
 from eventstore.writer import Durability
 from sections.errors import NotAdmitted
-from sections.memory import Memory
+from sections.runtime.memory import Memory
 
 FAMILIES = ("threads", "asyncio")
 CONCURRENCY = 64

@@ -25,7 +25,7 @@ import memory as bm  # noqa: E402  (bench/memory.py)
 
 import sections  # noqa: E402
 from eventstore.file_sink import Durability  # noqa: E402
-from sections.memory import Memory  # noqa: E402
+from sections.runtime.memory import Memory  # noqa: E402
 
 
 def one_caller(root: Path, contents: list[str], adds: int) -> dict:

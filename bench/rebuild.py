@@ -46,7 +46,7 @@ def child_fold(data: Path, records: int) -> dict:
     """`History.load` from zero in this process (the tree on PYTHONPATH), thread CPU."""
     import sections
     from eventstore.reader import LogReader
-    from sections.history import History
+    from sections.runtime.history import History
 
     spent = {"gc": 0.0, "t": 0.0}
 
@@ -115,8 +115,8 @@ def timed_state(tree: Path, data: Path, at: int) -> dict:
 def make_snapshots(data: Path, keep: Path, at: int) -> None:
     """The snapshots a service would leave: one at `at` and the newest one, kept aside."""
     from eventstore.reader import LogReader
-    from sections.history import History
-    from sections.snapshot import Snapshot, write_snapshot
+    from sections.runtime.history import History
+    from sections.runtime.snapshot import Snapshot, write_snapshot
 
     if keep.is_dir():
         return
@@ -229,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         "summary": ratios(runs, list(dict.fromkeys(args.order))),
     }
     text = orjson.dumps(result).decode() + "\n"
-    if args.out:  # the raw figures beside the docs (docs/bench-runs/issue15/...)
+    if args.out:  # a path outside the tree (e.g. /tmp/rebuild.json); stdout has the same object
         args.out.write_text(text)
     sys.stdout.write(text)
     return 0

@@ -9,7 +9,7 @@ the same client (this process, on uvloop when installed) opens `--k` SSE subscri
 tenant (one tenant per partition), spread round robin over the replicas, each from the head, and
 drives `--publishers` closed-loop publishers per tenant, also spread round robin over the
 replicas, so with two replicas half of the writes reach a replica that does not lead their
-partition and are forwarded (streams/forwarding.py). Each publish is a single-item POST of a
+partition and are forwarded (streams/cluster/forwarding.py). Each publish is a single-item POST of a
 ~300-byte content (bench/http_writes.py's contents) to the publisher's own session's `messages`
 section, like bench/fanout.py. After a warm-up, over `--seconds`:
 

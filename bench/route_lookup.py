@@ -11,8 +11,8 @@ import time
 
 from starlette.routing import Match
 
-from streams.app import create_app
-from streams.settings import Settings
+from streams.server.settings import Settings
+from streams.web.app import create_app
 
 PATH = b"/v1/sessions/s-17/sections/messages/items"
 

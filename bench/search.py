@@ -1,4 +1,4 @@
-"""Search as shipped (sections/search.py through `Memory`): query latency, update cost, rebuild, RSS.
+"""Search as shipped (sections/retrieval/search.py through `Memory`): query latency, update cost, rebuild, RSS.
 
 Prints one JSON object. For each size N (10,000 and 100,000 documents of ~300 bytes, the corpus
 of bench/search_engines.py), a child process of its own (so peak RSS is per size):
@@ -40,8 +40,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 from search_engines import cpu_loop, make_docs, make_queries, pct, proc_status  # noqa: E402
 
 from eventstore.writer import Durability  # noqa: E402
-from sections.memory import Memory  # noqa: E402
-from sections.search import Query, SearchIndex  # noqa: E402
+from sections.retrieval.search import Query, SearchIndex  # noqa: E402
+from sections.runtime.memory import Memory  # noqa: E402
 
 SEED = 6
 SESSIONS = 100

@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, sys.argv[1] if len(sys.argv) > 1 else str(Path(__file__).resolve().parents[1]))
 
 from eventstore.writer import Durability  # noqa: E402
-from sections.memory import Memory  # noqa: E402
+from sections.runtime.memory import Memory  # noqa: E402
 
 ADDS, CALLERS = 12_000, 64
 SECTIONS = ("messages", "findings", "working", "documents")  # `working` is not searchable

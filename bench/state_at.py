@@ -28,7 +28,7 @@ import httpx
 ROOT = Path(__file__).parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sections.memory import Memory  # noqa: E402
+from sections.runtime.memory import Memory  # noqa: E402
 from tests.server import Server  # noqa: E402
 
 

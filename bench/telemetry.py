@@ -47,12 +47,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from eventstore.writer import Durability  # noqa: E402
-from sections.memory import Memory  # noqa: E402
-from streams.app import create_app  # noqa: E402
-from streams.cli_serve import tune_gc  # noqa: E402
-from streams.service import Service  # noqa: E402
-from streams.settings import Settings  # noqa: E402
-from streams.telemetry import Telemetry  # noqa: E402
+from sections.runtime.memory import Memory  # noqa: E402
+from streams.server.cli_serve import tune_gc  # noqa: E402
+from streams.server.service import Service  # noqa: E402
+from streams.server.settings import Settings  # noqa: E402
+from streams.server.telemetry import Telemetry  # noqa: E402
+from streams.web.app import create_app  # noqa: E402
 
 SESSIONS = 64
 TEXT = "x" * 300

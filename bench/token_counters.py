@@ -33,8 +33,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from eventstore.writer import Durability  # noqa: E402
-from sections.memory import Memory  # noqa: E402
-from sections.tokens import APPROX, BpeTokenCounter  # noqa: E402
+from sections.model.tokens import APPROX, BpeTokenCounter  # noqa: E402
+from sections.runtime.memory import Memory  # noqa: E402
 
 SAMPLES = {
     "english_260": "Target's gross margin is 40% and revenue grew 12% year over year. " * 4,

@@ -1,6 +1,6 @@
 """Proofs as text: inclusion as C2SP tlog-proof (https://c2sp.org/tlog-proof), consistency as
 the body of a C2SP tlog-witness add-checkpoint request. Pure; used by `ledgermem proof` and the
-service's proof routes (streams/proofs_api.py).
+service's proof routes (streams/routes/proofs_api.py).
 
 An inclusion proof names one record by its index, gives the hashes of its RFC 9162 inclusion
 proof and carries the signed checkpoint they lead to. `verify_tlog_proof` checks a record line

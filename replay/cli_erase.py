@@ -15,7 +15,7 @@ from pathlib import Path
 
 from eventstore.errors import LockHeld
 from eventstore.wording import count
-from sections.memory import Memory
+from sections.runtime.memory import Memory
 
 from .cli_redact import open_data_dir
 

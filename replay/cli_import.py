@@ -29,13 +29,13 @@ from eventstore.identifiers import CONTROL_TENANT, check_identifier, is_identifi
 from eventstore.layout import DataDir
 from eventstore.record import Record
 from eventstore.wording import count
-from sections.compaction import compacted_content
-from sections.config import MemoryConfig
 from sections.errors import SessionExists
-from sections.memory import Memory
-from sections.projection import apply
-from sections.state import Item, MemoryState, SessionState
-from sections.tokens import TokenCounter
+from sections.model.compaction import compacted_content
+from sections.model.config import MemoryConfig
+from sections.model.projection import apply
+from sections.model.state import Item, MemoryState, SessionState
+from sections.model.tokens import TokenCounter
+from sections.runtime.memory import Memory
 
 from .bundle import (
     Bundle,

@@ -22,8 +22,8 @@ from eventstore.errors import InvalidInput, LockHeld
 from eventstore.reader import LogReader
 from eventstore.store import KeyInfo, open_log
 from eventstore.writer import LogWriter
-from sections.projection import HANDLERS
-from sections.snapshot import purge_snapshots
+from sections.model.projection import HANDLERS
+from sections.runtime.snapshot import purge_snapshots
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -15,7 +15,7 @@ import orjson
 
 from eventstore.errors import InvalidInput
 from eventstore.timestamps import parse_time
-from sections.history import History
+from sections.runtime.history import History
 
 from .cli_replay import envelope_of
 from .options import HEAD, add_snapshot_option, open_history

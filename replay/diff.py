@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from eventstore.record import Record
-from sections.state import Item, MemoryState
+from sections.model.state import Item, MemoryState
 
 # Whether a session's items are compared: (tenant, session id) -> wanted.
 KeyFilter = Callable[[str, str], bool]

@@ -15,8 +15,8 @@ from eventstore import layout
 from eventstore.errors import InvalidInput
 from eventstore.filters import RecordFilter
 from eventstore.reader import LogReader
-from sections.history import History
-from sections.snapshot import snapshot_paths
+from sections.runtime.history import History
+from sections.runtime.snapshot import snapshot_paths
 
 
 def add_filters(parser: argparse.ArgumentParser) -> None:
@@ -113,8 +113,10 @@ def open_history(log_dir: str, use_snapshots: bool = True) -> History:
 
 # The envelope of a `redaction` record, as the writer lays it out.
 REDACTION_MARK = b'"tenant":"_log","session":"_log","section":"_log","type":"redaction"'
-# `session.erased@<first>..<last>`: sessions erased together by retention (sections/erase_flow.py)
-_ERASE_REQUEST = re.compile(r"(?:items|session)\.erased@(\d+)(?:\.\.\d+)?")  # sections/memory.py
+# `session.erased@<first>..<last>`: sessions erased together by retention (sections/specs/erase_flow.py)
+_ERASE_REQUEST = re.compile(
+    r"(?:items|session)\.erased@(\d+)(?:\.\.\d+)?"
+)  # sections/runtime/memory.py
 
 
 def erased_from(redaction: dict) -> int:

@@ -37,7 +37,7 @@ from sections.adapters.jaf import (
     ToolCallFunction,
     create_memory_provider_from_env,
 )
-from sections.memory import Memory
+from sections.runtime.memory import Memory
 
 
 def run(coroutine):
@@ -324,7 +324,7 @@ def test_the_factory_opens_the_postgresql_shared_store(pg_url, tmp_path):  # noq
 
 
 def test_one_leader_at_a_time_on_the_store(pg_url, tmp_path):  # noqa: F811
-    from sections.store_memory import StoreBusy, StoreMemory
+    from sections.runtime.store_memory import StoreBusy, StoreMemory
 
     init_store(pg_url, 1, tmp_path / "data", origin="test.local/jaf-busy")
     shutil.copytree(tmp_path / "data" / "keys", tmp_path / "other" / "keys")  # a second replica

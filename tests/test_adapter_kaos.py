@@ -23,9 +23,9 @@ from helpers.tenant_server import A, B, two_tenants
 from eventstore.errors import InvalidInput
 from eventstore.file_sink import Durability
 from sections.adapters.kaos import LocalMemory, MemoryEvent, NullMemory, memory_from_env
-from sections.config import MemoryConfig
 from sections.errors import ConfigError, SessionExists
-from sections.memory import Memory
+from sections.model.config import MemoryConfig
+from sections.runtime.memory import Memory
 
 
 def run(coroutine):

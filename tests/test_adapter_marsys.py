@@ -22,7 +22,7 @@ from sections.adapters.marsys import (
     ManagedMemoryConfig,
 )
 from sections.errors import ItemNotFound
-from sections.memory import Memory
+from sections.runtime.memory import Memory
 
 
 @pytest.fixture

@@ -13,8 +13,8 @@ from helpers.tenant_server import A, B, head, two_tenants
 from test_search import Clock
 
 from eventstore.errors import InvalidInput
-from sections import agentops
-from sections.memory import Memory
+from sections.adapters import agentops
+from sections.runtime.memory import Memory
 
 
 @pytest.fixture(scope="module")
@@ -264,7 +264,7 @@ def test_recent_timeline_export_and_import(client):
     assert [o["content"] for o in theirs["observations"]] == [f"c{n}" for n in range(5)]
 
 
-# ---- the OpenAPI document: generated from the models (streams/agentops_models.py) --------------
+# ---- the OpenAPI document: generated from the models (streams/seeds/agentops_models.py) --------------
 
 OPERATIONS = {
     ("/sessions", "post"): "createAgentOpsSession",

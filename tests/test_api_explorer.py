@@ -1,4 +1,4 @@
-"""The API explorer at /docs (streams/explorer.py): Swagger UI over /openapi.json, from assets the
+"""The API explorer at /docs (streams/web/explorer.py): Swagger UI over /openapi.json, from assets the
 service ships, under the dashboard's content security policy (`data:` images aside).
 
 The browser test opens the page in Debian's chromium (tests/helpers/chromium.py) and checks what
@@ -14,8 +14,8 @@ import httpx
 import pytest
 from helpers.chromium import launched_browser
 
-from streams.explorer import EXPLORER_CSP
-from streams.ui import CSP
+from streams.web.explorer import EXPLORER_CSP
+from streams.web.ui import CSP
 from tests.server import Server
 
 

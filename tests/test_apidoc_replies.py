@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from streams.apidoc import Reply, document, operation
 from streams.apidoc.models import Open
-from streams.routing import RawRoute
+from streams.web.routing import RawRoute
 
 
 class Answer(Open):

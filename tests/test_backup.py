@@ -22,7 +22,7 @@ from eventstore.checkpoint import VerifierKey
 from eventstore.store import open_log
 from eventstore.verify import verify_log
 from replay import cli_backup
-from sections.memory import Memory
+from sections.runtime.memory import Memory
 
 
 def checkpoint_size(log_dir: Path) -> int:

@@ -32,9 +32,9 @@ from replay.bundle import (
     session_lines,
     verify_bundle,
 )
-from sections.config import MemoryConfig, SectionConfig
-from sections.history import History
-from sections.memory import Memory
+from sections.model.config import MemoryConfig, SectionConfig
+from sections.runtime.history import History
+from sections.runtime.memory import Memory
 
 CONFIG = MemoryConfig(
     sections=(

@@ -12,11 +12,11 @@ from helpers.described import conforms, reply_schema
 from server import Server
 from test_search import Clock
 
-from sections import capture_rules
-from sections.capture_rules import CaptureRules
-from sections.config import MemoryConfig, load_config
 from sections.errors import ConfigError, SessionEnded
-from sections.memory import Memory
+from sections.model import capture_rules
+from sections.model.capture_rules import CaptureRules
+from sections.model.config import MemoryConfig, load_config
+from sections.runtime.memory import Memory
 
 RULES = """
 [[memory_save_rules]]

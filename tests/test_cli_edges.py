@@ -22,10 +22,10 @@ import pytest
 from helpers.cli import ROOT, ledgermem
 from server import Server
 
-from sections.commands import EXTRA_FIELDS
-from sections.memory import Memory
-from streams.channels import DEFAULT_WAIT
-from streams.settings import Settings
+from sections.model.commands import EXTRA_FIELDS
+from sections.runtime.memory import Memory
+from streams.fanout.channels import DEFAULT_WAIT
+from streams.server.settings import Settings
 
 
 def run(*args: object, **kw) -> subprocess.CompletedProcess:

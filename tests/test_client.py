@@ -474,7 +474,7 @@ def test_importing_the_client_loads_neither_the_service_nor_its_web_stack():
         "import sys, streams.client\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in "
         "('starlette', 'uvicorn', 'sse_starlette', 'sections', 'prometheus_client')"
-        " or m in ('streams.app', 'streams.api', 'streams.service')))\n"
+        " or m in ('streams.web.app', 'streams.routes.api', 'streams.server.service')))\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, check=True,
@@ -500,7 +500,7 @@ def test_backoff_is_jittered_exponential_bounded_and_honours_retry_after():
 
 
 def test_every_code_the_service_answers_has_its_own_class_under_its_status():
-    from streams import errors as server_errors  # the test may load the service; the client not
+    from streams.web import errors as server_errors
 
     answered = {(status, code) for _, status, code in server_errors._STATUS}
     answered |= {(status, code) for status, code in server_errors._CAUSES.values()}

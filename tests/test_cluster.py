@@ -28,7 +28,7 @@ from eventstore.pg.tail import sync_mirror
 from eventstore.reader import LogReader
 from eventstore.store import load_or_create_key
 from eventstore.verify.run import verify_log
-from sections.history import History
+from sections.runtime.history import History
 from tests.helpers.pg import pg_url  # noqa: F401  (the fixture)
 from tests.helpers.pglog import assert_chain, head
 from tests.helpers.replicas import (
@@ -180,7 +180,7 @@ def test_a_stopped_leader_is_fenced_and_acknowledges_nothing_more(pg_url, tmp_pa
                     os.kill(a.proc.pid, signal.SIGCONT)
                 wait_until(lambda: leading(a) == set(), what="a to step down")
                 # Signed as a replica's forward, so that `a` answers them itself (a plain call
-                # would be forwarded to b, the leader, streams/forwarding.py).
+                # would be forwarded to b, the leader, streams/cluster/forwarding.py).
                 late = [
                     httpx.put(
                         f"{a.url}/v1/sessions/late{n}",

@@ -9,7 +9,7 @@ import pytest
 from eventstore.checkpoint import SigningKey
 from eventstore.errors import InvalidInput
 from eventstore.writer import LogWriter
-from sections.memory import Memory
+from sections.runtime.memory import Memory
 
 
 def test_open_on_loads_like_open_and_keeps_its_caches_apart(tmp_path):

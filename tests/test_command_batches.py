@@ -1,4 +1,4 @@
-"""Concurrent commands decided in batches (sections/runner.py): one submit per group of
+"""Concurrent commands decided in batches (sections/runtime/runner.py): one submit per group of
 session-local commands on distinct sessions, and each command still exactly its own records,
 its own error, its own version check and idempotency key."""
 
@@ -10,9 +10,9 @@ import threading
 import pytest
 
 from eventstore.errors import InvalidInput
-from sections import command_specs as specs
 from sections.errors import VersionConflict
-from sections.memory import Memory
+from sections.runtime.memory import Memory
+from sections.specs import command_specs as specs
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Every command of the table (sections/command_specs.py) answers the same through each runner:
+"""Every command of the table (sections/specs/command_specs.py) answers the same through each runner:
 the sync API, the async API and its HTTP route record the same idempotency type (the spec's)
 and give results of the same shape for the same inputs; a retry answers the first record."""
 
@@ -11,8 +11,8 @@ import httpx
 import pytest
 from helpers.live_api import LiveApi
 
-from sections import command_specs
-from sections.memory import ItemView, Memory
+from sections.runtime.memory import ItemView, Memory
+from sections.specs import command_specs
 
 RUNNERS = ("sync", "async", "http")
 

@@ -22,10 +22,10 @@ from hypothesis import strategies as st
 
 from eventstore.errors import InvalidInput
 from eventstore.file_sink import Durability
-from sections import compaction
-from sections.config import MemoryConfig, SectionConfig
 from sections.errors import CannotCompact, ConfigError, Refused, SummarizerFailed
-from sections.memory import Memory
+from sections.model import compaction
+from sections.model.config import MemoryConfig, SectionConfig
+from sections.runtime.memory import Memory
 
 INSTRUCTION = "Analyze the quarterly sales data and report the growth."
 

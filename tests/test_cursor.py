@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from eventstore.filters import MATCH_ALL, RecordFilter
-from streams.cursor import DONE, WAIT, CaughtUp, Cursor, ReadLog, Send
+from streams.fanout.cursor import DONE, WAIT, CaughtUp, Cursor, ReadLog, Send
 
 
 @dataclass(frozen=True)

@@ -146,7 +146,7 @@ def test_the_page_is_served_at_the_root_and_at_ui_with_a_same_origin_policy(serv
     "path",
     [
         "/ui/nothing.js",
-        "/ui/../streams/api.py",
+        "/ui/../streams/routes/api.py",
         "/ui/..%2Fui.py",
         "/ui/%2E%2E%2F%2E%2E%2Fpyproject.toml",
         "/ui/%2Fetc%2Fpasswd",

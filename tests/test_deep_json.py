@@ -29,7 +29,7 @@ from eventstore.errors import InvalidInput, InvalidPayload
 from eventstore.jcs import MAX_DEPTH, TooDeep
 from eventstore.verify import verify_log
 from eventstore.writer import Durability, LogWriter
-from sections.memory import Memory
+from sections.runtime.memory import Memory
 
 # An item's content sits three levels into its record's payload: {"items": [{"content": ...}]}.
 CONTENT_DEPTH = MAX_DEPTH - 3

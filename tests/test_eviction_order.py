@@ -13,11 +13,11 @@ import re
 
 import pytest
 
-from sections.config import SectionConfig
 from sections.errors import BudgetExceeded, ItemTooLarge, NotAdmitted
-from sections.eviction_order import unit_rank
-from sections.policies import choose_victims
-from sections.state import Item, SectionState
+from sections.model.config import SectionConfig
+from sections.model.eviction_order import unit_rank
+from sections.model.policies import choose_victims
+from sections.model.state import Item, SectionState
 
 
 def _units(items):

@@ -1,4 +1,4 @@
-"""Facts (sections/facts.py): history that answers "as of" any time, closing, queries by each
+"""Facts (sections/retrieval/facts.py): history that answers "as of" any time, closing, queries by each
 field, replay, search, context injection, erasure of sources, refusals and tenant isolation."""
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from test_search import Clock
 
 from eventstore.errors import InvalidInput
 from eventstore.file_sink import Durability
-from sections.config import MemoryConfig
 from sections.errors import IdempotencyConflict, ItemNotFound, SessionNotFound
-from sections.memory import Memory, Session
-from sections.observations import TENANT_SESSION
-from sections.render import tokens_of
-from sections.tokens import DEFAULT_COUNTER
+from sections.model.config import MemoryConfig
+from sections.model.render import tokens_of
+from sections.model.tokens import DEFAULT_COUNTER
+from sections.retrieval.observations import TENANT_SESSION
+from sections.runtime.memory import Memory, Session
 
 NOW = 1_790_000_000_000_000
 

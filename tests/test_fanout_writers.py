@@ -29,7 +29,7 @@ from websockets.asyncio.client import connect
 from websockets.frames import Frame, Opcode
 
 from eventstore.filters import MATCH_ALL, RecordFilter
-from streams.hub import EncodedRecord, ws_text_frame
+from streams.fanout.hub import EncodedRecord, ws_text_frame
 
 
 @pytest.mark.parametrize("size", [0, 1, 125, 126, 127, 65535, 65536, 70000])

@@ -24,7 +24,7 @@ from eventstore.filemodes import DIR_MODE, FILE_MODE
 from eventstore.store import open_log
 from eventstore.writer import Durability, LogWriter
 from replay.mirror import Mirror
-from sections.memory import Memory
+from sections.runtime.memory import Memory
 
 
 @pytest.fixture(autouse=True)

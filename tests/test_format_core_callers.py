@@ -33,7 +33,7 @@ from eventstore.linecheck import CHECKS, LineError, check_line, is_json_text
 from eventstore.record import genesis
 from eventstore.verify import FAIL, verify_log
 from eventstore.writer import LogWriter
-from streams.verifier import BackgroundVerifier
+from streams.server.verifier import BackgroundVerifier
 
 VECTORS_DIR = Path(__file__).parent / "vectors"
 VECTORS = json.loads((VECTORS_DIR / "vectors.json").read_text("utf-8"))

@@ -1,4 +1,4 @@
-"""A forwarded principal is believed only with a valid replica signature (streams/auth.py).
+"""A forwarded principal is believed only with a valid replica signature (streams/web/auth.py).
 
 Against a real `ledgermem serve` in file mode with API tokens and a replica secret: a client that
 adds `x-ledgermem-forwarded-*` headers without the secret gets 401 with a JSON body, even when it
@@ -12,8 +12,14 @@ import time
 import httpx
 import pytest
 
-from streams.replica_secret import secret_path
-from streams.replica_sig import AT_HEADER, PRINCIPAL_HEADER, SIG_HEADER, request_target, sign
+from streams.cluster.replica_secret import secret_path
+from streams.cluster.replica_sig import (
+    AT_HEADER,
+    PRINCIPAL_HEADER,
+    SIG_HEADER,
+    request_target,
+    sign,
+)
 from tests.server import Server
 
 SECRET = b"replica-secret-for-the-auth-test-0123"

@@ -1,4 +1,4 @@
-"""The forwarding middleware (streams/forwarding.py) against a real leader.
+"""The forwarding middleware (streams/cluster/forwarding.py) against a real leader.
 
 The leader is a real `ledgermem serve` (file mode, API tokens, a replica secret). The front
 replica is `ForwardToLeader` under a real uvicorn in this process, in front of a small app that
@@ -24,10 +24,10 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from streams.cluster import Local, NoLeader, Remote
-from streams.forwarding import ForwardToLeader, leader_routes
-from streams.replica_secret import ENV
-from streams.replica_sig import AT_HEADER, PRINCIPAL_HEADER, SIG_HEADER
-from streams.settings import Settings, Token
+from streams.cluster.forwarding import ForwardToLeader, leader_routes
+from streams.cluster.replica_secret import ENV
+from streams.cluster.replica_sig import AT_HEADER, PRINCIPAL_HEADER, SIG_HEADER
+from streams.server.settings import Settings, Token
 from tests.server import Server
 
 SECRET = b"forwarding-proxy-test-secret-0123456789"

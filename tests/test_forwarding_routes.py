@@ -1,12 +1,12 @@
-"""Which requests need the partition's leader: decided from the route tables (streams/app.py)."""
+"""Which requests need the partition's leader: decided from the route tables (streams/web/app.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from streams.app import create_app
-from streams.forwarding import ForwardToLeader, LeaderRoutes
-from streams.settings import Settings
+from streams.cluster.forwarding import ForwardToLeader, LeaderRoutes
+from streams.server.settings import Settings
+from streams.web.app import create_app
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +49,7 @@ def _scope(method: str, raw_path: bytes, kind: str = "http") -> dict:
         ("POST", b"/v1/sessions/s/observations"),
         ("GET", b"/v1/summaries"),
         ("GET", b"/v1/sessions/s/summary"),
-        ("GET", b"/memory/events"),  # KAOS's (streams/kaos_api.py)
+        ("GET", b"/memory/events"),  # KAOS's (streams/seeds/kaos_api.py)
         ("GET", b"/memory/sessions"),
         ("POST", b"/v1/sessions/s"),  # a wrong method still goes there: the leader says 405
     ],

@@ -1,4 +1,4 @@
-"""The replica signature (streams/replica_sig.py) and the secret's loading, as pure functions."""
+"""The replica signature (streams/cluster/replica_sig.py) and the secret's loading, as pure functions."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import hmac
 import pytest
 
 from eventstore.errors import InvalidInput
-from streams.replica_secret import ENV, load_replica_secret, secret_path
-from streams.replica_sig import (
+from streams.cluster.replica_secret import ENV, load_replica_secret, secret_path
+from streams.cluster.replica_sig import (
     AT_HEADER,
     MAX_AGE,
     PRINCIPAL_HEADER,
@@ -124,7 +124,7 @@ def test_malformed_headers_are_refused_by_name(headers, message):
 @pytest.mark.parametrize("principal", ["acme", ":read", "acme:READ", "acme:re ad"])
 def test_malformed_principals_are_refused_even_when_signed(principal):
     timestamp = int(NOW)
-    from streams.replica_sig import signature
+    from streams.cluster.replica_sig import signature
 
     headers = {
         PRINCIPAL_HEADER: principal,

@@ -17,10 +17,10 @@ from eventstore.checkpoint import SigningKey
 from eventstore.filters import MATCH_ALL, RecordFilter
 from eventstore.reader import LogReader
 from eventstore.writer import Durability, LogWriter
-from streams.channels import REFUSALS, api_error
-from streams.fanout_errors import FanoutError, HubClosed, TooManySubscribers
-from streams.hub import EncodedRecord, Hub
-from streams.settings import Settings
+from streams.fanout.channels import REFUSALS, api_error
+from streams.fanout.fanout_errors import FanoutError, HubClosed, TooManySubscribers
+from streams.fanout.hub import EncodedRecord, Hub
+from streams.server.settings import Settings
 
 SEED = bytes(range(32))
 SESSIONS = ("s/1", "s:2", "s@3", "s+4")

@@ -9,7 +9,7 @@ from urllib.parse import quote
 import httpx
 from server import Server
 
-from sections.memory import Memory
+from sections.runtime.memory import Memory
 
 SESSION = "s/1"
 S = quote(SESSION, safe="")

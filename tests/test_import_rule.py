@@ -23,8 +23,16 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
 }
 
 # The fan-out core must serve any transport (an MCP server, a replica tailer), not only HTTP.
-FANOUT_CORE = ("streams/hub.py", "streams/cursor.py", "streams/fanout_errors.py")
-FANOUT_CORE_STREAMS_MODULES = ("streams.hub", "streams.cursor", "streams.fanout_errors")
+FANOUT_CORE = (
+    "streams/fanout/hub.py",
+    "streams/fanout/cursor.py",
+    "streams/fanout/fanout_errors.py",
+)
+FANOUT_CORE_STREAMS_MODULES = (
+    "streams.fanout.hub",
+    "streams.fanout.cursor",
+    "streams.fanout.fanout_errors",
+)
 WEB_STACK = (
     "starlette",
     "sse_starlette",
@@ -129,7 +137,7 @@ def violations(root: Path) -> list[str]:
 
 def test_the_packages_import_only_down_the_layers_and_the_fanout_core_is_free_of_http():
     checked = [p for top in PACKAGES for p in (ROOT / top).rglob("*.py")]
-    assert len(checked) > 50 and (ROOT / "streams/hub.py") in checked
+    assert len(checked) > 50 and (ROOT / "streams/fanout/hub.py") in checked
     assert violations(ROOT) == []
 
 
@@ -138,18 +146,18 @@ def test_the_checker_reports_each_violation_with_its_file_line_and_import(tmp_pa
         "eventstore/__init__.py": "",
         "eventstore/bad.py": "import os\n\n\ndef late():\n    from sections import memory, state\n",
         "sections/ok.py": "from eventstore import layout\nfrom . import ok\n",
-        "sections/sneaky.py": 'import importlib\n\nimportlib.import_module("streams.api")\n',
+        "sections/sneaky.py": 'import importlib\n\nimportlib.import_module("streams.routes.api")\n',
         "replay/__init__.py": "",
-        "replay/tail.py": "from eventstore.reader import LogReader\nfrom streams.hub import Hub\n",
+        "replay/tail.py": "from eventstore.reader import LogReader\nfrom streams.fanout.hub import Hub\n",
         "streams/__init__.py": "",
-        "streams/api.py": "from replay import diff\nfrom starlette.responses import Response\n",
+        "streams/routes/api.py": "from replay import diff\nfrom starlette.responses import Response\n",
         "streams/client/calls.py": "from ..errors import ApiError\nimport starlette\n",
-        "streams/cursor.py": "from eventstore.filters import MATCH_ALL\n",
-        "streams/hub.py": (
+        "streams/fanout/cursor.py": "from eventstore.filters import MATCH_ALL\n",
+        "streams/fanout/hub.py": (
             "from . import cursor\nfrom .fanout_errors import HubClosed\n"
             "from .errors import ApiError\nimport uvicorn\n"
         ),
-        "ledgermem_cli.py": "import importlib\nimport streams.app\n\n\ndef run():\n"
+        "ledgermem_cli.py": "import importlib\nimport streams.web.app\n\n\ndef run():\n"
         "    from eventstore.errors import LedgerError\n",
     }
     for name, text in sources.items():
@@ -161,19 +169,19 @@ def test_the_checker_reports_each_violation_with_its_file_line_and_import(tmp_pa
     assert found == [
         "eventstore/bad.py:5: from sections import memory, state: "
         "eventstore imports sections (it may import: none of the others)",
-        "sections/sneaky.py:3: importlib.import_module('streams.api'): "
+        "sections/sneaky.py:3: importlib.import_module('streams.routes.api'): "
         "sections imports streams (it may import: eventstore)",
-        "streams/api.py:1: from replay import diff: "
-        "streams imports replay (it may import: eventstore, sections)",
         "streams/client/calls.py:1: from ..errors import ApiError: "
         "the client imports streams.errors.ApiError, outside streams.client",
         "streams/client/calls.py:2: import starlette: "
         "the client imports the service's stack (starlette)",
-        "streams/hub.py:3: from .errors import ApiError: "
-        "the fan-out core imports streams.errors.ApiError, outside the transport-free core",
-        "streams/hub.py:4: import uvicorn: the fan-out core imports the web stack (uvicorn)",
-        "replay/tail.py:2: from streams.hub import Hub: "
+        "streams/fanout/hub.py:3: from .errors import ApiError: "
+        "the fan-out core imports streams.fanout.errors.ApiError, outside the transport-free core",
+        "streams/fanout/hub.py:4: import uvicorn: the fan-out core imports the web stack (uvicorn)",
+        "streams/routes/api.py:1: from replay import diff: "
+        "streams imports replay (it may import: eventstore, sections)",
+        "replay/tail.py:2: from streams.fanout.hub import Hub: "
         "replay imports streams (it may import: eventstore, sections)",
-        "ledgermem_cli.py:2: import streams.app: "
+        "ledgermem_cli.py:2: import streams.web.app: "
         "ledgermem_cli.py imports the packages only inside the command it runs",
     ]

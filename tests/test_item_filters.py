@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from eventstore.errors import InvalidInput
-from sections.memory import Memory
+from sections.runtime.memory import Memory
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""`streams.json_body.parse_object` (orjson plus a check) answers exactly as `loads_strict` does:
+"""`streams.web.json_body.parse_object` (orjson plus a check) answers exactly as `loads_strict` does:
 the same value, or the same refusal with the same message, for every body."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from eventstore.errors import InvalidPayload
 from eventstore.jcs import MAX_DEPTH, loads_strict
-from streams.json_body import parse_object
+from streams.web.json_body import parse_object
 
 
 def _outcome(parse, body: bytes):

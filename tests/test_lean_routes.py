@@ -1,10 +1,10 @@
-"""The item POST is a lean route (streams/api.py `lean`) that the app's express lane runs without
-the middleware chain (streams/app.py). Against a real `ledgermem serve`: every request answers the
+"""The item POST is a lean route (streams/routes/api.py `lean`) that the app's express lane runs without
+the middleware chain (streams/web/app.py). Against a real `ledgermem serve`: every request answers the
 same whichever way it went. A request from an allowed foreign origin must take the whole chain
 (its answer gets CORS headers), so each request is sent both ways and the answers compared:
 status, error bodies, header names, and for a write the record's and item's shape.
 
-Also the response writes (streams/coalesce.py): pipelined requests are answered in order, and
+Also the response writes (streams/web/coalesce.py): pipelined requests are answered in order, and
 `Expect: 100-continue` still gets its interim answer before the body is sent."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import socket
 import httpx
 import pytest
 
-from streams.replica_sig import PRINCIPAL_HEADER
+from streams.cluster.replica_sig import PRINCIPAL_HEADER
 from tests.server import Server
 
 ACME, GLOBEX, READER = "acme-token", "globex-token", "reader-token"

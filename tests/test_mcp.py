@@ -33,7 +33,7 @@ from mcp import Client, StdioServerParameters  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 from mcp.shared.exceptions import MCPError  # noqa: E402
 
-from sections.memory import Memory  # noqa: E402
+from sections.runtime.memory import Memory  # noqa: E402
 
 TOOLS = {"mem_save", "mem_search", "mem_context"}
 ENV = {"PYTHONPATH": str(ROOT)}

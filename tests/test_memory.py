@@ -13,7 +13,6 @@ import pytest
 from eventstore.checkpoint import VerifierKey
 from eventstore.errors import InvalidInput
 from eventstore.verify import verify_log
-from sections.config import MemoryConfig, SectionConfig, load_config
 from sections.errors import (
     ImmutableSection,
     ItemTooLarge,
@@ -21,7 +20,8 @@ from sections.errors import (
     SessionNotFound,
     VersionConflict,
 )
-from sections.memory import Memory, Session
+from sections.model.config import MemoryConfig, SectionConfig, load_config
+from sections.runtime.memory import Memory, Session
 
 
 @pytest.fixture
@@ -230,7 +230,7 @@ def test_broken_or_foreign_snapshots_are_ignored_with_a_warning(tmp_path, caplog
 
 
 def test_a_well_formed_snapshot_with_an_unreadable_state_is_ignored(tmp_path, caplog):
-    from sections.snapshot import Snapshot, write_snapshot
+    from sections.runtime.snapshot import Snapshot, write_snapshot
 
     with Memory.open(tmp_path / "d") as mem:
         mem.session("s").add("findings", "x")
@@ -360,7 +360,7 @@ def test_an_erase_interrupted_before_its_redaction_is_finished_on_open(tmp_path)
                     }
                 },
             }
-            from sections.commands import Command, Decision
+            from sections.model.commands import Command, Decision
 
             return Decision((Command("default", "s", "_session", "items.erased", payload),))
 

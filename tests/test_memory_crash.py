@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from sections.memory import Memory
+from sections.runtime.memory import Memory
 
 HELPERS = Path(__file__).parent / "helpers"
 ROOT = Path(__file__).parent.parent

@@ -20,11 +20,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from eventstore.file_sink import Durability
-from sections import commands
-from sections.config import MemoryConfig, SectionConfig
 from sections.errors import ItemTooLarge, NotAdmitted, SessionEnded
-from sections.memory import Memory
-from sections.tokens import APPROX
+from sections.model import commands
+from sections.model.config import MemoryConfig, SectionConfig
+from sections.model.tokens import APPROX
+from sections.runtime.memory import Memory
 
 
 @pytest.fixture

@@ -21,9 +21,9 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from sections.config import MemoryConfig, SectionConfig
 from sections.errors import MemoryError_
-from sections.memory import ItemView, Memory
+from sections.model.config import MemoryConfig, SectionConfig
+from sections.runtime.memory import ItemView, Memory
 
 SECTIONS = (
     SectionConfig("fifo_turn", 40, "fifo", "turn", searchable=True),

@@ -9,8 +9,8 @@ from test_search import Clock
 
 from eventstore.errors import InvalidInput
 from sections.errors import SessionNotFound
-from sections.memory import Memory
-from sections.observations import DEFAULT_WINDOW_US, TENANT_SESSION
+from sections.retrieval.observations import DEFAULT_WINDOW_US, TENANT_SESSION
+from sections.runtime.memory import Memory
 
 WINDOW = DEFAULT_WINDOW_US
 

@@ -13,7 +13,7 @@ from server import Server
 
 from eventstore import layout
 from eventstore.reader import LogReader
-from sections.memory import Memory
+from sections.runtime.memory import Memory
 
 ALICE = ("ALICE-ADDRESS-1", "ALICE-PHONE-2", "ALICE-UPDATED-3")
 BOB = ("BOB-PASSPORT-4", "BOB-SIBLING-5")

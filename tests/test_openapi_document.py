@@ -18,8 +18,8 @@ import pytest
 from openapi_spec_validator import validate
 
 from streams.apidoc import hidden_reason, operation_of
-from streams.app import create_app
-from streams.settings import Settings
+from streams.server.settings import Settings
+from streams.web.app import create_app
 from tests.server import Server
 
 

@@ -144,8 +144,8 @@ def test_a_hub_fed_by_a_mirror_delivers_every_record_once_in_order(pg_url, tmp_p
     from dataclasses import replace
 
     from eventstore.reader import LogReader
-    from streams.hub import Hub
-    from streams.settings import Settings
+    from streams.fanout.hub import Hub
+    from streams.server.settings import Settings
 
     info, seeds = seeded_store(pg_url, tmp_path / "data", partitions=1, seg_bits=3)
     seed = seeds[0]

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from sections.config import SectionConfig
 from sections.errors import BudgetExceeded, ConfigError, ItemTooLarge
-from sections.policies import choose_victims
-from sections.state import Item, SectionState
+from sections.model.config import SectionConfig
+from sections.model.policies import choose_victims
+from sections.model.state import Item, SectionState
 
 
 def _item(seq: int, tokens: int = 10, *, priority: float = 0, last_use: int | None = None,

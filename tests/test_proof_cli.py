@@ -25,7 +25,7 @@ from eventstore.tlog_proof import (
 )
 from eventstore.writer import Durability
 from replay.bundle import SubtreeRoots
-from sections.memory import Memory
+from sections.runtime.memory import Memory
 
 
 @pytest.fixture(scope="module")

@@ -12,8 +12,8 @@ import orjson
 import pytest
 from helpers.cli import ledgermem
 
-from sections.config import MemoryConfig, SectionConfig
-from sections.memory import Memory
+from sections.model.config import MemoryConfig, SectionConfig
+from sections.runtime.memory import Memory
 
 ROOT = Path(__file__).parent.parent
 CONFIG = MemoryConfig(

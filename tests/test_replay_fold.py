@@ -1,4 +1,4 @@
-"""Replay makes only the items that survive (sections/projection.py, "items made only for the
+"""Replay makes only the items that survive (sections/model/projection.py, "items made only for the
 survivors"), and the offline commands start from the data directory's snapshots without leaving
 time-travel checkpoints behind (replay/options.py, `open_history`)."""
 
@@ -13,11 +13,11 @@ import orjson
 from helpers.cli import ledgermem
 
 from replay.options import open_history
-from sections.config import MemoryConfig, SectionConfig
 from sections.errors import NotAdmitted
-from sections.memory import Memory
-from sections.snapshot import snapshot_paths
-from sections.state import Item
+from sections.model.config import MemoryConfig, SectionConfig
+from sections.model.state import Item
+from sections.runtime.memory import Memory
+from sections.runtime.snapshot import snapshot_paths
 
 CONFIG = MemoryConfig(
     sections=(

@@ -13,9 +13,9 @@ from server import Server
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
-from streams.app import create_app
-from streams.routing import RawRoute
-from streams.settings import Settings
+from streams.server.settings import Settings
+from streams.web.app import create_app
+from streams.web.routing import RawRoute
 
 EVIL = "http://evil.example"
 ERASE = {"reason": "x", "all": True}

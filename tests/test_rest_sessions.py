@@ -13,8 +13,9 @@ from helpers.described import conforms, reply_schema
 from helpers.live_api import LiveApi
 
 from eventstore.identifiers import is_identifier
-from sections.memory import Memory
-from streams import api, apidoc
+from sections.runtime.memory import Memory
+from streams import apidoc
+from streams.routes import api
 
 ROLE = {"content": "You are terse.", "role": "system", "name": "persona", "tags": ["p"],
         "metadata": {"v": 1}}  # fmt: skip
@@ -331,7 +332,7 @@ def test_an_observation_from_session_a_reaches_session_b(mem, client):
     assert mem.writer.next_seq == head
 
 
-# ---- the session operations in /openapi.json, from their models (streams/session_models.py) ---
+# ---- the session operations in /openapi.json, from their models (streams/routes/session_models.py) ---
 
 
 def test_openapi_describes_the_session_operations_from_their_models(mem, client):

@@ -1,4 +1,4 @@
-"""Retention (sections/retention.py, docs/sections.md "Retention"): a tenant's max_sessions, a
+"""Retention (sections/model/retention.py, docs/sections.md "Retention"): a tenant's max_sessions, a
 section's max_items, cleanup by age; removal from live state by records that replay exactly, and
 erasure from the files only when configured."""
 
@@ -13,10 +13,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from eventstore.errors import InvalidInput
-from sections.config import MemoryConfig, load_config
 from sections.errors import BudgetExceeded, ConfigError, ItemTooLarge, NotAdmitted
-from sections.memory import Memory
-from sections.retention import MAX_AGE_SECONDS
+from sections.model.config import MemoryConfig, load_config
+from sections.model.retention import MAX_AGE_SECONDS
+from sections.runtime.memory import Memory
 
 S = 1_000_000_000  # a second of the fake clock, in nanoseconds
 T0 = 1_700_000_000 * S
@@ -436,8 +436,8 @@ def test_the_sessions_a_cleanup_erases_are_redacted_together(tmp_path):
 def test_an_erase_a_crash_interrupted_is_finished_at_open_and_spares_a_new_incarnation(tmp_path):
     """The deletion is durable, its erase is not (a crash between them): the next open erases
     the deleted incarnation, and only it: the session created again under the same id stays."""
-    from sections import retention
-    from sections.commands import Decision
+    from sections.model import retention
+    from sections.model.commands import Decision
 
     path = tmp_path / "d"
     mem = _open(path, retention_erase=True)
@@ -567,7 +567,7 @@ def test_max_items_holds_and_groups_stay_whole(tmp_path_factory, adds, policy, m
 
 def test_max_sessions_never_removes_the_memory_s_own_holders(tmp_path):
     """`_tenant` and AgentOps' project holders hold what outlives any one session."""
-    from sections.agentops_specs import ensure_holder
+    from sections.adapters.agentops_specs import ensure_holder
 
     mem = _open(tmp_path / "d", max_sessions=2)
     mem.session("a")

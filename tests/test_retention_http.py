@@ -12,8 +12,8 @@ import pytest
 from server import Server
 
 from eventstore.partitions import partition_of
-from sections.memory import Memory
-from sections.retention import MAX_AGE_SECONDS
+from sections.model.retention import MAX_AGE_SECONDS
+from sections.runtime.memory import Memory
 from tests.helpers.pg import pg_url  # noqa: F401  (the fixture)
 from tests.helpers.replicas import as_replica, leading, make_replicas, replica, wait_until
 

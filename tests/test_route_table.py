@@ -6,7 +6,7 @@ import itertools
 
 from starlette.routing import Match
 
-from streams.routing import RawRoute, RouteTable, path_segments
+from streams.web.routing import RawRoute, RouteTable, path_segments
 
 PATTERNS = [
     ("/", {"GET"}),

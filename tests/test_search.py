@@ -15,9 +15,9 @@ from helpers.searchindex import fresh_index_dump, index_dump
 from helpers.threads import run_threads
 
 from eventstore.errors import InvalidInput
-from sections.config import SectionConfig
 from sections.errors import ItemNotFound
-from sections.memory import Memory
+from sections.model.config import SectionConfig
+from sections.runtime.memory import Memory
 
 
 class Clock:

@@ -26,9 +26,9 @@ from server import Server
 from stream_clients import seq_of, sse_records
 
 from eventstore.reader import LogReader
-from sections import reads
-from sections.history import History
-from sections.memory import Memory
+from sections.runtime import reads
+from sections.runtime.history import History
+from sections.runtime.memory import Memory
 
 S = "heal"
 ITEMS = f"/v1/sessions/{S}/sections/documents/items"

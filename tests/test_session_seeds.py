@@ -10,9 +10,9 @@ import pytest
 from helpers.cli import ledgermem
 
 from eventstore.errors import InvalidInput
-from sections.config import MemoryConfig
 from sections.errors import BudgetExceeded, ConfigError, ImmutableSection
-from sections.memory import Memory
+from sections.model.config import MemoryConfig
+from sections.runtime.memory import Memory
 
 ROLE = {
     "content": "You are a buy-side analyst. Cite sources.",

@@ -9,7 +9,7 @@ import threading
 import httpx
 from server import Server
 
-from sections.memory import Memory
+from sections.runtime.memory import Memory
 
 
 def _log(data, records: int) -> None:

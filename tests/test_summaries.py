@@ -6,8 +6,8 @@ import pytest
 from helpers.crashlog import files_containing
 from test_search import Clock
 
-from sections.memory import Memory
-from sections.summaries import TEXT_CHARS
+from sections.retrieval.summaries import TEXT_CHARS
+from sections.runtime.memory import Memory
 
 
 @pytest.fixture
@@ -62,7 +62,7 @@ def test_summaries_are_deterministic_and_truncate(tmp_path):
 
 
 def test_a_summary_lost_to_a_crash_is_appended_on_open(tmp_path):
-    from sections import commands
+    from sections.model import commands
 
     mem = Memory.open(tmp_path / "d")
     s = mem.session("s")

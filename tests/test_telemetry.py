@@ -26,10 +26,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from sections.errors import NotFound
-from sections.memory import Memory
-from sections.tracing import OBSERVATION_EVENT
-from streams.service import Service
-from streams.telemetry import Telemetry, configured
+from sections.runtime.memory import Memory
+from sections.runtime.tracing import OBSERVATION_EVENT
+from streams.server.service import Service
+from streams.server.telemetry import Telemetry, configured
 from tests.helpers.cli import ledgermem
 from tests.helpers.inprocess import InProcessServer
 from tests.helpers.pg import pg_url  # noqa: F401  (the fixture)
@@ -416,7 +416,7 @@ def test_the_service_starts_and_serves_without_the_otel_extra(tmp_path):
         assert httpx.put(f"{srv.url}/v1/sessions/s", timeout=30).status_code == 201
     assert any("install ledgermem[otel]" in line for line in srv.output)
     loaded = subprocess.run(
-        [sys.executable, "-c", "import sys, streams.app, streams.cli_serve, sections.memory; "
+        [sys.executable, "-c", "import sys, streams.web.app, streams.server.cli_serve, sections.runtime.memory; "
          "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))"],
         cwd=ROOT, capture_output=True, text=True, check=True,
     )  # fmt: skip

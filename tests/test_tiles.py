@@ -34,7 +34,7 @@ from eventstore.tiles import (
     split_bundle,
 )
 from eventstore.writer import Durability
-from sections.memory import Memory
+from sections.runtime.memory import Memory
 from tests.helpers.described import conforms
 from tests.helpers.pg import pg_url  # noqa: F401  (the fixture)
 from tests.helpers.replicas import leading, make_replicas, replica, wait_until
@@ -260,7 +260,7 @@ def test_a_proof_the_log_holds_no_checkpoint_for_is_404_and_names_no_server_path
 
 
 def test_openapi_describes_the_proofs_and_status_from_their_models(log):
-    """Each generated operation of streams/proofs_api.py and streams/status.py names its
+    """Each generated operation of streams/routes/proofs_api.py and streams/routes/status.py names its
     parameters and answers, and a real answer validates against the schema it gives."""
     doc = get(log, "/openapi.json").json()
     paths = doc["paths"]
@@ -430,7 +430,7 @@ def test_with_tokens_entry_bundles_are_the_operator_s_and_proofs_a_tenant_s_own(
         assert status("/v1/log/proof/inclusion", "other", seq=3) == 404  # not beta's
         assert status("/v1/log/proof/inclusion", "op", seq=3) == 200
         assert status("/v1/log/tile/0/000", "nobody") == 401
-        # a tenant's status: the operator's keys, its own figures (streams/status_models.py)
+        # a tenant's status: the operator's keys, its own figures (streams/routes/status_models.py)
         doc = httpx.get(server.url + "/openapi.json").json()
         schema = doc["paths"]["/v1/log/status"]["get"]["responses"]["200"]["content"]
         mine = httpx.get(server.url + "/v1/log/status", headers={"authorization": "Bearer reader"})

@@ -12,8 +12,8 @@ from helpers.live_api import LiveApi
 
 from eventstore.writer import Durability
 from sections.errors import ConfigError
-from sections.memory import Memory
-from sections.tokens import APPROX, CL100K, DEFAULT_COUNTER, O200K, counter_named
+from sections.model.tokens import APPROX, CL100K, DEFAULT_COUNTER, O200K, counter_named
+from sections.runtime.memory import Memory
 
 # Counts by OpenAI's tiktoken 0.14 (the reference implementation), made with
 # bench/token_counters.py's `tiktoken_reference` from hash-checked vocabulary files.

@@ -16,10 +16,10 @@ import stream_clients
 from server import Server
 
 from eventstore.reader import LogReader
-from sections.commands import Command, Decision, base_payload
-from sections.config import MemoryConfig, SectionConfig, load_config
 from sections.errors import ConfigError
-from sections.memory import Memory
+from sections.model.commands import Command, Decision, base_payload
+from sections.model.config import MemoryConfig, SectionConfig, load_config
+from sections.runtime.memory import Memory
 
 S = "walk"
 
@@ -264,7 +264,7 @@ READS = {  # operation -> (how to call it, the purpose of the read record it mus
     ("/v1/stream/ws", "websocket"): ({}, "stream"),  # undescribed: docs/wire.md
     ("/v1/stream/jsonl", "get"): ({}, "stream"),
     ("/v1/events", "get"): ({}, "stream"),
-    ("/memory/events", "get"): ({"session_id": S}, "events"),  # KAOS (streams/kaos_api.py)
+    ("/memory/events", "get"): ({"session_id": S}, "events"),  # KAOS (streams/seeds/kaos_api.py)
 }
 NO_CONTENT = {  # they answer without any item's content, and append nothing
     ("/v1/sessions", "get"), ("/v1/sessions/{session}", "get"),

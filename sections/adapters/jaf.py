@@ -11,7 +11,7 @@ every read leaves an `items.read` record. Nothing here holds state of its own: t
 one memory see the same conversations, and a reopened memory gives them back.
 
 `create_memory_provider_from_env()` picks the store as JAF's factory does from `JAF_MEMORY_TYPE`:
-the file log of a data directory, or a shared PostgreSQL store (sections/store_memory.py).
+the file log of a data directory, or a shared PostgreSQL store (sections/runtime/store_memory.py).
 
 JAF is not imported (ledgermem does not depend on it): messages may be JAF's `Message` objects,
 this module's `Message`, or dicts with the same fields; roles may be strings or enums.
@@ -32,13 +32,12 @@ from typing import Any, Generic, TypeVar
 import orjson
 
 from eventstore.errors import InvalidInput, LedgerError
-
-from .. import command_specs
-from ..config import MemoryConfig
-from ..errors import SectionNotFound, SessionNotFound
-from ..memory import ItemView, Memory
-from ..observations import TENANT_SESSION
-from ..session import Session
+from sections.errors import SectionNotFound, SessionNotFound
+from sections.model.config import MemoryConfig
+from sections.retrieval.observations import TENANT_SESSION
+from sections.runtime.memory import ItemView, Memory
+from sections.runtime.session import Session
+from sections.specs import command_specs
 
 PROVIDER = "ledgermem"
 MESSAGES = "messages"  # the section a conversation's messages are kept in
@@ -646,7 +645,7 @@ async def create_memory_provider_from_env(env: Mapping[str, str] | None = None) 
       `JAF_LEDGERMEM_DATA` or `LEDGERMEM_DATA` (created if new);
     - `JAF_MEMORY_TYPE=postgres`: the shared store `JAF_POSTGRES_CONNECTION_STRING` or
       `LEDGERMEM_STORE` (initialized by `ledgermem init-store`), led for the tenant's partition
-      from the data directory above, which holds the store's key (sections/store_memory.py);
+      from the data directory above, which holds the store's key (sections/runtime/store_memory.py);
     - `JAF_LEDGERMEM_TENANT` (default `default`) is the tenant;
     - `JAF_MEMORY_MAX_CONVERSATIONS` and `JAF_MEMORY_MAX_MESSAGES`, when set, are the memory's
       `max_sessions` and the provider's `max_messages` (unset: no bound, nothing evicted).
@@ -670,7 +669,7 @@ async def create_memory_provider_from_env(env: Mapping[str, str] | None = None) 
             ("max_messages", "JAF_MEMORY_MAX_MESSAGES"))}  # fmt: skip
         config = MemoryConfig(max_sessions=limits["max_sessions"])
         if kind == "postgres":
-            from ..store_memory import StoreMemory
+            from sections.runtime.store_memory import StoreMemory
 
             url = env.get("JAF_POSTGRES_CONNECTION_STRING") or env.get("LEDGERMEM_STORE")
             if not url:

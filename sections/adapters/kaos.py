@@ -10,7 +10,7 @@ adapters on the same memory see the same sessions and events, and a reopened mem
 back.
 
 The timeline is `Session.events`: the session's items with an event type across all its
-sections in log order (sections/item_filter.py), so messages added another way (the REST API,
+sections in log order (sections/model/item_filter.py), so messages added another way (the REST API,
 the MARSYS adapter) show as `user_message` / `agent_response` / `tool_call` / `tool_result`
 events too.
 """
@@ -25,14 +25,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from eventstore.errors import InvalidInput
-
-from .. import command_specs
-from ..config import MemoryConfig
-from ..errors import ConfigError, SectionNotFound, SessionNotFound
-from ..item_filter import event_type
-from ..memory import ItemView, Memory
-from ..observations import TENANT_SESSION
-from ..session import Session
+from sections.errors import ConfigError, SectionNotFound, SessionNotFound
+from sections.model.config import MemoryConfig
+from sections.model.item_filter import event_type
+from sections.retrieval.observations import TENANT_SESSION
+from sections.runtime.memory import ItemView, Memory
+from sections.runtime.session import Session
+from sections.specs import command_specs
 
 EVENTS = "events"  # the section KAOS's events are added to
 EVENT_ID = "event_id"  # the item metadata key that keeps KAOS's id of the event

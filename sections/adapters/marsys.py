@@ -21,12 +21,11 @@ from dataclasses import dataclass
 import orjson
 
 from eventstore.errors import InvalidInput
-
-from ..commands import get_item, get_section, get_session
-from ..compaction import Summarizer
-from ..errors import CannotCompact, ItemNotFound, SummarizerFailed
-from ..memory import ItemView, Memory
-from ..session import Session
+from sections.errors import CannotCompact, ItemNotFound, SummarizerFailed
+from sections.model.commands import get_item, get_section, get_session
+from sections.model.compaction import Summarizer
+from sections.runtime.memory import ItemView, Memory
+from sections.runtime.session import Session
 
 MESSAGE_FIELDS = (
     "name",

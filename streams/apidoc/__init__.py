@@ -6,8 +6,8 @@ app serves and writes OpenAPI 3.1 from those operations; no schema is written tw
 writes every JSON Schema.
 """
 
-from .document import document
-from .operation import (
+from streams.apidoc.document import document
+from streams.apidoc.operation import (
     ANY_JSON,
     IDEMPOTENCY_KEY,
     IF_MATCH,

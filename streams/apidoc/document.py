@@ -12,8 +12,8 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from .models import ErrorReply, Identifier
-from .operation import Header, Operation, Reply, operation_of
+from streams.apidoc.models import ErrorReply, Identifier
+from streams.apidoc.operation import Header, Operation, Reply, operation_of
 
 REF = "#/components/schemas/{model}"
 # Path parameters by name, unless an operation says otherwise (`Operation.path`).

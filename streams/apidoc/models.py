@@ -56,7 +56,7 @@ JsonValueObject = dict[str, JsonValue]
 _SPACES = "".join(f"\\u{n:04x}" for n in range(0x3001) if chr(n).isspace())
 NOT_BLANK = f"[^{_SPACES}]"
 
-# What If-Match carries (streams/api.py `_expected_version`): a session version, quoted or not,
+# What If-Match carries (streams/routes/api.py `_expected_version`): a session version, quoted or not,
 # weak or not ("7", W/"7", 7).
 Version = Annotated[str, Field(pattern=r'^\s*(W/)?"*-?[0-9]{1,18}"*\s*$')]
 

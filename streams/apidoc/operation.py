@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from .models import Version
+from streams.apidoc.models import Version
 
 F = TypeVar("F", bound=Callable)
 _ATTRIBUTE = "api_operation"

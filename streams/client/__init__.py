@@ -7,14 +7,14 @@ It imports httpx, websockets and the log's pure format core (`eventstore.record`
 uvicorn being loaded.
 """
 
-from .async_client import AsyncClient, AsyncSubscription
-from .calls import Call, new_idempotency_key
-from .errors import *  # noqa: F403 - every typed error is part of the API
-from .errors import ApiError, ChainBroken, ClientError, ConnectionFailed
-from .failures import StreamClosed
-from .retry import Retry
-from .subscription import StreamRecord
-from .sync_client import Client, Subscription
+from streams.client.async_client import AsyncClient, AsyncSubscription
+from streams.client.calls import Call, new_idempotency_key
+from streams.client.errors import *  # noqa: F403 - every typed error is part of the API
+from streams.client.errors import ApiError, ChainBroken, ClientError, ConnectionFailed
+from streams.client.failures import StreamClosed
+from streams.client.retry import Retry
+from streams.client.subscription import StreamRecord
+from streams.client.sync_client import Client, Subscription
 
 __all__ = [
     "ApiError",

@@ -11,13 +11,19 @@ import httpx
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from .base import CALL_RETRY, DEFAULT_URL, IDLE_TIMEOUT, SUBSCRIBE_RETRY, ClientBase
-from .calls import Answer, Call, finish
-from .errors import ApiError, ChainBroken, ConnectionFailed, error_for, parse_retry_after
-from .failures import TRANSIENT, final_close, handshake_error, lower_headers
-from .retry import Attempts, Retry
-from .sse import SseDecoder
-from .subscription import StreamRecord, SubscriptionState
+from streams.client.base import CALL_RETRY, DEFAULT_URL, IDLE_TIMEOUT, SUBSCRIBE_RETRY, ClientBase
+from streams.client.calls import Answer, Call, finish
+from streams.client.errors import (
+    ApiError,
+    ChainBroken,
+    ConnectionFailed,
+    error_for,
+    parse_retry_after,
+)
+from streams.client.failures import TRANSIENT, final_close, handshake_error, lower_headers
+from streams.client.retry import Attempts, Retry
+from streams.client.sse import SseDecoder
+from streams.client.subscription import StreamRecord, SubscriptionState
 
 
 class AsyncClient(ClientBase):

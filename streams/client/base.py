@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import random
 
-from .methods import Methods
-from .retry import Retry
-from .subscription import TRANSPORTS, SubscriptionState
+from streams.client.methods import Methods
+from streams.client.retry import Retry
+from streams.client.subscription import TRANSPORTS, SubscriptionState
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 # A call: five tries over about a second and a half (Retry-After may stretch it).

@@ -18,7 +18,7 @@ from urllib.parse import quote
 
 import orjson
 
-from .errors import error_for
+from streams.client.errors import error_for
 
 NO_BODY = object()
 

@@ -31,8 +31,7 @@ from __future__ import annotations
 
 from eventstore.linecheck import CheckedLine, LineError, check_line
 from eventstore.record import SEGMENT_OPEN, genesis
-
-from .errors import ChainBroken
+from streams.client.errors import ChainBroken
 
 
 class ChainCheck:

@@ -119,7 +119,7 @@ class InsufficientStorage(Unavailable):
     status_code = 507
 
 
-# One class per code (streams/errors.py, channels.py, guards.py, auth.py, api.py).
+# One class per code (streams/web/errors.py, channels.py, guards.py, auth.py, api.py).
 class InvalidInput(BadRequest): ...
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import httpx
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 
-from .errors import ApiError, ClientError, error_for
+from streams.client.errors import ApiError, ClientError, error_for
 
 # InvalidHandshake covers a service that died mid-handshake; InvalidStatus (a subclass: the
 # service answered the upgrade with an HTTP status) is turned into an ApiError first.

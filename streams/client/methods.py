@@ -11,8 +11,8 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
-from . import calls
-from .calls import Call
+from streams.client import calls
+from streams.client.calls import Call
 
 
 def _method(build: Callable[..., Call]) -> Callable:

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 import orjson
 
-from .chain import ChainCheck
-from .errors import ChainBroken
-from .sse import SseEvent
+from streams.client.chain import ChainCheck
+from streams.client.errors import ChainBroken
+from streams.client.sse import SseEvent
 
 FILTERS = ("tenant", "session", "section", "type")
 TRANSPORTS = ("sse", "ws")

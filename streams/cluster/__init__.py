@@ -6,7 +6,7 @@ takes, renews, balances and gives up partition leases, and `route(p)` for reques
 
 from __future__ import annotations
 
-from .cluster import Cluster, partition_dir
-from .routes import Local, NoLeader, Remote, Route
+from streams.cluster.cluster import Cluster, partition_dir
+from streams.cluster.routes import Local, NoLeader, Remote, Route
 
 __all__ = ["Cluster", "Local", "NoLeader", "Remote", "Route", "partition_dir"]

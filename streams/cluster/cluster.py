@@ -34,13 +34,12 @@ from pathlib import Path
 from eventstore.layout import DataDir
 from eventstore.partitions import partition_of, partition_origin
 from eventstore.store import load_or_create_key
-
-from ..hub import Hub
-from ..verifier import BackgroundVerifier
-from . import balance, registry
-from .mirror_reader import MirrorReader
-from .partition_leader import PartitionLeader
-from .routes import Local, NoLeader, Remote, Route
+from streams.cluster import balance, registry
+from streams.cluster.mirror_reader import MirrorReader
+from streams.cluster.partition_leader import PartitionLeader
+from streams.cluster.routes import Local, NoLeader, Remote, Route
+from streams.fanout.hub import Hub
+from streams.server.verifier import BackgroundVerifier
 
 log = logging.getLogger("ledgermem.cluster")
 
@@ -67,7 +66,7 @@ class Cluster:
         self.store_url: str = settings.store
         self.url = url
         self.metrics = metrics
-        self.tracing = None  # the partitions' memories' tracing hook (streams/telemetry.py)
+        self.tracing = None  # the partitions' memories' tracing hook (streams/server/telemetry.py)
         self.replica_id = new_replica_id()
         self.lease_seconds: float = settings.lease_seconds
         self.tick = tick_for(self.lease_seconds)

@@ -25,7 +25,7 @@ import logging
 import threading
 import time
 
-from sections.memory import Memory
+from sections.runtime.memory import Memory
 
 log = logging.getLogger("ledgermem.cluster")
 
@@ -61,7 +61,7 @@ class PartitionLeader:
             mirror,
             checkpoint_interval=settings.checkpoint_interval,
         )
-        from .cluster import partition_dir
+        from streams.cluster.cluster import partition_dir
 
         memory = Memory.open_on(
             writer,

@@ -2,14 +2,14 @@
 
 `Cluster.route(p)` answers one of these from a cache the leadership loop keeps, so a request
 pays no database round trip to learn its leader; a stale `Remote` costs the forwarder one 421
-and a refresh (streams/forwarding.py).
+and a refresh (streams/cluster/forwarding.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sections.memory import Memory
+from sections.runtime.memory import Memory
 
 
 @dataclass(frozen=True)

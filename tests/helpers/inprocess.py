@@ -1,4 +1,4 @@
-"""The real app (streams/app.py `create_app`) on uvicorn in a thread of the test process, so a
+"""The real app (streams/web/app.py `create_app`) on uvicorn in a thread of the test process, so a
 test can look into the service (the hub, the spans it exports) while real clients talk to it."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import uvicorn
 
-from streams.app import create_app
-from streams.service import Service
-from streams.settings import Settings
+from streams.server.service import Service
+from streams.server.settings import Settings
+from streams.web.app import create_app
 
 
 class InProcessServer:

@@ -13,11 +13,12 @@ import time
 import uvicorn
 from starlette.applications import Starlette
 
-from sections.memory import Memory
-from streams import agentops_api, api, capture_api, facts_api, search_api
-from streams.errors import EXCEPTION_HANDLERS
-from streams.service import Service
-from streams.settings import Settings
+from sections.runtime.memory import Memory
+from streams.routes import api, capture_api, facts_api, search_api
+from streams.seeds import agentops_api
+from streams.server.service import Service
+from streams.server.settings import Settings
+from streams.web.errors import EXCEPTION_HANDLERS
 
 
 class ServiceOverMemory(Service):

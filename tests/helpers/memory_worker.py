@@ -5,8 +5,8 @@ from __future__ import annotations
 import sys
 import threading
 
-from sections.memory import Memory
-from sections.tokens import warm_counter
+from sections.model.tokens import warm_counter
+from sections.runtime.memory import Memory
 
 
 def main() -> None:

@@ -19,9 +19,9 @@ import httpx
 from eventstore.layout import DataDir
 from eventstore.pg.cli_init_store import ensure_replica_secret
 from eventstore.pg.schema import StoreInfo, init_store
-from streams.replica_secret import load_replica_secret
-from streams.replica_sig import sign
-from streams.settings import DEFAULT_TENANT, SCOPES
+from streams.cluster.replica_secret import load_replica_secret
+from streams.cluster.replica_sig import sign
+from streams.server.settings import DEFAULT_TENANT, SCOPES
 from tests.server import Server
 
 
@@ -40,7 +40,7 @@ def make_replicas(
 
 
 def as_replica(data: Path, method: str, path: str, tenant: str = DEFAULT_TENANT) -> dict:
-    """Headers of a request forwarded by a replica (streams/forwarding.py) for `tenant`."""
+    """Headers of a request forwarded by a replica (streams/cluster/forwarding.py) for `tenant`."""
     secret = load_replica_secret(data, {})
     return sign(secret, method, path, tenant, frozenset(SCOPES), time.time())
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from sections.memory import Memory
-from sections.search import SearchIndex
+from sections.retrieval.search import SearchIndex
+from sections.runtime.memory import Memory
 
 
 def index_dump(index: SearchIndex) -> dict:

@@ -1,0 +1,268 @@
+"""AgentOps' memory contract on our model, pure: names, checks and answer shapes (docs/agentops.md).
+
+The agentops-memory service keys everything by `project`; here a project is a namespace inside
+the caller's tenant:
+
+- an AgentOps session is our session of the same id in the caller's tenant, its project kept in
+  its metadata (`agentops_project`, lowercased as that service stores it);
+- the observations of (project, scope) are the `observations` section of one holder session,
+  `_agentops:<project>:<scope>`, created on first use. Our three dedup tiers work per section,
+  so they key on (project, scope) exactly as that service's do, and an observation id is the seq
+  of the record that added it: an integer, unique in the log, as AgentOps' ids are;
+- the AgentOps session an observation came from is kept in its metadata (`session_id`).
+
+Nothing here touches the log: the specs (sections/adapters/agentops_specs.py) and the HTTP layer
+(streams/seeds/agentops_api.py) use these functions under or outside the memory's lock.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import UTC, datetime
+
+from eventstore.identifiers import is_identifier
+from sections.model.state import Item, MemoryState, SessionState
+from sections.retrieval.observations import SECTION, normalize
+
+HOLDER_PREFIX = "_agentops:"
+PROJECT_KEY = "agentops_project"  # session metadata: the project an AgentOps session belongs to
+DEFAULT_SCOPE = "project"
+
+# The service's limits (server.go), checked before anything is appended.
+MAX_TITLE = 500
+MAX_CONTENT = 50_000
+MAX_TOPIC = 200
+MAX_SCOPE = 50
+MAX_TYPE = 50
+MAX_TAG = 100
+MAX_TAGS = 20
+MAX_PROJECT = 200
+MAX_LIMIT = 1000
+# Ours: a project whose observations are kept, so that any scope the service takes fits the
+# holder's 128-character session id (`_agentops:<project>:<scope>`): 128 - 10 - 1 - 50.
+MAX_HOLDER_PROJECT = 128 - len(HOLDER_PREFIX) - 1 - MAX_SCOPE
+CONTEXT_CHARS = 300  # of each observation's content in /context
+CONTEXT_SESSIONS = 3  # summaries in /context
+QUOTE_CHARS = 200  # of each quoted user message in a session summary
+
+
+# ---- checks, with the service's messages -------------------------------------------------------
+
+
+def _blank(value: object) -> bool:
+    return not isinstance(value, str) or not value.strip()
+
+
+def _length(errors: list[str], name: str, value: object, limit: int) -> None:
+    if isinstance(value, str) and len(value) > limit:
+        errors.append(f"{name} exceeds {limit} chars")
+
+
+def session_errors(body: dict) -> list[str]:
+    errors = []
+    if _blank(body.get("id")):
+        errors.append("id is required")
+    if _blank(body.get("project")):
+        errors.append("project is required")
+    else:
+        _length(errors, "project", body["project"], MAX_PROJECT)
+    return errors
+
+
+def observation_errors(body: dict) -> list[str]:
+    """What the service refuses in a new observation, in its order and words."""
+    errors = []
+    for name, limit in (("session_id", None), ("type", MAX_TYPE), ("title", MAX_TITLE),
+                        ("content", MAX_CONTENT), ("project", MAX_PROJECT)):  # fmt: skip
+        if _blank(body.get(name)):
+            errors.append(f"{name} is required")
+        elif limit is not None:
+            _length(errors, name, body[name], limit)
+    for name, limit in (("scope", MAX_SCOPE), ("topic_key", MAX_TOPIC)):
+        value = body.get(name)
+        if value is not None and not isinstance(value, str):  # as the Go decoder refuses it
+            errors.append(f"{name} must be a string")
+        _length(errors, name, value, limit)
+    tags = body.get("tags")
+    if tags is not None and not (isinstance(tags, list) and all(type(t) is str for t in tags)):
+        errors.append("tags must be a list of strings")
+    elif tags:
+        if len(tags) > MAX_TAGS:
+            errors.append(f"tags exceed {MAX_TAGS} items")
+        if any(len(t) > MAX_TAG for t in tags):
+            errors.append(f"tag exceeds {MAX_TAG} chars")
+    return errors
+
+
+def validation_message(errors: list[str]) -> str:
+    return "validation failed: " + "; ".join(errors)
+
+
+# ---- names --------------------------------------------------------------------------------------
+
+
+def project_of(value: str) -> str:
+    return value.lower()  # the service stores projects lowercased
+
+
+def holder(project: str, scope: str) -> str:
+    """The session holding the observations of (project, scope)."""
+    return f"{HOLDER_PREFIX}{project}:{scope}"
+
+
+def holder_error(project: str, scope: str) -> str | None:
+    """Why (project, scope) cannot name a holder session, or None."""
+    if len(project) > MAX_HOLDER_PROJECT:
+        return f"project exceeds {MAX_HOLDER_PROJECT} chars for observations"
+    if not is_identifier(holder(project, scope)) or ":" in project:
+        return (
+            f"project {project!r} and scope {scope!r} must be made of A-Z a-z 0-9 . _ @ / + - "
+            "(and fit a 128-character session id with the prefix _agentops:)"
+        )
+    return None
+
+
+def parse_holder(session_id: str) -> tuple[str, str] | None:
+    """(project, scope) of a holder session, or None for any other session."""
+    if not session_id.startswith(HOLDER_PREFIX):
+        return None
+    project, sep, scope = session_id[len(HOLDER_PREFIX) :].partition(":")
+    return (project, scope) if sep else None
+
+
+def holders(state: MemoryState, tenant: str, project: str = "", scope: str = "") -> list[str]:
+    """The tenant's holder sessions, of `project` and `scope` when given, sorted."""
+    found = []
+    for (t, sid), _session in state.sessions.items():
+        if t != tenant:
+            continue
+        named = parse_holder(sid)
+        if named is None or (project and named[0] != project) or (scope and named[1] != scope):
+            continue
+        found.append(sid)
+    return sorted(found)
+
+
+def observations_of(state: MemoryState, tenant: str, sessions: list[str]) -> list[tuple[str, Item]]:
+    """Every live observation of these holder sessions, oldest first."""
+    found = []
+    for sid in sessions:
+        session = state.sessions.get((tenant, sid))
+        section = session.sections.get(SECTION) if session is not None else None
+        if section is not None:
+            found.extend((sid, item) for item in section.items.values())
+    found.sort(key=lambda pair: pair[1].order)
+    return found
+
+
+def find(state: MemoryState, tenant: str, observation_id: int) -> tuple[str, Item] | None:
+    """The observation of this id (the seq that added it), in whichever holder it is."""
+    wanted = str(observation_id)
+    for sid in holders(state, tenant):
+        section = state.sessions[(tenant, sid)].sections.get(SECTION)
+        item = section.items.get(wanted) if section is not None else None
+        if item is not None:
+            return sid, item
+    return None
+
+
+def agentops_sessions(state: MemoryState, tenant: str, project: str = "") -> list[SessionState]:
+    """The tenant's AgentOps sessions (of `project` when given), newest started first."""
+    found = [
+        s
+        for (t, _), s in state.sessions.items()
+        if t == tenant
+        and PROJECT_KEY in s.metadata
+        and (not project or s.metadata[PROJECT_KEY] == project)
+    ]
+    found.sort(key=lambda s: (s.created_ts, s.created_seq), reverse=True)
+    return found
+
+
+# ---- answers ------------------------------------------------------------------------------------
+
+
+def rfc3339(ts_us: int) -> str:
+    return datetime.fromtimestamp(ts_us / 1_000_000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def truncate(text: str, chars: int) -> str:
+    """The service's truncation: the first `chars` characters and "..." when longer."""
+    return text if len(text) <= chars else text[:chars] + "..."
+
+
+def end_summary(session: SessionState) -> str:
+    """The summary as that service composes it at end: counts, then the first and the last
+    user message (each 200 characters at most). The quotes are those of our summary record,
+    whose text is already cut at 200 characters ("…" as the 200th): docs/agentops.md."""
+    if not session.messages or session.summary is None:
+        return ""
+    roles = session.roles
+    text = (
+        f"Session: {session.messages} messages ({roles.get('user', 0)} user, "
+        f"{roles.get('assistant', 0)} assistant). "
+    )
+    first, last = session.summary.get("first_user"), session.summary.get("last_user")
+    if first and first.get("text") is not None:
+        text += f"Started with: {truncate(first['text'], QUOTE_CHARS)}"
+    if last and first and last["id"] != first["id"] and last.get("text") is not None:
+        text += f" Ended with: {truncate(last['text'], QUOTE_CHARS)}"
+    return text
+
+
+def session_json(session: SessionState) -> dict:
+    out = {
+        "id": session.id,
+        "project": session.metadata.get(PROJECT_KEY, ""),
+        "started_at": rfc3339(session.created_ts),
+        "message_count": session.messages,
+    }
+    if session.ended_seq is not None:
+        out["ended_at"] = rfc3339(session.active_ts)
+    if session.summary is not None:
+        out["summary"] = end_summary(session)
+    return out
+
+
+def normalized_hash(content: str) -> str:
+    return hashlib.sha256(normalize(content).encode()).hexdigest()
+
+
+def observation_json(holder_id: str, item: Item, content: object) -> dict:
+    """An observation in the service's shape. Its counts start at 1, as the service's do."""
+    project, scope = parse_holder(holder_id) or ("", "")
+    meta = item.metadata
+    text = content if isinstance(content, str) else ""
+    out = {
+        "id": int(item.id),
+        "session_id": meta.get("session_id", ""),
+        "type": item.kind,
+        "title": meta.get("title", ""),
+        "content": text,
+        "tags": list(item.tags),
+        "project": project,
+        "scope": scope,
+        "normalized_hash": normalized_hash(text),
+        "revision_count": meta.get("revision", 1),
+        "duplicate_count": meta.get("duplicates", 0) + 1,
+        "last_seen_at": rfc3339(item.ts),
+        "created_at": rfc3339(item.ts),
+        "updated_at": rfc3339(item.ts),
+    }
+    if meta.get("topic_key"):
+        out["topic_key"] = meta["topic_key"]
+    if not out["tags"]:
+        del out["tags"]
+    return out
+
+
+ACTIONS = {"inserted": "created", "revised": "updated", "duplicate": "deduplicated"}
+
+
+def created_json(observation_id: str, tier: str, revision: int, duplicates: int) -> dict:
+    return {
+        "id": int(observation_id),
+        "action": ACTIONS[tier],
+        "revision_count": revision,
+        "duplicate_count": duplicates + 1,
+    }

@@ -1,0 +1,155 @@
+"""Observations, pure: long-term knowledge that updates in place instead of piling up duplicates.
+
+An observation is an item of the `observations` section: its `kind` is the observation's type,
+its metadata holds the title, the optional topic key and two counters. Scope `session` keeps it in
+the session's own section; scope `tenant` in the reserved session `_tenant`, with the session it
+came from (if any) in `metadata.session`.
+
+Writing one is a single command decided under the memory's lock, in three tiers:
+1. same `topic_key` in the same scope: an `item.updated` that replaces it and bumps `revision`
+   (earlier revisions stay in the log);
+2. same normalized content (lowercased, whitespace collapsed) written within the window: an
+   `item.updated` that bumps `duplicates` and adds nothing (an observation with another topic
+   key is another topic, never a duplicate; one without a key takes the new write's key);
+3. otherwise an `item.added`.
+
+The window compares integer `ts` values: the time the new record will carry (read before
+deciding, and stamped on the record) minus the `ts` of the record that last set the existing
+observation's content. The wall clock can step back, so that difference can be negative; it then
+counts as zero: by the log's order the existing observation came first, so it is a duplicate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from eventstore.errors import InvalidInput
+from sections.model import commands
+from sections.model.commands import Command
+from sections.model.config import OBSERVATIONS
+from sections.model.state import Item, SessionState
+from sections.model.tokens import TokenCounter
+
+SECTION = OBSERVATIONS
+TENANT_SESSION = "_tenant"  # holds tenant-wide observations; clients cannot create it
+TYPES = (
+    "decision", "discovery", "bugfix", "pattern", "architecture", "config", "learning",
+    "preference",
+    "security", "audit",  # what AgentOps' runtime hooks write (docs/agentops.md)
+)  # fmt: skip
+SCOPES = ("session", "tenant")
+DEFAULT_WINDOW_US = 15 * 60 * 1_000_000
+TITLE_MAX = 500
+# What the dedup tiers keep in an observation's metadata: a `source` may not set them.
+RESERVED_METADATA = frozenset(("title", "revision", "duplicates", "topic_key", "session"))
+
+
+@dataclass(frozen=True)
+class Observation:
+    type: str
+    title: str
+    content: str
+    tags: tuple[str, ...] = ()
+    topic_key: str | None = None
+    # Where it came from, kept in its metadata by every tier's record (the AgentOps session,
+    # the capture rule that fired): {str: str}.
+    source: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def of(
+        cls, type: str, title: str, content: str, tags=(), topic_key: str | None = None,
+        source: dict | None = None,
+    ) -> Observation:  # fmt: skip
+        if type not in TYPES:
+            raise InvalidInput(f"observation type {type!r} is not one of {', '.join(TYPES)}")
+        if not isinstance(title, str) or not title.strip() or len(title) > TITLE_MAX:
+            raise InvalidInput(
+                f"an observation needs a title: a non-empty string of at most {TITLE_MAX} characters"
+            )
+        if not isinstance(content, str) or not content.strip():
+            raise InvalidInput("an observation needs content: a non-empty string")
+        if not isinstance(tags, (list, tuple)) or not all(isinstance(t, str) for t in tags):
+            raise InvalidInput("tags must be a list of strings")
+        if topic_key is not None and (not isinstance(topic_key, str) or not topic_key):
+            raise InvalidInput("topic_key must be a non-empty string")
+        source = source or {}
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in source.items()):
+            raise InvalidInput("an observation's source must map strings to strings")
+        taken = sorted(set(source) & RESERVED_METADATA)
+        if taken:  # they would overwrite what the tiers keep
+            raise InvalidInput(f"an observation's source cannot set {taken}")
+        return cls(type, title, content, tuple(tags), topic_key, tuple(sorted(source.items())))
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a write did: `tier` is "revised", "duplicate" or "inserted"."""
+
+    id: str
+    session: str
+    tier: str
+    revision: int
+    duplicates: int
+
+
+def normalize(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+def decide(
+    session: SessionState,
+    obs: Observation,
+    now: int,
+    window_us: int,
+    counter: TokenCounter,
+    content_of: Callable[[Item], object],
+    source: str | None = None,
+) -> tuple[Command, str, Item | None]:
+    """The one record that writes `obs`, which tier it is, and the observation it touches.
+    `source`: the session a tenant-wide observation came from, kept in `metadata.session` by
+    the write that sets its content (a duplicate keeps the first writer's)."""
+    section = commands.get_section(session, SECTION)
+    if obs.topic_key is not None:
+        for item in section.items.values():
+            if item.metadata.get("topic_key") == obs.topic_key:
+                meta = {
+                    **item.metadata,
+                    **dict(obs.source),
+                    "title": obs.title,
+                    "revision": item.metadata.get("revision", 1) + 1,
+                }
+                meta.pop("session", None)
+                if source is not None:
+                    meta["session"] = source
+                changes = {
+                    "content": obs.content,
+                    "kind": obs.type,
+                    "tags": list(obs.tags),
+                    "metadata": meta,
+                }
+                command = commands.update_item(session, SECTION, item.id, changes, counter)
+                return command, "revised", item
+    wanted = normalize(obs.content)
+    for item in reversed(section.items.values()):
+        elapsed = max(0, now - item.ts)  # a clock stepped back counts as no time at all
+        if elapsed > window_us:
+            continue
+        other_key = item.metadata.get("topic_key")
+        if obs.topic_key is not None and other_key is not None:
+            continue  # another topic (the same one was found above)
+        content = content_of(item)
+        if isinstance(content, str) and normalize(content) == wanted:
+            meta = {**item.metadata, **dict(obs.source),
+                    "duplicates": item.metadata.get("duplicates", 0) + 1}  # fmt: skip
+            if obs.topic_key is not None:  # the duplicate takes the key: later revisions find it
+                meta["topic_key"] = obs.topic_key
+            command = commands.update_item(session, SECTION, item.id, {"metadata": meta}, counter)
+            return command, "duplicate", item
+    meta = {**dict(obs.source), "title": obs.title, "revision": 1, "duplicates": 0}
+    if obs.topic_key is not None:
+        meta["topic_key"] = obs.topic_key
+    if source is not None:
+        meta["session"] = source
+    data = {"content": obs.content, "kind": obs.type, "tags": list(obs.tags), "metadata": meta}
+    return commands.add_items(session, SECTION, [data], counter), "inserted", None

@@ -1,0 +1,176 @@
+"""`/mcp` in the service: the MCP tools over streamable HTTP, each request as its token's tenant.
+
+Mounted only when the `mcp` extra is installed (`routes` returns none otherwise, and the service
+starts as before). A request goes through the service's own gates first: `RequestGuard` (Host,
+Origin, CORS) and the route's JSON-only body check, as every route; then the token, as the REST
+API reads it (streams/web/auth.py: a Bearer header, the `token` parameter or the cookie; 401 without
+one when tokens are configured). The principal is kept in the ASGI scope, and every tool call
+reads it from its own request, so the tenant always comes from the token of the request that
+carries the call, and each call checks its scope (`write` for mem_save, `read` otherwise).
+
+The SDK's session manager runs stateless with JSON answers: nothing of a connection is kept
+between requests (no MCP session to bind to a token, no stream left open at shutdown). It is
+started by the first request and stopped once shutdown begins (`Service.closing`), after the
+MCP requests in flight have finished; a request after that gets 503 like any other write.
+
+The session a connection's saves and context use is `?session=ID` on the URL (created on first
+use), else `mcp` (DEFAULT_SESSION): one per tenant.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import importlib.util
+import logging
+from urllib.parse import parse_qs
+
+from starlette.types import Message, Receive, Scope, Send
+
+from eventstore.errors import LedgerError
+from streams.apidoc import undescribed
+from streams.server.service import Service
+from streams.web.auth import authenticate_scope
+from streams.web.errors import ApiError, error_response
+from streams.web.routing import RawRoute
+
+log = logging.getLogger("ledgermem.mcp")
+
+PATH = "/mcp"
+PRINCIPAL = "ledgermem.principal"  # scope keys the tools read back from their request
+SESSION = "ledgermem.mcp_session"
+# An MCP answer is JSON for a program: never a document a browser should render or sniff.
+HEADERS = [
+    (b"content-security-policy", b"default-src 'none'; frame-ancestors 'none'"),
+    (b"x-content-type-options", b"nosniff"),
+]
+
+
+def available() -> bool:
+    """Whether the MCP SDK (the `mcp` extra) is installed; found without importing it, which
+    takes seconds: the first request to /mcp does (`McpMount._ready`)."""
+    return importlib.util.find_spec("mcp") is not None
+
+
+def routes(service: Service) -> list[RawRoute]:
+    if not available():
+        log.info("the mcp package is not installed: no /mcp endpoint")
+        return []
+    # POST only: stateless, there is no stream to open with GET and no session to DELETE; the
+    # spec's answer to both is 405, which the route gives (with `Allow: POST`).
+    mount = undescribed(
+        "MCP's streamable HTTP transport: JSON-RPC messages the MCP specification describes, "
+        "and the tools list themselves (tools/list); docs/mcp.md"
+    )(McpMount(service))
+    return [RawRoute(PATH, {"POST": mount})]
+
+
+class McpMount:
+    """The ASGI endpoint at /mcp (the module's docstring)."""
+
+    def __init__(self, service: Service) -> None:
+        self.service = service
+        self.manager = None  # the SDK's StreamableHTTPSessionManager, made by the first request
+        self._started: asyncio.Future | None = None
+        self._inflight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def _build(self) -> None:
+        from mcp.server.transport_security import TransportSecuritySettings
+
+        from streams.mcp.mcp_server import build_server
+
+        server = build_server(self._resolve)
+        # The service's RequestGuard already checked Host and Origin against its settings.
+        server.streamable_http_app(
+            stateless_http=True,
+            json_response=True,
+            transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+            max_request_body_size=self.service.settings.max_body_bytes,
+        )
+        self.manager = server.session_manager
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        service = self.service
+        try:
+            if not service.accepting or service.closing.is_set():
+                raise ApiError(
+                    503,
+                    "shutting_down",
+                    "the service is shutting down; retry against the restarted service",
+                )
+            # Each tool call checks the scope it needs (`_resolve`); here only who is calling.
+            principal = authenticate_scope(scope, service.settings, service.replica_secret)
+            session = _session_of(scope)
+        except ApiError as exc:
+            headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else exc.headers
+            await error_response(exc.status, exc.code, exc.message, headers)(scope, receive, send)
+            return
+        except LedgerError as exc:
+            await error_response(400, "invalid_input", str(exc))(scope, receive, send)
+            return
+        scope[PRINCIPAL] = principal
+        scope[SESSION] = session
+        self._inflight += 1  # counted from here: the manager stops only once none is left
+        self._idle.clear()
+        try:
+            await self._ensure_running()
+            await self.manager.handle_request(scope, receive, _with_headers(send))
+        finally:
+            self._inflight -= 1
+            if self._inflight == 0:
+                self._idle.set()
+
+    async def _ensure_running(self) -> None:
+        if self._started is None:
+            self._started = asyncio.get_running_loop().create_future()
+            asyncio.create_task(self._run(self._started))  # noqa: RUF006 - ends at shutdown
+        await asyncio.shield(self._started)
+
+    async def _run(self, started: asyncio.Future) -> None:
+        """Import the SDK off the event loop (seconds), build the server, then own the session
+        manager's task group until shutdown."""
+        try:
+            await asyncio.to_thread(importlib.import_module, "streams.mcp.mcp_server")
+            self._build()
+        except BaseException as exc:
+            started.set_exception(exc)
+            raise
+        async with self.manager.run():
+            started.set_result(None)
+            await self.service.closing.wait()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._idle.wait(), timeout=30)
+
+    async def _resolve(self, ctx, need: str):
+        from streams.mcp.mcp_backends import EmbeddedBackend
+        from streams.mcp.mcp_server import Caller
+        from streams.mcp.mcp_tools import Refusal
+
+        scope = ctx.request_context.request.scope
+        principal = scope[PRINCIPAL]
+        try:
+            principal.require(need)
+            memory = self.service.memory_for(principal)
+        except ApiError as exc:
+            raise Refusal(exc.code, exc.message) from None
+        backend = EmbeddedBackend(memory, principal.tenant, self.service.write)
+        return Caller(backend, scope[SESSION])
+
+
+def _session_of(scope: Scope) -> str:
+    from streams.mcp.mcp_tools import DEFAULT_SESSION, checked_session
+
+    query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+    return checked_session(query.get("session", [DEFAULT_SESSION])[-1])
+
+
+def _with_headers(send: Send) -> Send:
+    async def send_with_headers(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", ()), *HEADERS]}
+        await send(message)
+
+    return send_with_headers

@@ -1,0 +1,143 @@
+"""The MCP server: streams/mcp/mcp_tools.py's tools and resources registered with the official SDK.
+
+Which memory a call reaches, and which session a connection writes to, is the caller's part:
+`build_server(resolve)` takes a function from the SDK's request `Context` and the scope the call
+needs (`read`, `write`) to a `Caller`. `ledgermem mcp` resolves every call to one backend and
+session chosen at start; the service's /mcp resolves each request's own token
+(streams/mcp/mcp_mount.py). Refusals become MCP errors: a tool's an `is_error` result with the
+refusal's text (the model can read it and correct the call), a resource's a JSON-RPC error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+import orjson
+from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
+from pydantic import Field
+
+from sections.retrieval.observations import SCOPES, TYPES
+from sections.retrieval.views import MAX_TOP_K
+from streams.mcp import mcp_tools
+from streams.mcp.mcp_tools import SECTION_URI, SESSION_URI, Backend, Refusal
+
+INSTRUCTIONS = (
+    "Long-term memory on a signed, append-only log. Call mem_context at the start of a task; "
+    "mem_save decisions, discoveries, fixes and preferences worth keeping (a repeated save of the "
+    "same topic_key revises it, identical content is counted once); mem_search before you redo "
+    "work. Every change is a record in the log."
+)
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who a call acts for: a tenant's memory, and the session its saves and context use."""
+
+    backend: Backend
+    session: str
+
+
+Resolve = Callable[[Context, str], Awaitable[Caller]]
+
+ObservationType = Literal[TYPES]  # type: ignore[valid-type]
+Scope = Literal[SCOPES]  # type: ignore[valid-type]
+
+
+def _text(value: dict) -> str:
+    return orjson.dumps(value, option=orjson.OPT_INDENT_2).decode()
+
+
+def build_server(resolve: Resolve, name: str = "ledgermem") -> MCPServer:
+    server = MCPServer(name, instructions=INSTRUCTIONS, log_level="WARNING")
+
+    async def tool(ctx: Context, need: str, call: Callable[[Caller], Awaitable[dict]]) -> dict:
+        try:
+            return await call(await resolve(ctx, need))
+        except Refusal as exc:
+            raise ToolError(str(exc)) from None
+
+    async def resource(ctx: Context, call: Callable[[Caller], Awaitable[dict]]) -> str:
+        try:
+            return _text(await call(await resolve(ctx, "read")))
+        except Refusal as exc:
+            if exc.code == "not_found":
+                raise ResourceNotFoundError(str(exc)) from None
+            raise ResourceError(str(exc)) from None
+
+    @server.tool(
+        name="mem_save",
+        description="Save an observation to long-term memory. Scope 'session' keeps it in this "
+        "connection's session, 'tenant' for every session. The same topic_key in the same scope "
+        "revises the earlier one; identical content within 15 minutes is counted as a duplicate "
+        "(tier 'duplicate'), not saved twice.",
+    )
+    async def mem_save(
+        type: Annotated[ObservationType, Field(description="what kind of knowledge this is")],
+        title: Annotated[str, Field(description="a short title, at most 500 characters")],
+        content: Annotated[str, Field(description="the observation itself")],
+        ctx: Context,
+        tags: Annotated[list[str] | None, Field(description="labels to filter by")] = None,
+        topic_key: Annotated[
+            str | None, Field(description="a stable key: a later save of it revises this one")
+        ] = None,
+        scope: Annotated[Scope, Field(description="'session' or 'tenant'")] = "session",
+    ) -> dict[str, Any]:
+        return await tool(
+            ctx,
+            "write",
+            lambda c: mcp_tools.save(
+                c.backend, c.session, type, title, content, tags, topic_key, scope
+            ),
+        )
+
+    @server.tool(
+        name="mem_search",
+        description="Search long-term memory (every session of this tenant; BM25, best first). "
+        "Words are ORed; hits carry a snippet with the matched words in [brackets].",
+    )
+    async def mem_search(
+        query: Annotated[str, Field(description="words to look for")],
+        ctx: Context,
+        limit: Annotated[int, Field(description=f"hits at most, 1 to {MAX_TOP_K}")] = 10,
+    ) -> dict[str, Any]:
+        return await tool(ctx, "read", lambda c: mcp_tools.search(c.backend, query, limit))
+
+    @server.tool(
+        name="mem_context",
+        description="The context to start a task with: the newest observations (this session's "
+        "and the tenant's) and the summaries of the sessions that ended last, as system "
+        "messages and as one text.",
+    )
+    async def mem_context(
+        ctx: Context,
+        limit: Annotated[
+            int, Field(description=f"observations and summaries at most, 1 to {MAX_TOP_K}")
+        ] = 10,
+    ) -> dict[str, Any]:
+        return await tool(ctx, "read", lambda c: mcp_tools.context(c.backend, c.session, limit))
+
+    @server.resource(
+        SESSION_URI,
+        name="session",
+        description="A session: metadata, version, times, and its sections (settings, items, "
+        "tokens). Its id percent-encoded.",
+        mime_type="application/json",
+    )
+    async def session(session: str, ctx: Context) -> str:
+        return await resource(ctx, lambda c: mcp_tools.session_info(c.backend, session))
+
+    @server.resource(
+        SECTION_URI,
+        name="section",
+        description="A section of a session: its live items, oldest first (read-only; ids "
+        "percent-encoded).",
+        mime_type="application/json",
+    )
+    async def section(session: str, section: str, ctx: Context) -> str:
+        return await resource(ctx, lambda c: mcp_tools.section(c.backend, session, section))
+
+    return server

@@ -1,0 +1,170 @@
+"""What the MCP tools and resources do, once, whatever memory answers them (docs/mcp.md).
+
+`ledgermem mcp` serves the same tools over stdio and streamable HTTP, and the service mounts them
+at `/mcp`; behind them is either a memory in this process (`EmbeddedBackend`: a data directory,
+or the service's own memory) or a running service's REST API (`HttpBackend`). Both live in
+streams/mcp/mcp_backends.py and are thin: each call below checks its arguments first, with the very
+checks the memory model makes (so bad input is refused before anything is sent or appended,
+with the same message both ways), then makes one or two backend calls and shapes the answer
+from the JSON both backends return alike (an item's and a hit's `to_json`).
+
+Nothing here imports the MCP SDK: streams/mcp/mcp_server.py registers these functions with it.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+from urllib.parse import quote, unquote
+
+from eventstore.errors import InvalidInput, LedgerError
+from eventstore.identifiers import check_identifier
+from sections.retrieval.observations import SCOPES, Observation
+from sections.retrieval.views import MAX_TOP_K, Extra
+from sections.specs import command_specs
+
+URI_SCHEME = "ledgermem"
+SESSION_URI = "ledgermem://sessions/{session}"
+SECTION_URI = "ledgermem://sessions/{session}/sections/{section}"
+CONTEXT_BUDGET = 8000  # tokens of injected context mem_context asks for: limits, not a budget
+DEFAULT_SESSION = "mcp"  # the session of a connection that names none
+
+
+class Refusal(Exception):
+    """A refusal to show the caller: `code` as the REST API names it (wire.md), and why."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+class Backend(Protocol):
+    """One caller's memory: a tenant, and what the tools need of it. Each method raises
+    `Refusal` for what the memory refuses; the arguments are already checked."""
+
+    async def open_session(self, session: str) -> None: ...
+
+    async def observe(self, session: str, scope: str, observation: Observation) -> dict: ...
+
+    async def search(self, query: str, top_k: int) -> list[dict]: ...
+
+    async def context(self, session: str, extra: Extra) -> list[dict]: ...
+
+    async def session_info(self, session: str) -> dict: ...
+
+    async def section_items(self, session: str, section: str) -> list[dict]: ...
+
+
+def refusal_of(exc: LedgerError) -> Refusal:
+    """The memory's refusal as the REST API would name it, so both backends answer alike."""
+    import orjson
+
+    from streams.web.errors import from_exception
+
+    body = orjson.loads(from_exception(exc).body)["error"]
+    return Refusal(body["code"], body["message"])
+
+
+def checked_session(session: str) -> str:
+    """A session id a connection may write to (its saves and context), or InvalidInput."""
+    check_identifier("session", session)
+    command_specs.check_not_reserved(session)
+    return session
+
+
+async def save(
+    backend: Backend,
+    session: str,
+    type: str,
+    title: str,
+    content: str,
+    tags: list[str] | None = None,
+    topic_key: str | None = None,
+    scope: str = "session",
+) -> dict:
+    """mem_save: an observation, through the three dedup tiers (docs/search.md)."""
+    try:
+        if scope not in SCOPES:
+            raise InvalidInput(f"scope must be one of {', '.join(SCOPES)}, not {scope!r}")
+        observation = Observation.of(type, title, content, tags or (), topic_key)
+    except LedgerError as exc:
+        raise refusal_of(exc) from None
+    # A tenant-wide save comes from the connection's session too: it is named in the
+    # observation's `metadata.session`, as `Session.observe` names it (docs/search.md).
+    await backend.open_session(session)
+    outcome = await backend.observe(session, scope, observation)
+    return {k: outcome[k] for k in ("id", "session", "tier", "revision", "duplicates")}
+
+
+def _hit(found: dict) -> dict:
+    item = found["item"]
+    hit = {
+        "session": found["session"],
+        "section": item["section"],
+        "id": item["id"],
+        "score": found["score"],
+        "snippet": found["snippet"],
+        "content": item["content"],
+        "tags": item["tags"],
+    }
+    if item["section"] == "observations":
+        hit["type"] = item["kind"]
+        hit["title"] = item["metadata"].get("title")
+    return hit
+
+
+async def search(backend: Backend, query: str, limit: int = 10) -> dict:
+    """mem_search: BM25 over the tenant's searchable sections, best first. Hits are reads."""
+    try:
+        command_specs.search_query(query, None, None, None, None, None, limit, "agent", ("[", "]"))
+    except LedgerError as exc:
+        raise refusal_of(exc) from None
+    return {"hits": [_hit(found) for found in await backend.search(query, limit)]}
+
+
+async def context(backend: Backend, session: str, limit: int = 10) -> dict:
+    """mem_context: what an agent should start with. Context assembly of the connection's
+    session with no section named: only what sections/retrieval/inject.py injects, the `limit` newest
+    observations (the session's own and the tenant's) and the summaries of the `limit` sessions
+    that ended last. Recorded (`context.assembled`) like every assembly."""
+    try:
+        if type(limit) is not int or not 1 <= limit <= MAX_TOP_K:
+            raise InvalidInput(f"limit must be an integer from 1 to {MAX_TOP_K}")
+        extra = Extra.of(observations=limit, summaries=limit)
+    except LedgerError as exc:
+        raise refusal_of(exc) from None
+    await backend.open_session(session)
+    messages = await backend.context(session, extra)
+    text = "\n\n".join(m["content"] for m in messages if isinstance(m.get("content"), str))
+    return {"session": session, "messages": messages, "text": text}
+
+
+def _ids(**ids: str) -> dict[str, str]:
+    """Resource URI parts, percent-decoded and checked as identifiers."""
+    decoded = {name: unquote(value) for name, value in ids.items()}
+    try:
+        for name, value in decoded.items():
+            check_identifier(name, value)
+    except LedgerError as exc:
+        raise refusal_of(exc) from None
+    return decoded
+
+
+async def session_info(backend: Backend, session: str) -> dict:
+    """A `ledgermem://sessions/{session}` resource: the session (metadata, version, times) and
+    its sections' settings and sizes, as `GET /v1/sessions/{session}` answers. Appends nothing."""
+    return await backend.session_info(_ids(session=session)["session"])
+
+
+async def section(backend: Backend, session: str, section: str) -> dict:
+    """A `ledgermem://sessions/{session}/sections/{section}` resource: the section's live
+    items, oldest first. A read like any other (an `items.read` record)."""
+    ids = _ids(session=session, section=section)
+    session, section = ids["session"], ids["section"]
+    items = await backend.section_items(session, section)
+    return {"session": session, "section": section, "items": items}
+
+
+def section_uri(session: str, section: str) -> str:
+    """The resource URI of a section; ids are percent-encoded (a `/` in one stays one part)."""
+    return f"{URI_SCHEME}://sessions/{quote(session, safe='')}/sections/{quote(section, safe='')}"

@@ -1,0 +1,220 @@
+"""Search, observations and summaries over HTTP (sections/retrieval/search.py, observations.py, summaries.py).
+
+    GET  /v1/search?q=...                      the tenant's memory
+    GET  /v1/sessions/{session}/search?q=...   one session
+    POST /v1/observations                      tenant-wide, or {"session": id} for one session
+    POST /v1/sessions/{session}/observations   from that session: tenant-wide unless
+                                               {"scope": "session"}
+    GET  /v1/summaries?limit=N                 the newest session summaries
+    GET  /v1/sessions/{session}/summary        one session's
+
+Search filters are query parameters: `session`, `section` and `tag` (each repeatable), `since`
+and `until` (microseconds or ISO-8601; the item's time, since <= ts < until), `top_k`, `reader`.
+Each hit carries its item, score and snippet; hits are reads and leave `items.read` records.
+"""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from eventstore.errors import InvalidInput
+from eventstore.timestamps import parse_time
+from sections.retrieval.observations import Outcome
+from sections.specs import command_specs as specs
+from streams.apidoc import Reply, operation
+from streams.routes.api import Api, Handler, _int_param, _reader
+from streams.routes.search_models import (
+    ObservationOutcome,
+    ObservationRequest,
+    SearchHits,
+    SearchQuery,
+    SessionObservationRequest,
+    SessionSearchQuery,
+    SessionSummaries,
+    SessionSummary,
+    SummariesQuery,
+    SummaryQuery,
+)
+from streams.server.service import Service
+from streams.web.errors import ApiError
+from streams.web.responses import json_response
+from streams.web.routing import RawRoute, routes_of
+
+OBSERVATION_FIELDS = frozenset(("type", "title", "content", "tags", "topic_key", "session"))
+OBSERVED = {
+    201: Reply(ObservationOutcome, "inserted: a new observation"),
+    200: Reply(ObservationOutcome, "revised (same topic_key) or duplicate (recent same content)"),
+}
+
+
+class SearchApi(Api):
+    def _search_options(self, request: Request) -> dict:
+        params = request.query_params
+        # Its parameters are its query model's fields, and the `token` credential: a misspelt
+        # filter (`?tags=`) must not quietly widen the search.
+        model = SessionSearchQuery if "session" in request.path_params else SearchQuery
+        unknown = sorted(set(params) - set(model.model_fields) - {"token"})
+        if unknown:
+            raise ApiError(
+                400, "invalid_input",
+                f"unknown query parameter {unknown[0]!r}; use {', '.join(model.model_fields)}",
+            )  # fmt: skip
+        query = params.get("q")
+        if not query:
+            raise ApiError(400, "invalid_input", "give the search query as ?q=")
+        # an empty time is refused as any other text that is no time (it is not "unbounded")
+        times = {k: parse_time(params[k]) for k in ("since", "until") if k in params}
+        return {
+            "sections": params.getlist("section") or None,
+            "tags": params.getlist("tag") or None,
+            "top_k": _int_param(request, "top_k", 10),
+            "reader": _reader(request),
+            **times,
+        }
+
+    @operation(
+        "searchTenant",
+        "BM25 search of the tenant's searchable sections; hits leave items.read records",
+        query=SearchQuery,
+        replies={200: SearchHits},
+        tags=("search",),
+    )
+    async def search_tenant(self, request: Request) -> Response:
+        return await self._search(request)
+
+    @operation(
+        "searchSession",
+        "search one session's items and the tenant's observations",
+        query=SessionSearchQuery,
+        replies={200: SearchHits},
+        tags=("search",),
+    )
+    async def search_session(self, request: Request) -> Response:
+        return await self._search(request)
+
+    async def _search(self, request: Request) -> Response:
+        p = self.service.principal(request, "read")
+        options = self._search_options(request)
+        wanted = request.path_params.get("session")
+        sessions = [wanted] if wanted else request.query_params.getlist("session") or None
+        if wanted:
+            self._session(p, request)  # 404 for an unknown session
+        query = request.query_params["q"]
+        with self.service.write():  # hits are reads: they append
+            hits = await self.memory(p).search_async(
+                query, tenant=p.tenant, sessions=sessions, tenant_observations=bool(wanted),
+                **options,
+            )  # fmt: skip
+        return json_response({"hits": [hit.to_json() for hit in hits]})
+
+    @operation(
+        "observeTenant",
+        "record an observation, tenant-wide or in {session}'s own section; deduplicated",
+        body=ObservationRequest,
+        replies=OBSERVED,
+        writes=True,
+        tags=("observations",),
+    )
+    async def observe_tenant(self, request: Request) -> Response:
+        return await self._observe(request)
+
+    @operation(
+        "observeFromSession",
+        "record an observation from this session: tenant-wide unless {scope: session}",
+        body=SessionObservationRequest,
+        replies=OBSERVED,
+        writes=True,
+        tags=("observations",),
+    )
+    async def observe_from_session(self, request: Request) -> Response:
+        return await self._observe(request)
+
+    async def _observe(self, request: Request) -> Response:
+        """POST /v1/observations is `Memory.observe` (tenant-wide, or in {"session"}'s own
+        section); POST /v1/sessions/{s}/observations is `Session.observe`: tenant-wide from
+        that session unless {"scope": "session"} (docs/search.md)."""
+        p = self.service.principal(request, "write")
+        body = await self._body(request)
+        from_session = request.path_params.get("session")
+        # on a session's route the path names the session: a body `session` would be ignored
+        allowed = (
+            (OBSERVATION_FIELDS - {"session"}) | {"scope"} if from_session else OBSERVATION_FIELDS
+        )
+        unknown = set(body) - allowed
+        if unknown:
+            raise InvalidInput(f"unknown observation fields {sorted(unknown)}")
+        fields = (body.get("type"), body.get("title"), body.get("content"))
+        options = {"tags": body.get("tags", ()), "topic_key": body.get("topic_key")}
+        memory = self.memory(p)
+        if from_session:
+            session = memory.session(from_session, tenant=p.tenant, create=False)  # 404
+            with self.service.write():
+                outcome: Outcome = await session.observe_async(
+                    *fields, scope=body.get("scope", "tenant"), **options
+                )
+        else:
+            where = body.get("session")
+            if where is not None:
+                if type(where) is not str:
+                    raise InvalidInput("session must be a string")
+                memory.session(where, tenant=p.tenant, create=False)  # 404 if unknown
+            with self.service.write():
+                outcome = await memory.observe_async(
+                    *fields, tenant=p.tenant, session=where, **options
+                )
+        status = 201 if outcome.tier == "inserted" else 200
+        return json_response(
+            {"id": outcome.id, "session": outcome.session, "tier": outcome.tier,
+             "revision": outcome.revision, "duplicates": outcome.duplicates},
+            status,
+        )  # fmt: skip
+
+    @operation(
+        "listSummaries",
+        "the newest session summaries of the tenant (their quotes' reads are traced)",
+        query=SummariesQuery,
+        replies={200: SessionSummaries},
+        tags=("summaries",),
+    )
+    async def summaries(self, request: Request) -> Response:
+        p = self.service.principal(request, "read")
+        limit = _int_param(request, "limit", 10)
+        if not 1 <= limit <= 1000:  # type: ignore[operator]
+            raise InvalidInput("limit must be from 1 to 1000")
+        with self.service.write():  # summaries quote messages: their reads are traced
+            found = await self.memory(p).run_async(
+                specs.READ_SUMMARIES, p.tenant, None, (limit, _reader(request))
+            )
+        return json_response({"summaries": found})
+
+    @operation(
+        "getSessionSummary",
+        "the summary the memory appended when the session ended (404 before)",
+        query=SummaryQuery,
+        replies={200: SessionSummary},
+        tags=("summaries",),
+    )
+    async def summary(self, request: Request) -> Response:
+        session = self._session(self.service.principal(request, "read"), request)
+        with self.service.write():
+            found = await session.memory.run_async(
+                specs.READ_SUMMARIES, session.tenant, session.id, (1, _reader(request))
+            )
+        if not found:
+            raise ApiError(404, "not_found", f"session {session.id!r} has not ended yet")
+        return json_response(found[0])
+
+
+def routes(service: Service) -> list[RawRoute]:
+    api = SearchApi(service)
+    s = "/v1/sessions/{session}"
+    table: list[tuple[str, dict[str, Handler]]] = [
+        ("/v1/search", {"GET": api.search_tenant}),
+        (s + "/search", {"GET": api.search_session}),
+        ("/v1/observations", {"POST": api.observe_tenant}),
+        (s + "/observations", {"POST": api.observe_from_session}),
+        ("/v1/summaries", {"GET": api.summaries}),
+        (s + "/summary", {"GET": api.summary}),
+    ]
+    return routes_of(table)

@@ -1,0 +1,129 @@
+"""What search, observations and summaries take and answer over HTTP (streams/routes/search_api.py).
+
+The memory core judges the values (sections/specs/command_specs.py `search_query`,
+sections/retrieval/observations.py `Observation.of`); these models say the same to a client.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from sections.retrieval.observations import TITLE_MAX, TYPES
+from sections.retrieval.views import MAX_TOP_K
+from streams.apidoc.models import (
+    NOT_BLANK,
+    Absent,
+    Count,
+    Identifier,
+    Open,
+    Reader,
+    Strict,
+    Time,
+    absent,
+)
+from streams.routes.item_models import ItemView
+
+Text = Annotated[str, Field(pattern=NOT_BLANK)]
+READER = Field(
+    "agent", description="who reads: `agent` reads count for eviction, `operator` ones do not"
+)
+
+
+# ---- search --------------------------------------------------------------------------------
+
+
+class SessionSearchQuery(Strict):
+    """A session's search: its items and the tenant's observations."""
+
+    q: Text = Field(description="the words searched for (BM25, any of them)")
+    section: list[str] = Field(default_factory=list, description="only these sections; may repeat")
+    tag: list[str] = Field(default_factory=list, description="items with every one of these tags")
+    since: Time | Absent = absent("the item's time >= this (µs or ISO-8601)")
+    until: Time | Absent = absent("the item's time < this (µs or ISO-8601)")
+    top_k: Annotated[int, Field(ge=1, le=MAX_TOP_K)] = Field(10, description="at most this many")
+    reader: Reader = READER
+
+
+class SearchQuery(SessionSearchQuery):
+    session: list[str] = Field(default_factory=list, description="only these sessions; may repeat")
+
+
+class SearchHit(Open):
+    session: str
+    score: float = Field(description="BM25: higher is better")
+    snippet: str = Field(description="the matched words between [ and ]")
+    item: ItemView = Field(description="the item a hit found, as it is now")
+
+
+class SearchHits(Open):
+    hits: list[SearchHit] = Field(description="best first")
+
+
+# ---- observations --------------------------------------------------------------------------
+
+ObservationType = Literal[TYPES]  # type: ignore[valid-type]
+
+
+class _Observation(Strict):
+    type: ObservationType  # type: ignore[valid-type]
+    title: Annotated[Text, Field(max_length=TITLE_MAX)]
+    content: Text
+    tags: list[str] = Field(default_factory=list)
+    topic_key: Annotated[str, Field(min_length=1)] | None = Field(
+        None, description="one observation per topic: a new one revises it"
+    )
+
+
+class SessionObservationRequest(_Observation):
+    scope: Literal["tenant", "session"] = Field(
+        "tenant", description="tenant-wide (from this session), or in this session's own section"
+    )
+
+
+class ObservationRequest(_Observation):
+    session: Identifier | None = Field(
+        None, description="in this session's own section; tenant-wide if absent"
+    )
+
+
+class ObservationOutcome(Open):
+    id: str = Field(description="the observation's item id")
+    session: str = Field(description="the session holding it (`_tenant` for tenant-wide ones)")
+    tier: Literal["inserted", "revised", "duplicate"]
+    revision: Count
+    duplicates: Count
+
+
+# ---- summaries -----------------------------------------------------------------------------
+
+
+class SummariesQuery(Strict):
+    limit: Annotated[int, Field(ge=1, le=1000)] = Field(10, description="the newest this many")
+    reader: Reader = READER
+
+
+class SummaryQuery(Strict):
+    reader: Reader = READER
+
+
+class SummaryQuote(Open):
+    id: str = Field(description="the message's item id")
+    text: str | None = Field(description="its text, truncated; null once erased")
+
+
+class SessionSummary(Open):
+    """What the memory wrote of a session when it ended (sections/retrieval/summaries.py)."""
+
+    session: str
+    seq: Count = Field(description="the session.summarized record")
+    ended_seq: Count | None
+    messages: Count
+    first_user: SummaryQuote | None
+    last_user: SummaryQuote | None
+    sections: list[str] = Field(description="the sections the session wrote")
+
+
+class SessionSummaries(Open):
+    summaries: list[SessionSummary] = Field(description="newest first")

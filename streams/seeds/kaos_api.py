@@ -1,0 +1,115 @@
+"""KAOS's memory endpoints (sections/adapters/kaos.py, docs/adapters/kaos.md).
+
+    GET /memory/events?limit=&session_id=   the newest events (default 100, at most 1000), of
+                                            one session or of all the tenant's, oldest first
+    GET /memory/sessions                    the tenant's session ids, in creation order
+
+The answers have KAOS's shape: `{"agent", "events", "total"}` and `{"agent", "sessions",
+"total"}`, `agent` being the caller's tenant. Reads are the operator's (debugging, dashboards):
+each session read leaves its `items.read` record and counts for no eviction policy. Tenancy and
+scopes are the REST API's: a token's tenant, the `read` scope.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
+from starlette.requests import Request
+from starlette.responses import Response
+
+from eventstore.identifiers import is_identifier
+from sections.adapters.kaos import LocalMemory
+from streams.apidoc import operation
+from streams.apidoc.models import Absent, Count, Identifier, JsonObject, Open, Strict, absent
+from streams.routes.api import Api, Handler, _int_param
+from streams.server.service import Service
+from streams.web.errors import ApiError
+from streams.web.responses import json_response
+from streams.web.routing import RawRoute, routes_of
+
+DEFAULT_LIMIT = 100
+MAX_LIMIT = 1000  # KAOS caps `limit` here too
+PARAMETERS = frozenset(("limit", "session_id", "token"))
+
+
+class KaosEventsQuery(Strict):
+    # Any count the service reads as an integer (streams/routes/api.py `_integer`: 18 digits at most);
+    # more than MAX_LIMIT is MAX_LIMIT, as in KAOS.
+    limit: Annotated[int, Field(ge=0, le=10**18 - 1)] = Field(
+        DEFAULT_LIMIT, description=f"how many of the newest events; at most {MAX_LIMIT} are given"
+    )
+    session_id: Identifier | Literal[""] | Absent = absent(
+        "one session's; all the tenant's if absent or empty"
+    )
+
+
+class KaosEvent(Open):
+    """A KAOS `MemoryEvent` (sections/adapters/kaos.py)."""
+
+    event_id: str = Field(description="the item's id")
+    timestamp: str = Field(description="when it was written, ISO-8601")
+    event_type: str
+    content: Any
+    metadata: JsonObject
+
+
+class KaosEvents(Open):
+    agent: str = Field(description="the caller's tenant")
+    events: list[KaosEvent] = Field(description="oldest first")
+    total: Count
+
+
+class KaosSessions(Open):
+    agent: str = Field(description="the caller's tenant")
+    sessions: list[str] = Field(description="session ids, in creation order")
+    total: Count
+
+
+class KaosApi(Api):
+    def _local(self, request: Request) -> tuple[str, LocalMemory]:
+        p = self.service.principal(request, "read")
+        unknown = set(request.query_params) - PARAMETERS
+        if unknown:
+            raise ApiError(400, "invalid_input", f"unknown query parameters {sorted(unknown)}")
+        return p.tenant, LocalMemory(memory=self.memory(p), tenant=p.tenant, reader="operator")
+
+    @operation(
+        "kaosRecentEvents",
+        "KAOS: the newest events, oldest first (each session read leaves its items.read record)",
+        query=KaosEventsQuery,
+        replies={200: KaosEvents},
+        tags=("KAOS",),
+    )
+    async def events(self, request: Request) -> Response:
+        tenant, local = self._local(request)
+        limit = _int_param(request, "limit", DEFAULT_LIMIT)
+        if limit < 0:
+            raise ApiError(400, "invalid_input", "limit must not be negative")
+        session_id = request.query_params.get("session_id") or None
+        if session_id is not None and not is_identifier(session_id):
+            raise ApiError(400, "invalid_input", f"session_id {session_id[:40]!r} is no session id")
+        with self.service.write():  # reads append their traces
+            events = await local.recent_events(min(limit, MAX_LIMIT), session_id)
+        found = [e.to_dict() for e in events]
+        return json_response({"agent": tenant, "events": found, "total": len(found)})
+
+    @operation(
+        "kaosListSessions",
+        "KAOS: the tenant's session ids",
+        replies={200: KaosSessions},
+        tags=("KAOS",),
+    )
+    async def sessions(self, request: Request) -> Response:
+        tenant, local = self._local(request)
+        sessions = await local.list_sessions()
+        return json_response({"agent": tenant, "sessions": sessions, "total": len(sessions)})
+
+
+def routes(service: Service) -> list[RawRoute]:
+    api = KaosApi(service)
+    table: list[tuple[str, dict[str, Handler]]] = [
+        ("/memory/events", {"GET": api.events}),
+        ("/memory/sessions", {"GET": api.sessions}),
+    ]
+    return routes_of(table)

@@ -1,0 +1,117 @@
+"""A request body read straight from the ASGI `receive` and parsed once, with orjson when it can.
+
+`read_body` is `read_json`'s size rules (streams/routes/api.py) without a Starlette `Request`: the
+declared length checked against the limit before anything is read, then the running total. The
+leader-forwarding middleware reads the bodies it forwards with it too.
+
+`parse_object` gives exactly what `eventstore.jcs.loads_strict` gives (the same value, or the
+same error), faster: orjson parses the bytes, and one walk over the result confirms that
+`loads_strict` would have accepted them unchanged. Anything the walk cannot vouch for goes to
+`loads_strict` itself, so every refusal is still its refusal, with its message:
+
+- duplicate object keys, which orjson silently merges (last wins): every member of an object in
+  the text has exactly one `:` outside strings, and a `:` byte appears nowhere else but inside
+  strings, so when the text holds no `\\u003a` escape, "colons in the text minus colons in the
+  parsed strings" equals the number of members parsed exactly when no key was dropped;
+- integers beyond ±(2**53-1) (refused), and integral floats of 2**53 or more (orjson turns
+  integers beyond 64 bits into floats, which would pass as such);
+- nesting beyond `MAX_DEPTH`;
+- everything orjson refuses (NaN and Infinity tokens, lone surrogates, a byte order mark, text
+  that is not UTF-8, nesting beyond its own limit).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import orjson
+from starlette.types import Receive, Scope
+
+from eventstore.jcs import MAX_DEPTH, MAX_SAFE_INTEGER, loads_strict
+from streams.web.errors import ApiError
+
+_TWO_53 = float(2**53)
+
+
+def declared_length(scope: Scope) -> bytes | None:
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            return value  # the first, as Headers.get
+    return None
+
+
+async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
+    """The whole body, refused with 413 beyond `limit` bytes (declared or sent); 400
+    `client_gone` when the client leaves before it is in (an answer no one will read)."""
+    declared = declared_length(scope)
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise ApiError(
+            413, "body_too_large", f"the body is {int(declared)} bytes; the limit is {limit}"
+        )
+    message = await receive()
+    if message["type"] == "http.request" and not message.get("more_body", False):
+        body = message.get("body", b"")  # the usual case: the whole body in one message
+        if len(body) > limit:
+            raise ApiError(413, "body_too_large", f"the body exceeds the limit of {limit} bytes")
+        return body
+    chunks, size = [], 0
+    while True:
+        if message["type"] == "http.disconnect":
+            raise ApiError(400, "client_gone", "the client went away while sending its body")
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise ApiError(413, "body_too_large", f"the body exceeds the limit of {limit} bytes")
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+        message = await receive()
+
+
+def parse_object(body: bytes) -> object:
+    """`loads_strict(body)`, through orjson when the result shows it is the same."""
+    if b"\\u003" not in body:  # an escaped `:` (\u003a) would upset the colon count
+        try:
+            value = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            pass
+        else:
+            counts = [0, 0]  # members, colons inside parsed strings
+            if _clean(value, MAX_DEPTH, counts) and body.count(b":") - counts[1] == counts[0]:
+                return value
+    return loads_strict(body)
+
+
+def _clean(value: object, depth_left: int, counts: list[int]) -> bool:
+    """Whether `loads_strict` accepts `value` as it is (see the module's docstring); counts the
+    object members and the colons in strings along the way."""
+    kind = type(value)
+    if kind is dict:
+        if depth_left == 0:
+            return False
+        counts[0] += len(value)  # type: ignore[arg-type]
+        for key in value:  # type: ignore[attr-defined]
+            if ":" in key:
+                counts[1] += key.count(":")
+        return _clean_all(value.values(), depth_left - 1, counts)  # type: ignore[attr-defined]
+    if kind is list:
+        return depth_left != 0 and _clean_all(value, depth_left - 1, counts)  # type: ignore[arg-type]
+    if kind is str:
+        counts[1] += value.count(":")  # type: ignore[attr-defined]
+        return True
+    if kind is int:
+        return -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER  # type: ignore[operator]
+    if kind is float:
+        return not (value.is_integer() and abs(value) >= _TWO_53)  # type: ignore[attr-defined]
+    return value is None or kind is bool
+
+
+def _clean_all(values: Iterable[object], depth_left: int, counts: list[int]) -> bool:
+    """`_clean` of each value; strings, most values, are counted in place (one call fewer)."""
+    for item in values:
+        if type(item) is str:
+            if ":" in item:
+                counts[1] += item.count(":")
+        elif not _clean(item, depth_left, counts):
+            return False
+    return True
