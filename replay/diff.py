@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from eventstore.record import Record
-from sections.model.state import Item, MemoryState
+from sections.model.item import Item
+from sections.model.state import MemoryState
 
 _COMPARED = ("content", "content_seq", "tags", "priority", "metadata", "kind", "role", "group")
 

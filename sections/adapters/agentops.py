@@ -21,10 +21,11 @@ import hashlib
 from datetime import UTC, datetime
 
 from eventstore.identifiers import is_identifier
-from sections.model.state import Item, MemoryState, SessionState
+from sections.model.item import Item
+from sections.model.names import HOLDER_PREFIX
+from sections.model.state import MemoryState, SessionState
 from sections.retrieval.observations import SECTION, normalize
 
-HOLDER_PREFIX = "_agentops:"
 PROJECT_KEY = "agentops_project"  # session metadata: the project an AgentOps session belongs to
 DEFAULT_SCOPE = "project"
 

@@ -16,7 +16,8 @@ from eventstore.record import Record
 from sections.adapters import agentops
 from sections.model import commands
 from sections.model.commands import Decision
-from sections.model.state import Item, MemoryState, SessionState
+from sections.model.item import Item
+from sections.model.state import MemoryState, SessionState
 from sections.retrieval import inject
 from sections.retrieval.observations import SECTION
 from sections.retrieval.search import Query

@@ -34,7 +34,7 @@ import orjson
 from eventstore.errors import InvalidInput, LedgerError
 from sections.errors import SectionNotFound, SessionNotFound
 from sections.model.config import MemoryConfig
-from sections.retrieval.observations import TENANT_SESSION
+from sections.model.names import TENANT_SESSION
 from sections.runtime.memory import ItemView, Memory
 from sections.runtime.session import Session
 from sections.specs import command_specs

@@ -28,7 +28,7 @@ from eventstore.errors import InvalidInput
 from sections.errors import ConfigError, SectionNotFound, SessionNotFound
 from sections.model.config import MemoryConfig
 from sections.model.item_filter import event_type
-from sections.retrieval.observations import TENANT_SESSION
+from sections.model.names import TENANT_SESSION
 from sections.runtime.memory import ItemView, Memory
 from sections.runtime.session import Session
 from sections.specs import command_specs

@@ -27,16 +27,12 @@ from sections.errors import (
     VersionConflict,
 )
 from sections.model import compaction, render
-from sections.model.config import (
-    SESSION_SECTION,
-    SETTINGS,
-    MemoryConfig,
-    SectionConfig,
-    refuse_untraced,
-)
+from sections.model.config import SETTINGS, MemoryConfig, SectionConfig, refuse_untraced
+from sections.model.item import Item
+from sections.model.names import SESSION_SECTION
 from sections.model.policies import choose_evictions
 from sections.model.render import Injection
-from sections.model.state import Item, MemoryState, SectionState, SessionState
+from sections.model.state import MemoryState, SectionState, SessionState
 from sections.model.tokens import TokenCounter, count_input
 from sections.model.tool_calls import default_group
 

@@ -29,9 +29,10 @@ import orjson
 from eventstore.errors import InvalidInput
 from sections.errors import NeedsPreparation, SummarizerFailed
 from sections.model.config import SectionConfig
+from sections.model.item import Item
 from sections.model.projection import apply_compaction
 from sections.model.render import MESSAGE_FIELDS, ContentOf, _text
-from sections.model.state import Item, SectionState
+from sections.model.state import SectionState
 from sections.model.tokens import APPROX, TokenCounter
 
 Summarizer = Callable[[list[dict], int], str]

@@ -17,12 +17,13 @@ from eventstore.identifiers import is_identifier
 from sections.errors import ConfigError, ConflictingSettings
 from sections.model.capture_rules import INJECT_KEY, SAVE_KEY, CaptureRules
 from sections.model.capture_rules import load as load_capture_rules
+from sections.model.names import OBSERVATIONS
+from sections.model.tokens import DEFAULT_COUNTER, counter_named
 
 log = logging.getLogger("ledgermem.config")
 
 POLICIES = ("fifo", "lifo", "lru", "lfu", "priority", "refuse", "none")
 LIFETIMES = ("turn", "process", "commit", "durable")
-SESSION_SECTION = "_session"  # reserved: records of commands that span sections
 # Compaction (docs/compaction.md): off unless `compact_at_tokens` is set; the other two apply
 # only then. Written into records only when set, so configs without it keep their old bytes.
 COMPACTION_SETTINGS = ("compact_at_tokens", "compact_keep_turns", "compact_tool_chars")
@@ -157,9 +158,6 @@ def refuse_untraced(name: str, settings: dict) -> None:
 @functools.cache  # once per process, not once per replayed record
 def _warn_untraced() -> None:
     log.warning("audit_reads=false in the log is ignored: every read is traced")
-
-
-OBSERVATIONS = "observations"  # long-term memory (sections/retrieval/observations.py)
 
 
 def _s(name: str, budget: int | None, policy: str, lifetime: str, **flags: bool) -> SectionConfig:
@@ -307,8 +305,6 @@ def load_config(path: str | Path) -> MemoryConfig:
         raise ConfigError(f"{path}: unknown top-level keys {sorted(unknown)}")
     token_counter = data.get("token_counter")
     if token_counter is not None:
-        from sections.model.tokens import counter_named  # the counters import config's errors
-
         counter_named(token_counter)
     config = replace(MemoryConfig().with_overrides(sections), token_counter=token_counter)
     try:
@@ -355,3 +351,15 @@ def _retention(path: str | Path, table: object) -> dict:
                 )
         fields["tenant_max_sessions"] = {n: t["max_sessions"] for n, t in tenants.items()}
     return fields
+
+
+def warm_counter(config: object = None) -> None:
+    """Load the vocabulary of the counter new sessions will use (a config file's
+    `token_counter`, else the default), so a service's first write does not wait for it."""
+    if isinstance(config, str):
+        config = load_config(config)
+    name = config.token_counter if isinstance(config, MemoryConfig) else None
+    counter = counter_named(name) if name else DEFAULT_COUNTER
+    warm = getattr(counter, "warm", None)
+    if warm is not None:
+        warm()

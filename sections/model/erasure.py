@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from eventstore.record import Record
-from sections.model.state import SessionState, item_id
+from sections.model.item import item_id
+from sections.model.state import SessionState
 
 PERSONAL_FIELDS = ("content", "tags", "metadata", "extra")
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from eventstore.errors import InvalidInput
-from sections.model.state import Item
+from sections.model.item import Item
 
 EVENT_TYPES = (
     "user_message",

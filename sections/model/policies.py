@@ -22,7 +22,8 @@ from collections.abc import Iterable, Iterator
 
 from sections.errors import BudgetExceeded, ItemTooLarge, NotAdmitted
 from sections.model.eviction_order import EvictionOrder, unit_rank
-from sections.model.state import Item, SectionState
+from sections.model.item import Item
+from sections.model.state import SectionState
 
 _rank = unit_rank  # context assembly (render.py) keeps units in eviction order too
 

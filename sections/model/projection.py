@@ -14,15 +14,8 @@ import orjson
 
 from eventstore.record import CONTROL_TENANT, Record
 from sections.model.config import SectionConfig
-from sections.model.state import (
-    INLINE_CONTENT_BYTES,
-    Item,
-    MemoryState,
-    SectionState,
-    SessionState,
-    item_id,
-    parse_item_id,
-)
+from sections.model.item import Item, item_id, parse_item_id
+from sections.model.state import INLINE_CONTENT_BYTES, MemoryState, SectionState, SessionState
 
 IDEMPOTENCY_WINDOW_US = 24 * 3600 * 1_000_000  # a retry within a day is recognised
 IDEMPOTENCY_MAX_KEYS = 10_000  # per session; the oldest go first

@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 import orjson
 
 from sections.model import tool_calls
+from sections.model.item import Item
 from sections.model.policies import _rank, _units
-from sections.model.state import Item, SessionState
+from sections.model.state import SessionState
 from sections.model.tokens import TokenCounter
 
 RENDERER = "ledgermem.render/2"

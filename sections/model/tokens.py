@@ -101,20 +101,6 @@ def counter_named(name: object, extra: dict[str, TokenCounter] | None = None) ->
     return found
 
 
-def warm_counter(config: object = None) -> None:
-    """Load the vocabulary of the counter new sessions will use (a config file's
-    `token_counter`, else the default), so a service's first write does not wait for it."""
-    from sections.model.config import MemoryConfig, load_config
-
-    if isinstance(config, str):
-        config = load_config(config)
-    name = config.token_counter if isinstance(config, MemoryConfig) else None
-    counter = counter_named(name) if name else DEFAULT_COUNTER
-    warm = getattr(counter, "warm", None)
-    if warm is not None:
-        warm()
-
-
 def count_input(counter: TokenCounter, content: object) -> int:
     """Tokens of a caller's content, which is counted before its record's payload is checked:
     when the counter cannot serialize it (orjson refuses nesting beyond 255 levels with an

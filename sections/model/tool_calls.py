@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from itertools import chain
 
-from sections.model.state import Item, SectionState
+from sections.model.item import Item
+from sections.model.state import SectionState
 
 GROUP_PREFIX = "call:"
 CONVERSATION = "messages"

@@ -29,7 +29,8 @@ from eventstore.errors import InvalidInput
 from sections.errors import FactConflict, ItemNotFound
 from sections.model.commands import Command, base_payload, get_section
 from sections.model.config import SectionConfig
-from sections.model.state import Item, MemoryState, SectionState, SessionState, item_id
+from sections.model.item import Item, item_id
+from sections.model.state import MemoryState, SectionState, SessionState
 from sections.model.tokens import TokenCounter, count_input
 from sections.retrieval.search import MAX_TIME
 

@@ -16,11 +16,13 @@ from collections.abc import Callable, Iterable
 
 import orjson
 
+from sections.model.item import Item
+from sections.model.names import TENANT_SESSION
 from sections.model.render import Injection
-from sections.model.state import Item, MemoryState, SessionState
+from sections.model.state import MemoryState, SessionState
 from sections.model.tokens import TokenCounter
 from sections.retrieval import facts, summaries
-from sections.retrieval.observations import SECTION, TENANT_SESSION
+from sections.retrieval.observations import SECTION
 
 QUERY_CHARS = 1000  # of the prompt, as the search query
 OBSERVATION_CHARS = 500  # of each observation's content, by default

@@ -31,7 +31,8 @@ import orjson
 
 from eventstore.errors import WriterClosed
 from eventstore.record import Record
-from sections.model.state import Item, MemoryState, SessionState, item_id, parse_item_id
+from sections.model.item import Item, item_id, parse_item_id
+from sections.model.state import MemoryState, SessionState
 
 TOKENIZER = "porter unicode61 remove_diacritics 2"
 COMMIT_EVERY = 1000  # writes: lets FTS5 merge its segments now and then (queries read fewer)

@@ -14,9 +14,8 @@ from collections.abc import Callable
 import orjson
 
 from sections.model.commands import Command, base_payload
-from sections.model.config import SESSION_SECTION
+from sections.model.names import SESSION_SECTION, TENANT_SESSION
 from sections.model.state import MemoryState, SessionState
-from sections.retrieval.observations import TENANT_SESSION
 
 TEXT_CHARS = 200  # of each quoted message
 

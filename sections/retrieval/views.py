@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from eventstore.errors import InvalidInput
 from eventstore.record import Record
-from sections.model.state import Item, item_id
+from sections.model.item import Item, item_id
 from sections.retrieval import inject
 
 MAX_TOP_K = 1000

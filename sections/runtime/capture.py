@@ -21,9 +21,9 @@ from eventstore.record import Record
 from sections.model import capture_rules, commands
 from sections.model.capture_rules import CaptureRules, InjectRule
 from sections.model.commands import Command, Decision, get_session
-from sections.model.config import SESSION_SECTION
+from sections.model.names import SESSION_SECTION, TENANT_SESSION
 from sections.retrieval import inject
-from sections.retrieval.observations import SECTION, TENANT_SESSION
+from sections.retrieval.observations import SECTION
 from sections.retrieval.search import Query
 from sections.specs.command_specs import OBSERVE as OBSERVE_SPEC
 from sections.specs.command_specs import CommandSpec, observation_args

@@ -17,8 +17,9 @@ from eventstore.record import Record
 from sections.errors import NotFound
 from sections.model import render
 from sections.model.compaction import compacted_content
+from sections.model.item import Item, parse_item_id
 from sections.model.projection import replay_lines
-from sections.model.state import Item, MemoryState, parse_item_id
+from sections.model.state import MemoryState
 from sections.retrieval import inject
 from sections.runtime import checkpoints
 from sections.runtime.snapshot import Snapshot, newest_snapshot, read_snapshot, snapshot_paths

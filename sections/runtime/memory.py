@@ -36,8 +36,10 @@ from sections.model import commands, retention
 from sections.model.commands import Decision
 from sections.model.compaction import Summarizer, checked_summarizer, digest
 from sections.model.config import MemoryConfig, load_config
+from sections.model.item import Item
+from sections.model.names import TENANT_SESSION
 from sections.model.projection import redaction_done
-from sections.model.state import Item, MemoryState
+from sections.model.state import MemoryState
 from sections.model.tokens import DEFAULT_COUNTER, TokenCounter, counter_named
 from sections.retrieval import observations, summaries
 from sections.retrieval.search import SearchIndex
@@ -643,7 +645,7 @@ class Memory(CommandRunner, fact_specs.FactCommands):
 
     def erase_facts(self, ids: list[str] | str, *, reason: str, tenant: str | None = None):
         """Erase facts for good (their statements, through items erasure of `_tenant`)."""
-        holder = Session(self, tenant or self.tenant, observations.TENANT_SESSION)
+        holder = Session(self, tenant or self.tenant, TENANT_SESSION)
         return holder.erase(ids, reason=reason)
 
     def close(self) -> None:

@@ -15,9 +15,8 @@ from __future__ import annotations
 
 from sections.errors import SessionNotFound
 from sections.model.commands import Command, base_payload, get_session, read_items
-from sections.model.config import SESSION_SECTION
+from sections.model.names import SESSION_SECTION, TENANT_SESSION
 from sections.model.state import MemoryState, SessionState
-from sections.retrieval.observations import TENANT_SESSION
 from sections.retrieval.summaries import recent
 
 OPERATOR = "operator"  # time travel and streams are the dashboard's and the auditors' reads

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from eventstore.errors import InvalidInput
 from sections.model.commands import get_session
+from sections.model.names import TENANT_SESSION
 from sections.model.state import MemoryState, SessionState
-from sections.retrieval.observations import TENANT_SESSION
 
 
 def session_info(session: SessionState) -> dict:

@@ -48,8 +48,9 @@ from eventstore.record import Record
 from eventstore.writer import Entry, LogWriter, Pending
 from sections.errors import IdempotencyConflict, NeedsPreparation, NotFound
 from sections.model.commands import Decision
+from sections.model.item import Item
 from sections.model.projection import apply
-from sections.model.state import Item, MemoryState
+from sections.model.state import MemoryState
 from sections.retrieval.search import SearchIndex
 from sections.runtime.batching import Group, Ticket
 from sections.runtime.history import History

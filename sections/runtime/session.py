@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 from eventstore.errors import InvalidInput
 from sections.model.compaction import checked_summarizer
 from sections.model.item_filter import ItemFilter
+from sections.model.names import TENANT_SESSION
 from sections.retrieval import observations
-from sections.retrieval.observations import TENANT_SESSION
 from sections.retrieval.views import Extra
 from sections.runtime import capture
 from sections.specs import command_specs as specs

@@ -32,10 +32,12 @@ from eventstore.errors import InvalidInput, WriterClosed
 from eventstore.record import Record
 from sections.model import commands, compaction, erasure, render, retention
 from sections.model.commands import Command, Decision, get_session
+from sections.model.item import Item, item_id, parse_item_id
 from sections.model.item_filter import ItemFilter
-from sections.model.state import Item, MemoryState, SessionState, item_id, parse_item_id
+from sections.model.names import TENANT_SESSION
+from sections.model.state import MemoryState, SessionState
 from sections.retrieval import facts, inject, observations, summaries
-from sections.retrieval.observations import TENANT_SESSION, Observation
+from sections.retrieval.observations import Observation
 from sections.retrieval.search import MAX_TIME, Query
 from sections.retrieval.views import MAX_TOP_K, Extra, SearchHit, added_views, view_of
 from sections.runtime import read_traces

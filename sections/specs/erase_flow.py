@@ -18,8 +18,9 @@ from eventstore.record import Record
 from sections.errors import ItemNotFound, SessionNotFound
 from sections.model import commands, erasure
 from sections.model.commands import Command, Decision
-from sections.model.config import SESSION_SECTION
-from sections.model.state import MemoryState, parse_item_id
+from sections.model.item import parse_item_id
+from sections.model.names import SESSION_SECTION
+from sections.model.state import MemoryState
 
 if TYPE_CHECKING:
     from sections.runtime.memory import Memory

@@ -26,10 +26,10 @@ from eventstore.record import Record
 from sections.errors import ItemNotFound
 from sections.model import commands
 from sections.model.commands import Decision
+from sections.model.names import TENANT_SESSION
 from sections.model.state import MemoryState
 from sections.retrieval import facts
 from sections.retrieval.facts import SECTION, FactQuery, NewFact
-from sections.retrieval.observations import TENANT_SESSION
 from sections.retrieval.search import text_of
 from sections.specs.command_specs import CommandSpec, get_session, tenant_session
 
