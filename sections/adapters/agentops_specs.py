@@ -18,11 +18,10 @@ from sections.model import commands
 from sections.model.commands import Decision
 from sections.model.item import Item
 from sections.model.state import MemoryState, SessionState
-from sections.retrieval import inject
+from sections.retrieval import inject, read_traces
 from sections.retrieval.observations import SECTION
 from sections.retrieval.search import Query
 from sections.retrieval.views import MAX_TOP_K, ItemView, view_of
-from sections.runtime import read_traces
 from sections.specs.command_specs import GET_OR_CREATE_SESSION, CommandSpec, _decided
 
 if TYPE_CHECKING:

@@ -36,11 +36,10 @@ from sections.model.item import Item, item_id, parse_item_id
 from sections.model.item_filter import ItemFilter
 from sections.model.names import TENANT_SESSION
 from sections.model.state import MemoryState, SessionState
-from sections.retrieval import facts, inject, observations, summaries
+from sections.retrieval import facts, inject, observations, read_traces, summaries
 from sections.retrieval.observations import Observation
 from sections.retrieval.search import MAX_TIME, Query
 from sections.retrieval.views import MAX_TOP_K, Extra, SearchHit, added_views, view_of
-from sections.runtime import read_traces
 from sections.specs import erase_flow
 
 if TYPE_CHECKING:
@@ -429,7 +428,7 @@ READ_ITEMS = CommandSpec(
 
 
 # Reads that return content without naming items (time travel, summaries, live channels) leave
-# their traces too: the rules are in sections/runtime/read_traces.py.
+# their traces too: the rules are in sections/retrieval/read_traces.py.
 
 
 def _past_state(memory: Memory, tenant: str, wanted: str | None, args: tuple) -> tuple:
