@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Any
 
 import orjson
 
 from eventstore.errors import InvalidInput
 from eventstore.identifiers import check_identifier
+from eventstore.record import Record
 from sections.errors import (
     BudgetExceeded,
     CannotCompact,
@@ -59,12 +61,13 @@ class Decision:
     the seq the result reflects: the caller is answered once the log is durable up to it."""
 
     records: tuple[Command, ...] | list[Command]
-    result: object = None
+    result: Any = None  # each command's own: its spec's result step knows what it is
     durable_at: int | None = None
 
 
-def get_session(state: MemoryState, tenant: str, session: str) -> SessionState:
-    found = state.sessions.get((tenant, session))
+def get_session(state: MemoryState, tenant: str, session: str | None) -> SessionState:
+    """The live session; SessionNotFound otherwise (a tenant's command names none: None)."""
+    found = state.sessions.get((tenant, session)) if session is not None else None
     if found is None:
         raise SessionNotFound(f"session {session!r} not found")
     return found
@@ -82,6 +85,15 @@ def get_section(session: SessionState, name: str) -> SectionState:
 def _check_version(session: SessionState, expected: int | None) -> None:
     if expected is not None and expected != session.version:
         raise VersionConflict(session.id, expected, session.version)
+
+
+def payload(record: Record) -> dict:
+    """The payload of a record this memory appended, not erased: the JSON object its command
+    made (`Record.payload` is typed for any log, whose payloads may be any JSON)."""
+    found = record.payload
+    if not isinstance(found, dict):
+        raise TypeError(f"record {record.seq} holds no payload object (erased?)")
+    return found
 
 
 def base_payload(session: SessionState, idem: str | None) -> dict:

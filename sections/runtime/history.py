@@ -16,8 +16,8 @@ from eventstore.reader import LogReader
 from eventstore.record import Record
 from sections.errors import NotFound
 from sections.model import render
-from sections.model.compaction import compacted_content
-from sections.model.item import Item, parse_item_id
+from sections.model.erasure import content_in
+from sections.model.item import Item
 from sections.model.projection import replay_lines
 from sections.model.state import MemoryState
 from sections.retrieval import inject
@@ -147,23 +147,7 @@ class History:
 
     def logged_content(self, id_: str, content_seq: int) -> object:
         """Read back a content kept in the log (large, or from an earlier state)."""
-        record = self.reader.get(content_seq)
-        if not record.has_payload:
-            return None  # erased
-        if record.type == "item.updated":
-            return record.payload["set"]["content"]
-        payload = record.payload
-        compacted = payload.get("compacted")
-        if compacted:  # a summary or a cut tool output; the added items are under "items"
-            found, content = compacted_content(compacted, id_)
-            if found:
-                return content
-        if "items" in payload:
-            items = payload["items"]
-        else:
-            order = payload.get("order") or sorted(payload["seed"])
-            items = [i for name in order for i in payload["seed"].get(name, ())]
-        return items[parse_item_id(id_)[1]]["content"]
+        return content_in(self.reader.get(content_seq), id_)
 
     def content_of(self, item: Item) -> object:
         return (
