@@ -5,7 +5,7 @@ decides one record from the session alone (`session_local`)."""
 from __future__ import annotations
 
 from eventstore.record import Record
-from sections.model import commands
+from sections.model import commands, context_commands
 from sections.model.commands import Decision, get_session
 from sections.model.state import MemoryState
 from sections.retrieval.views import ItemView, added_views
@@ -71,7 +71,7 @@ def _end_turn(_ctx: CommandContext, state: MemoryState, call: Call) -> Decision:
 def _compact_for_payload(ctx: CommandContext, state: MemoryState, call: Call) -> Decision:
     section, target_bytes, budget, names, summarizer = call.args
     target = get_session(state, call.tenant, call.session)
-    command, outcome = commands.compact_for_payload_error(
+    command, outcome = context_commands.compact_for_payload_error(
         target, section, target_bytes, budget, names, ctx.content_of, ctx.counter_of(target),
         summarizer or ctx.summarizer, call.idem, call.expected,
     )  # fmt: skip
@@ -81,7 +81,7 @@ def _compact_for_payload(ctx: CommandContext, state: MemoryState, call: Call) ->
 def _compaction(_ctx: CommandContext, record: Record | None, decision: Decision | None) -> dict:
     if record is None:  # it fitted already: nothing was appended
         return decided(decision).result
-    return commands.compaction_outcome(record.seq, commands.payload(record))
+    return context_commands.compaction_outcome(record.seq, commands.payload(record))
 
 
 ADD_ITEMS = CommandSpec("add_items", _add_items, "item.added", _added, session_local=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from eventstore.errors import InvalidInput
 from eventstore.record import Record
-from sections.model import commands, render
+from sections.model import commands, context_commands, render
 from sections.model.commands import Decision, get_session
 from sections.model.item import Item
 from sections.model.item_filter import ItemFilter
@@ -160,7 +160,7 @@ def _assemble(ctx: CommandContext, state: MemoryState, call: Call) -> Decision:
             if over <= 0:
                 break
             limit -= over
-    command, messages = commands.assemble_context(
+    command, messages = context_commands.assemble_context(
         session, sections, budget, ctx.content_of, counter, reader, injection
     )
     return Decision((command,), messages)
