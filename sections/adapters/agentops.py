@@ -146,7 +146,7 @@ def holders(state: MemoryState, tenant: str, project: str = "", scope: str = "")
 
 def observations_of(state: MemoryState, tenant: str, sessions: list[str]) -> list[tuple[str, Item]]:
     """Every live observation of these holder sessions, oldest first."""
-    found = []
+    found: list[tuple[str, Item]] = []
     for sid in sessions:
         session = state.sessions.get((tenant, sid))
         section = session.sections.get(SECTION) if session is not None else None

@@ -24,7 +24,7 @@ import dataclasses
 import os
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -71,6 +71,12 @@ __all__ = [
 # ---- the provider ------------------------------------------------------------------------------
 
 
+class Closing(Protocol):
+    """What a provider may own and close: a `Memory`, or a `StoreMemory` that holds one."""
+
+    def close(self) -> None: ...
+
+
 class LedgerMemoryProvider:
     """JAF's `MemoryProvider` on a ledgermem `Memory` (one tenant). `closing`: the memory (or
     the object that owns it, such as a `StoreMemory`) is closed by `close()`; the factory sets
@@ -84,7 +90,7 @@ class LedgerMemoryProvider:
         memory: Memory,
         *,
         tenant: str | None = None,
-        closing: object | None = None,
+        closing: Closing | None = None,
         store: str = "file",
         max_messages: int | None = None,
     ) -> None:
@@ -303,7 +309,7 @@ class LedgerMemoryProvider:
         """Close the memory when this provider owns it (`closing`); Success(None)."""
         try:
             if self._closing is not None:
-                self._closing.close()  # type: ignore[attr-defined]
+                self._closing.close()
         except Exception as exc:  # JAF reports rather than raises here too
             return Failure(MemoryConnectionError(f"close failed: {exc}", PROVIDER, exc))
         return Success(None)

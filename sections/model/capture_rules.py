@@ -143,13 +143,17 @@ def _inject_rule(where: str, table: object, seen: set[str]) -> InjectRule:
 def load(data: dict) -> CaptureRules:
     """The rules of a config's `memory_save_rules` and `context_inject_tools` arrays of tables."""
     seen: set[str] = set()
-    made = {}
-    for key, make in ((SAVE_KEY, _save_rule), (INJECT_KEY, _inject_rule)):
-        tables = data.get(key, [])
-        if not isinstance(tables, list):
-            raise ConfigError(f"{key} must be an array of tables ([[{key}]])")
-        made[key] = tuple(make(f"{key}[{n}]", t, seen) for n, t in enumerate(tables))
-    return CaptureRules(made[SAVE_KEY], made[INJECT_KEY])  # type: ignore[arg-type]
+    save = tuple(_save_rule(where, t, seen) for where, t in _tables(data, SAVE_KEY))
+    inject = tuple(_inject_rule(where, t, seen) for where, t in _tables(data, INJECT_KEY))
+    return CaptureRules(save, inject)
+
+
+def _tables(data: dict, key: str) -> list[tuple[str, object]]:
+    """The tables of the array `key`, each with where it is (`key[N]`)."""
+    tables = data.get(key, [])
+    if not isinstance(tables, list):
+        raise ConfigError(f"{key} must be an array of tables ([[{key}]])")
+    return [(f"{key}[{n}]", t) for n, t in enumerate(tables)]
 
 
 # ---- matching -----------------------------------------------------------------------------------

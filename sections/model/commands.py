@@ -9,6 +9,7 @@ what the caller gets besides it travels in a `Decision` (sections/specs/command_
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -135,7 +136,7 @@ def create_session(
         raise SessionExists(f"session {session!r} already exists")
     if metadata is not None and type(metadata) is not dict:
         raise InvalidInput("metadata must be an object")
-    payload = {
+    payload: dict[str, Any] = {
         "prev_seq": None,
         "metadata": metadata or {},
         "config": {s.name: s.to_json() for s in config.sections},
@@ -257,7 +258,7 @@ def _new_item(
     data: dict,
     counter: TokenCounter,
     existing: SectionState | None,
-    batch: list[dict] = (),  # type: ignore[assignment]
+    batch: Sequence[dict] = (),
 ) -> dict:
     """Check one item's fields and return its record form, with its token count."""
     # Content alone, the common add, has no other field to check or copy.

@@ -193,12 +193,14 @@ def _check_limit(name: str, value: object) -> None:
         raise ConfigError(f"{name} must be a positive integer or unset")
 
 
-def check_seconds(name: str, value: object, error: type[Exception], positive: bool = False):
+def check_seconds(
+    name: str, value: object, error: type[Exception], positive: bool = False
+) -> int | float:
     """A number of seconds: an int or a finite float, not a boolean, >= 0 (> 0 if `positive`).
     Returns it; raises `error` naming the problem otherwise."""
-    if type(value) not in (int, float) or not math.isfinite(value):  # type: ignore[arg-type]
+    if (type(value) is not int and type(value) is not float) or not math.isfinite(value):
         raise error(f"{name} must be a finite number of seconds")
-    if value < 0 or (positive and value == 0):  # type: ignore[operator]
+    if value < 0 or (positive and value == 0):
         raise error(f"{name} must be {'positive' if positive else 'zero or more'}")
     return value
 
@@ -274,7 +276,7 @@ class MemoryConfig:
 
 
 def _seed_items(name: str, items: object) -> tuple[dict, ...]:
-    if type(items) not in (list, tuple) or not all(type(i) is dict for i in items):
+    if not isinstance(items, list | tuple) or not all(type(i) is dict for i in items):
         raise ConfigError(f"section {name!r}: items must be a list of item objects")
     return tuple(items)
 

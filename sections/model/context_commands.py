@@ -127,18 +127,7 @@ def compact_for_payload_error(
     while limit >= compaction.MIN_TOOL_CHARS:
         attempts.append(compaction.Settings(1, limit, cut_tail=True))
         limit //= 2
-    summaries: dict[tuple, str] = {}  # a span is summarized once, however many attempts see it
-
-    def remembered(messages: list[dict], max_tokens: int) -> str:
-        key = (orjson.dumps(messages), max_tokens)
-        if key not in summaries:
-            if summarizer is compaction.digest:  # ours fits what the session's counter counts
-                summaries[key] = compaction.digest(messages, max_tokens, counter)
-            else:
-                summaries[key] = summarizer(messages, max_tokens)
-        return summaries[key]
-
-    remembered.name = compaction.summarizer_name(summarizer)  # type: ignore[attr-defined]
+    remembered = _Remembered(summarizer, counter)
     for settings in attempts:
         found = compaction.plan(
             section, settings, None, content_of, counter, remembered, "payload_error"
@@ -158,6 +147,26 @@ def compact_for_payload_error(
         f"{target_bytes} bytes: what is left is protected (the instruction, system messages, "
         "the last round) or not in this section; nothing was written"
     )
+
+
+class _Remembered:
+    """A summarizer whose answers are kept: a span is summarized once, however many attempts
+    see it. Its `name` is the summarizer's, which the record keeps."""
+
+    def __init__(self, summarizer: compaction.Summarizer, counter: TokenCounter) -> None:
+        self.summarizer = summarizer
+        self.counter = counter
+        self.name = compaction.summarizer_name(summarizer)
+        self.summaries: dict[tuple[bytes, int], str] = {}
+
+    def __call__(self, messages: list[dict], max_tokens: int) -> str:
+        key = (orjson.dumps(messages), max_tokens)
+        if key not in self.summaries:
+            if self.summarizer is compaction.digest:  # ours fits what the session's counter counts
+                self.summaries[key] = compaction.digest(messages, max_tokens, self.counter)
+            else:
+                self.summaries[key] = self.summarizer(messages, max_tokens)
+        return self.summaries[key]
 
 
 def compaction_outcome(seq: int | None, payload: dict) -> dict:

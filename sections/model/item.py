@@ -7,6 +7,7 @@ of a batch has a stable id. Items keep the (seq, k) pair for ordering; ties brea
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 
@@ -85,3 +86,11 @@ class Item:
             data["group"], data.get("extra", {}), data["last_use"], data["reads"],
             data["committed"], data["ts"],
         )  # fmt: skip
+
+
+def units_of(items: Iterable[Item]) -> dict[str, list[Item]]:
+    """The items by unit (`Item.unit`), each unit's members in the items' order."""
+    units: dict[str, list[Item]] = {}
+    for item in items:
+        units.setdefault(item.unit, []).append(item)
+    return units

@@ -13,6 +13,7 @@ conversation, and are left out of the timeline.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 from eventstore.errors import InvalidInput
 from sections.model.item import Item
@@ -29,7 +30,20 @@ EVENT_TYPES = (
 MAX_PAGE = 10_000  # offset and limit beyond any session's item count; bounds the input only
 
 
-def event_type(item: Item) -> str | None:
+class Typed(Protocol):
+    """What an item's event type is read from (an `Item`, or an `ItemView` of one)."""
+
+    @property
+    def kind(self) -> str | None: ...
+
+    @property
+    def role(self) -> str | None: ...
+
+    @property
+    def extra(self) -> dict: ...
+
+
+def event_type(item: Typed) -> str | None:
     """The item's event type (see the module's docstring), or None."""
     if item.kind is not None:
         return item.kind
@@ -48,9 +62,17 @@ def _names(what: str, value: object) -> frozenset[str] | None:
         return None
     if isinstance(value, str):
         value = [value]
-    if type(value) not in (list, tuple, set, frozenset) or not all(type(v) is str for v in value):
+    if not isinstance(value, list | tuple | set | frozenset) or not all(
+        type(v) is str for v in value
+    ):
         raise InvalidInput(f"{what} must be a string or a list of strings")
     return frozenset(value)
+
+
+def _time(what: str, value: object) -> int | None:
+    if value is not None and type(value) is not int:
+        raise InvalidInput(f"{what} must be an integer time in microseconds")
+    return value
 
 
 def _count(what: str, value: object, top: int = MAX_PAGE) -> int | None:
@@ -89,14 +111,11 @@ class ItemFilter:
         timeline: bool = False,
     ) -> ItemFilter:
         """A filter from a caller's arguments, each checked (InvalidInput names the bad one)."""
-        for what, value in (("since", since), ("until", until)):
-            if value is not None and type(value) is not int:
-                raise InvalidInput(f"{what} must be an integer time in microseconds")
         return cls(
             _names("types", types),
             _names("roles", roles),
-            since,  # type: ignore[arg-type]
-            until,  # type: ignore[arg-type]
+            _time("since", since),
+            _time("until", until),
             _count("recent", recent),
             _count("offset", offset) or 0,
             _count("limit", limit),

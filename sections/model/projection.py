@@ -105,7 +105,7 @@ def apply_line(
     session = sessions.get(key)
     if session is None and type_ not in ("session.created", "session.erased"):
         return  # a record of a session erased from the log, or deleted
-    handler(state, session, r, payload)  # type: ignore[arg-type]
+    handler(state, session, r, payload)
     session = sessions.get(key)
     if session is not None:
         session.last_seq = seq
@@ -398,7 +398,8 @@ def _added_unmade(state: MemoryState, session: SessionState, r: dict, payload: d
     items, seq, h, ts = section.items, r["seq"], r["h"], r["ts"]
     for k, data in enumerate(payload["items"]):
         tokens = data["tokens"]
-        items[str(seq) if k == 0 else f"{seq}.{k}"] = (tokens, seq, k, h, ts, data)  # item_id
+        # item_id, held as an `Unmade` tuple in the item's place
+        items[str(seq) if k == 0 else f"{seq}.{k}"] = (tokens, seq, k, h, ts, data)  # type: ignore[assignment]  # why: replay holds an item unmade until make_items (see Unmade)
         section.tokens += tokens
     _note_added(session, r, payload)
 

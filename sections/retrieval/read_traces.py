@@ -17,7 +17,7 @@ from sections.errors import SessionNotFound
 from sections.model.commands import Command, base_payload, get_session, read_items
 from sections.model.names import SESSION_SECTION, TENANT_SESSION
 from sections.model.state import MemoryState, SessionState
-from sections.retrieval.summaries import recent
+from sections.retrieval.summaries import recent, summarized
 
 OPERATOR = "operator"  # time travel and streams are the dashboard's and the auditors' reads
 
@@ -77,7 +77,10 @@ def summary_reads(
     else:
         chosen = recent(state, tenant, TENANT_SESSION, limit)
     made = [read_items(s, {"messages": quoted(s.summary)}, reader, "summary") for s in chosen]
-    found = [{"session": s.id, "seq": s.summary_at[0], **s.summary} for s in chosen]  # type: ignore[index]
+    found = []
+    for s in chosen:
+        summary, seq, _ = summarized(s)
+        found.append({"session": s.id, "seq": seq, **summary})
     return [c for c in made if c is not None], found
 
 

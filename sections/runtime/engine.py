@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import collections
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -85,10 +86,10 @@ class Engine:
         self._finish_erasures()
         state = self.live.state
         for command in commands.restart(state):
-            self.append(lambda _state, c=command: Decision((c,)))
+            self.append(partial(_decided, Decision((command,))))
         for session in summaries.unsummarized(state):
-            tenant, id_ = session.tenant, session.id
-            self.append(lambda now, t=tenant, i=id_: session_specs.summarize(self, now, t, i))
+            summarize = session_specs.summarize
+            self.append(partial(summarize, self, tenant=session.tenant, session_id=session.id))
 
     def heal(self) -> bool:
         """After a failed write: the live state loaded from the reopened log (`Memory.heal`)."""
@@ -174,6 +175,7 @@ class Engine:
             if outcome is None and decision is not None and decision.durable_at is not None:
                 await asyncio.to_thread(self.live.writer.wait_for, decision.durable_at)
             return await self._result_async(spec, ticket.record, decision)
+        assert type(outcome) is int  # an idempotent retry: the first call's record
         replayed = await asyncio.to_thread(self._replayed, outcome)
         return await self._result_async(spec, replayed, None)
 
@@ -298,7 +300,7 @@ class Engine:
         tickets = [t for t in batch if t.future is not None and not t.future.cancelled()]
         with self.live.lock:
             appended = self._decide_batch(tickets)
-        waiting = set()
+        waiting: set[int] = set()
         for _, group in appended:
             waiting.update(map(id, group))
         for ticket in tickets:
@@ -464,3 +466,8 @@ def engine_settings(
         "summarizer": checked_summarizer(summarizer),
         "dedup_window_us": dedup_window_us,
     }
+
+
+def _decided(decision: Decision, _state: MemoryState) -> Decision:
+    """A decision made already (what a restart clears), whatever the state."""
+    return decision

@@ -16,6 +16,7 @@ from eventstore.reader import LogReader
 from eventstore.record import Record
 from sections.errors import NotFound
 from sections.model import render
+from sections.model.commands import payload
 from sections.model.erasure import content_in
 from sections.model.item import Item
 from sections.model.projection import replay_lines
@@ -134,15 +135,16 @@ class History:
         if redacted is None:
             return None
         redaction = self.reader.get(redacted)
-        request = redaction.payload.get("request", "") if redaction.has_payload else ""
+        request = payload(redaction).get("request", "") if redaction.has_payload else ""
         if not request.startswith(ERASE_PREFIX):
             return None
         erase = self.reader.get(int(request[len(ERASE_PREFIX) :]))
-        return erase.payload.get("restate", {}).get(str(seq)) if erase.has_payload else None
+        return payload(erase).get("restate", {}).get(str(seq)) if erase.has_payload else None
 
     def payload_of(self, record: Record) -> dict | None:
+        """A record's payload, or the restatement an erase kept of it (None when neither)."""
         if record.has_payload:
-            return record.payload  # type: ignore[return-value]
+            return payload(record)
         return self.restate(record.seq, record.redacted)
 
     def logged_content(self, id_: str, content_seq: int) -> object:
@@ -164,10 +166,11 @@ class History:
         state = self.state_at(seq)
         session = state.sessions[(record.tenant, record.session)]
         chosen: list[tuple[str, list[Item]]] = []
-        manifest = record.payload["manifest"]
+        assembled = payload(record)
+        manifest = assembled["manifest"]
         injected = [e for e in manifest if "inject" in e]
         try:
-            settings = record.payload.get("inject") or {}
+            settings = assembled.get("inject") or {}
             chars = settings.get("observation_chars", inject.OBSERVATION_CHARS)
             messages = inject.replay(state, record.tenant, injected, chars, self.content_of)
         except LookupError as exc:  # KeyError included

@@ -218,7 +218,7 @@ class LiveState:
                 self.since_snapshot = 0
             self.writer.wait_for(snapshot.seq)
             return write_snapshot(
-                self.snapshot_dir, self.writer.origin, snapshot, {SEARCH_ATTACHMENT: image}
+                self.snapshot_dir, self.reader.origin, snapshot, {SEARCH_ATTACHMENT: image}
             )
 
     def maybe_snapshot(self) -> None:

@@ -66,6 +66,8 @@ class Memory:
     log_dir: Path
     _engine: Engine
     _live: LiveState  # the engine's
+    # The runtime's `fn(text) -> [(subject, predicate, object), ...]` for extract_facts.
+    fact_extractor: Callable[[str], object] | None
 
     def __init__(self) -> None:
         raise TypeError("use Memory.open()")
@@ -137,8 +139,7 @@ class Memory:
         share."""
         self = object.__new__(cls)
         self.data, self.key, self.log_dir = data, key, log_dir
-        # The runtime's `fn(text) -> [(subject, predicate, object), ...]` for extract_facts.
-        self.fact_extractor: Callable[[str], object] | None = None
+        self.fact_extractor = None
         try:
             live = LiveState(writer, log_dir, data.root, snapshot_every)
             self._engine = Engine(live, **settings)

@@ -431,10 +431,9 @@ class Session(Generic[M]):
         if scope not in OBSERVATION_SCOPES:
             raise InvalidInput(f"scope must be one of {', '.join(OBSERVATION_SCOPES)}")
         if scope == "session":
-            where = {"session": self.id}
-        else:
-            where = {"from_session": None if self.id == TENANT_SESSION else self.id}
-        return specs.observation_args(type, title, content, **where, **options)
+            return specs.observation_args(type, title, content, session=self.id, **options)
+        source = None if self.id == TENANT_SESSION else self.id
+        return specs.observation_args(type, title, content, from_session=source, **options)
 
     # ---- a runtime's tool call through the memory's capture rules (specs/capture_specs.py) ------
 

@@ -43,8 +43,8 @@ def _search_for_rule(ctx: CommandContext, call: Call) -> tuple:
 
 
 def _inject_trace(_ctx: CommandContext, state: MemoryState, call: Call) -> Decision:
-    rule, query, tool, call_id, hits = call.args
     rule: InjectRule
+    rule, query, tool, call_id, hits = call.args
     tenant, session_id = call.tenant, call.session_id
     target = get_session(state, tenant, session_id)
     found = []
@@ -61,8 +61,8 @@ def _inject_trace(_ctx: CommandContext, state: MemoryState, call: Call) -> Decis
                     "rule": rule.name, "tool": tool, "query": query, "found": found})  # fmt: skip
     if call_id is not None:
         payload["call_id"] = call_id
-    section = OBSERVATIONS if own else SESSION_SECTION
-    return Decision((Command(tenant, session_id, section, "items.read", payload),), found)
+    traced_in = OBSERVATIONS if own else SESSION_SECTION
+    return Decision((Command(tenant, session_id, traced_in, "items.read", payload),), found)
 
 
 def _traced(_ctx: CommandContext, record: Record | None, decision: Decision | None) -> dict:

@@ -59,7 +59,12 @@ def _holder_ready(ctx: CommandContext, tenant: str) -> None:
 def _check_sources(ctx: CommandContext, tenant: str, new: list[NewFact]) -> None:
     """Sources are checked before `_tenant` is made, so a refused fact appends nothing; the
     decision checks them again under the lock."""
-    ctx.read(lambda state: [facts.check_sources(state, tenant, fact) for fact in new])
+
+    def check(state: MemoryState) -> None:
+        for fact in new:
+            facts.check_sources(state, tenant, fact)
+
+    ctx.read(check)
 
 
 def _prepare_assert(ctx: CommandContext, call: Call) -> tuple:
@@ -197,8 +202,8 @@ RETRACT_FACT = CommandSpec("retract_fact", _retract, "item.updated", result=_ret
 
 
 def _read(ctx: CommandContext, state: MemoryState, call: Call) -> Decision:
-    session, query, reader = call.args
     query: FactQuery
+    session, query, reader = call.args
     tenant = call.tenant
     if session is not None:  # a session's facts: asserted in it or learned from its items
         get_session(state, tenant, session)  # SessionNotFound

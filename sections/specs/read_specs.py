@@ -24,8 +24,8 @@ from sections.specs.spec import Call, CommandSpec, decided, one, what_was_decide
 
 
 def _read_items(_ctx: CommandContext, state: MemoryState, call: Call) -> Decision:
-    section, ids, reader, chosen = call.args
     chosen: ItemFilter
+    section, ids, reader, chosen = call.args
     target = get_session(state, call.tenant, call.session)
     found: list[tuple[str, Item]] = []
     if ids is None:  # whole sections
@@ -106,8 +106,8 @@ TRACE_STREAM = CommandSpec("trace_stream", _stream_trace, prepare=_stream_holder
 
 def _ranked_observations(ctx: CommandContext, call: Call) -> tuple:
     """Context assembly's first step, outside the lock: rank the observations for the query."""
-    budget, sections, reader, extra = call.args
     extra: Extra
+    budget, sections, reader, extra = call.args
     if type(budget) is not int or budget <= 0:
         raise InvalidInput("the context budget must be a positive number of tokens")
     hits = []
@@ -128,8 +128,8 @@ def _ranked_observations(ctx: CommandContext, call: Call) -> tuple:
 
 
 def _assemble(ctx: CommandContext, state: MemoryState, call: Call) -> Decision:
-    budget, sections, reader, extra, hits, fact_hits = call.args
     extra: Extra
+    budget, sections, reader, extra, hits, fact_hits = call.args
     tenant, session_id = call.tenant, call.session_id
     session = get_session(state, tenant, session_id)
     counter = ctx.counter_of(session)
@@ -138,8 +138,10 @@ def _assemble(ctx: CommandContext, state: MemoryState, call: Call) -> Decision:
         pool = inject.observation_pool(state, tenant, session_id)
         chosen = inject.choose_observations(pool, hits, extra.observations)
         recent = summaries.recent(state, tenant, session_id, extra.summaries)
-        settings = {"observations": extra.observations, "summaries": extra.summaries,
-                    "observation_chars": extra.observation_chars}  # fmt: skip
+        settings: dict[str, object] = {
+            "observations": extra.observations, "summaries": extra.summaries,
+            "observation_chars": extra.observation_chars,
+        }  # fmt: skip
         if extra.facts:
             settings["facts"] = extra.facts
         if extra.sessions:  # AgentOps' `<memory:sessions>` block (sections/retrieval/inject.py)
