@@ -17,7 +17,7 @@ from eventstore.identifiers import is_identifier
 from sections.errors import ConfigError, ConflictingSettings
 from sections.model.capture_rules import INJECT_KEY, SAVE_KEY, CaptureRules
 from sections.model.capture_rules import load as load_capture_rules
-from sections.model.names import OBSERVATIONS
+from sections.model.names import CONVERSATION, OBSERVATIONS
 from sections.model.tokens import DEFAULT_COUNTER, counter_named
 
 log = logging.getLogger("ledgermem.config")
@@ -174,7 +174,7 @@ DEFAULT_SECTIONS: tuple[SectionConfig, ...] = (
     _s("plan_history", 4_000, "fifo", "durable"),
     _s("last_intent", 500, "lifo", "durable"),
     _s("reflection", 2_000, "fifo", "durable"),
-    _s("messages", 32_000, "fifo", "durable", searchable=True),
+    _s(CONVERSATION, 32_000, "fifo", "durable", searchable=True),
     _s("actions", 8_000, "fifo", "durable", searchable=True),
     _s("findings", 16_000, "priority", "durable", searchable=True),
     _s("documents", None, "none", "durable", searchable=True),

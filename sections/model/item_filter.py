@@ -18,15 +18,6 @@ from typing import Protocol
 from eventstore.errors import InvalidInput
 from sections.model.item import Item
 
-EVENT_TYPES = (
-    "user_message",
-    "agent_response",
-    "tool_call",
-    "tool_result",
-    "delegation_request",
-    "delegation_response",
-    "error",
-)
 MAX_PAGE = 10_000  # offset and limit beyond any session's item count; bounds the input only
 
 
@@ -124,7 +115,7 @@ class ItemFilter:
 
     @property
     def is_empty(self) -> bool:
-        return self == _NONE
+        return self == NO_FILTER
 
     def keeps(self, item: Item) -> bool:
         if self.types is not None or self.timeline:
@@ -148,5 +139,4 @@ class ItemFilter:
         return kept[self.offset : end]
 
 
-_NONE = ItemFilter()
-NO_FILTER = _NONE
+NO_FILTER = ItemFilter()  # what a read without filters keeps: everything

@@ -11,6 +11,9 @@ SESSION_SECTION = "_session"  # reserved: records of commands that span sections
 # create it; it is never listed, and retention never removes it.
 TENANT_SESSION = "_tenant"
 
+# The conversation: its items render as chat messages, a tool call's result joins its call's
+# group there, and a session's summary counts and quotes its messages.
+CONVERSATION = "messages"
 OBSERVATIONS = "observations"  # long-term memory (sections/retrieval/observations.py)
 OBSERVATION_TYPES = (
     "decision", "discovery", "bugfix", "pattern", "architecture", "config", "learning",

@@ -15,6 +15,7 @@ import orjson
 from eventstore.record import CONTROL_TENANT, Record
 from sections.model.config import SectionConfig
 from sections.model.item import Item, item_id, parse_item_id
+from sections.model.names import CONVERSATION
 from sections.model.state import INLINE_CONTENT_BYTES, MemoryState, SectionState, SessionState
 
 IDEMPOTENCY_WINDOW_US = 24 * 3600 * 1_000_000  # a retry within a day is recognised
@@ -409,7 +410,7 @@ def _note_added(session: SessionState, r: dict, payload: dict) -> None:
     name = r["section"]
     if name not in session.touched:  # `session.touch`, inlined: once per added record
         session.touched.append(name)
-    if name == "messages":
+    if name == CONVERSATION:
         session.messages += len(payload["items"])
         roles = session.roles
         for k, data in enumerate(payload["items"]):

@@ -28,11 +28,11 @@ import orjson
 from sections.model import tool_calls
 from sections.model.eviction_order import unit_rank
 from sections.model.item import Item, units_of
+from sections.model.names import CONVERSATION
 from sections.model.state import SectionState, SessionState
 from sections.model.tokens import TokenCounter
 
 RENDERER = "ledgermem.render/2"
-CONVERSATION = "messages"
 ON_REQUEST = frozenset(("documents", "observations"))  # assembled only when named
 
 ContentOf = Callable[[Item], object]

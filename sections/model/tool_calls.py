@@ -8,10 +8,10 @@ from collections.abc import Sequence
 from itertools import chain
 
 from sections.model.item import Item
+from sections.model.names import CONVERSATION
 from sections.model.state import SectionState
 
 GROUP_PREFIX = "call:"
-CONVERSATION = "messages"
 
 
 def default_group(

@@ -12,7 +12,7 @@ from eventstore.record import Record
 from sections.model import commands, compaction, erasure, retention
 from sections.model.commands import Command, Decision, get_session
 from sections.model.item import parse_item_id
-from sections.model.names import TENANT_SESSION
+from sections.model.names import CONVERSATION, TENANT_SESSION
 from sections.model.state import MemoryState, SessionState
 from sections.retrieval import summaries
 from sections.specs.context import CommandContext
@@ -129,7 +129,7 @@ def _record_transcript(ctx: CommandContext, call: Call) -> tuple:
             return one(
                 commands.add_items(
                     target,
-                    "messages",
+                    CONVERSATION,
                     items,
                     ctx.counter_of(target),
                     key,
@@ -170,7 +170,7 @@ def summarize(
 
 def _message(ctx: CommandContext, session: SessionState, id_: str) -> object:
     """A message's content: live, or from the record that added it (None if erased)."""
-    section = session.sections.get("messages")
+    section = session.sections.get(CONVERSATION)
     item = section.items.get(id_) if section is not None else None
     if item is not None and not compaction.is_summary(item):  # a summary took over its id
         return ctx.content_of(item)
