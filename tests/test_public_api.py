@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import os
 import subprocess
 import sys
 
@@ -60,3 +61,15 @@ def test_importing_the_package_loads_none_of_its_modules():
     )
 
     assert loaded.stdout.strip() == "[]"
+
+
+def test_the_example_of_the_api_page_runs(tmp_path):
+    page = (ROOT / "docs" / "api-sections.md").read_text(encoding="utf-8")
+    example = page.split("```python\n", 1)[1].split("```", 1)[0]
+    env = {**os.environ, "TMPDIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    ran = subprocess.run(
+        [sys.executable, "-c", example], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+
+    assert ran.returncode == 0, ran.stderr
+    assert "user What changed in Q3 revenue?" in ran.stdout
