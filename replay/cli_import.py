@@ -32,8 +32,9 @@ from eventstore.wording import count
 from sections.errors import SessionExists
 from sections.model.compaction import compacted_content
 from sections.model.config import MemoryConfig
+from sections.model.item import Item
 from sections.model.projection import apply
-from sections.model.state import Item, MemoryState, SessionState
+from sections.model.state import MemoryState, SessionState
 from sections.model.tokens import TokenCounter
 from sections.runtime.memory import Memory
 

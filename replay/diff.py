@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from eventstore.record import Record
-from sections.model.state import Item, MemoryState
+from sections.model.item import Item
+from sections.model.state import MemoryState
 
 # Whether a session's items are compared: (tenant, session id) -> wanted.
 KeyFilter = Callable[[str, str], bool]

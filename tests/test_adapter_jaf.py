@@ -33,10 +33,9 @@ from sections.adapters.jaf import (
     MemoryStorageError,
     Message,
     Success,
-    ToolCall,
-    ToolCallFunction,
     create_memory_provider_from_env,
 )
+from sections.adapters.jaf_shapes import ToolCall, ToolCallFunction
 from sections.runtime.memory import Memory
 
 

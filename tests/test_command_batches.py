@@ -1,4 +1,4 @@
-"""Concurrent commands decided in batches (sections/runtime/runner.py): one submit per group of
+"""Concurrent commands decided in batches (sections/runtime/engine.py, batching.py): one submit per group of
 session-local commands on distinct sessions, and each command still exactly its own records,
 its own error, its own version check and idempotency key."""
 

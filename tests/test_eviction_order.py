@@ -16,8 +16,9 @@ import pytest
 from sections.errors import BudgetExceeded, ItemTooLarge, NotAdmitted
 from sections.model.config import SectionConfig
 from sections.model.eviction_order import unit_rank
+from sections.model.item import Item
 from sections.model.policies import choose_victims
-from sections.model.state import Item, SectionState
+from sections.model.state import SectionState
 
 
 def _units(items):

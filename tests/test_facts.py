@@ -16,9 +16,9 @@ from eventstore.errors import InvalidInput
 from eventstore.file_sink import Durability
 from sections.errors import IdempotencyConflict, ItemNotFound, SessionNotFound
 from sections.model.config import MemoryConfig
+from sections.model.names import TENANT_SESSION
 from sections.model.render import tokens_of
 from sections.model.tokens import DEFAULT_COUNTER
-from sections.retrieval.observations import TENANT_SESSION
 from sections.runtime.memory import Memory, Session
 
 NOW = 1_790_000_000_000_000

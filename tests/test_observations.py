@@ -9,7 +9,8 @@ from test_search import Clock
 
 from eventstore.errors import InvalidInput
 from sections.errors import SessionNotFound
-from sections.retrieval.observations import DEFAULT_WINDOW_US, TENANT_SESSION
+from sections.model.names import TENANT_SESSION
+from sections.retrieval.observations import DEFAULT_WINDOW_US
 from sections.runtime.memory import Memory
 
 WINDOW = DEFAULT_WINDOW_US

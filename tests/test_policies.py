@@ -6,8 +6,9 @@ import pytest
 
 from sections.errors import BudgetExceeded, ConfigError, ItemTooLarge
 from sections.model.config import SectionConfig
+from sections.model.item import Item
 from sections.model.policies import choose_victims
-from sections.model.state import Item, SectionState
+from sections.model.state import SectionState
 
 
 def _item(seq: int, tokens: int = 10, *, priority: float = 0, last_use: int | None = None,

@@ -15,7 +15,7 @@ from helpers.cli import ledgermem
 from replay.options import open_history
 from sections.errors import NotAdmitted
 from sections.model.config import MemoryConfig, SectionConfig
-from sections.model.state import Item
+from sections.model.item import Item
 from sections.runtime.memory import Memory
 from sections.runtime.snapshot import snapshot_paths
 

@@ -21,10 +21,11 @@ import hashlib
 from datetime import UTC, datetime
 
 from eventstore.identifiers import is_identifier
-from sections.model.state import Item, MemoryState, SessionState
+from sections.model.item import Item
+from sections.model.names import HOLDER_PREFIX
+from sections.model.state import MemoryState, SessionState
 from sections.retrieval.observations import SECTION, normalize
 
-HOLDER_PREFIX = "_agentops:"
 PROJECT_KEY = "agentops_project"  # session metadata: the project an AgentOps session belongs to
 DEFAULT_SCOPE = "project"
 
@@ -145,7 +146,7 @@ def holders(state: MemoryState, tenant: str, project: str = "", scope: str = "")
 
 def observations_of(state: MemoryState, tenant: str, sessions: list[str]) -> list[tuple[str, Item]]:
     """Every live observation of these holder sessions, oldest first."""
-    found = []
+    found: list[tuple[str, Item]] = []
     for sid in sessions:
         session = state.sessions.get((tenant, sid))
         section = session.sections.get(SECTION) if session is not None else None

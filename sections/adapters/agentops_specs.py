@@ -10,28 +10,28 @@ naming the call: "agentops.get", "agentops.context", ...) and returned with thei
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from eventstore.record import Record
 from sections.adapters import agentops
 from sections.model import commands
 from sections.model.commands import Decision
-from sections.model.state import Item, MemoryState, SessionState
-from sections.retrieval import inject
+from sections.model.item import Item
+from sections.model.state import MemoryState, SessionState
+from sections.retrieval import inject, read_traces
 from sections.retrieval.observations import SECTION
 from sections.retrieval.search import Query
 from sections.retrieval.views import MAX_TOP_K, ItemView, view_of
-from sections.runtime import read_traces
-from sections.specs.command_specs import GET_OR_CREATE_SESSION, CommandSpec, _decided
-
-if TYPE_CHECKING:
-    from sections.runtime.memory import Memory
+from sections.runtime.memory import Memory
+from sections.specs.command_specs import GET_OR_CREATE_SESSION
+from sections.specs.context import CommandContext
+from sections.specs.spec import Call, CommandSpec, decided, what_was_decided
 
 Select = Callable[[MemoryState], list[tuple[str, Item]]]
 
 
-def _read_observations(_memory, state, tenant, _session, args, _idem, _expected) -> Decision:
-    select, reader, purpose = args
+def _read_observations(_ctx: CommandContext, state: MemoryState, call: Call) -> Decision:
+    select, reader, purpose = call.args
+    tenant = call.tenant
     found = select(state)
     reads: dict[str, list[str]] = {}
     for sid, item in found:
@@ -44,9 +44,9 @@ def _read_observations(_memory, state, tenant, _session, args, _idem, _expected)
     return Decision([c for c in made if c is not None], views, state.seq)
 
 
-def _filled(memory: Memory, _record: Record | None, decision: Decision | None) -> list:
-    found: list[tuple[str, ItemView]] = decision.result  # type: ignore[union-attr, assignment]
-    views = memory.fill([view for _, view in found])
+def _filled(ctx: CommandContext, _record: Record | None, decision: Decision | None) -> list:
+    found: list[tuple[str, ItemView]] = decided(decision).result
+    views = ctx.fill([view for _, view in found])
     return [(sid, view) for (sid, _), view in zip(found, views, strict=True)]
 
 
@@ -55,10 +55,10 @@ READ_OBSERVATIONS = CommandSpec(
 )
 
 
-def _read_sessions(_memory, state, tenant, _session, args, _idem, _expected) -> Decision:
+def _read_sessions(_ctx: CommandContext, state: MemoryState, call: Call) -> Decision:
     """AgentOps sessions as answers, built under the lock; the messages their summaries quote
     are recorded as read (as `GET /v1/summaries` records them)."""
-    select, shape, reader, purpose = args
+    select, shape, reader, purpose = call.args
     chosen = select(state)
     made = [
         commands.read_items(s, {"messages": read_traces.quoted(s.summary)}, reader, purpose)
@@ -68,7 +68,7 @@ def _read_sessions(_memory, state, tenant, _session, args, _idem, _expected) -> 
     return Decision([c for c in made if c is not None], [shape(s) for s in chosen], state.seq)
 
 
-READ_SESSIONS = CommandSpec("agentops_read_sessions", _read_sessions, result=_decided)
+READ_SESSIONS = CommandSpec("agentops_read_sessions", _read_sessions, result=what_was_decided)
 
 
 async def read_sessions(

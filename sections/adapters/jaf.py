@@ -13,291 +13,68 @@ one memory see the same conversations, and a reopened memory gives them back.
 `create_memory_provider_from_env()` picks the store as JAF's factory does from `JAF_MEMORY_TYPE`:
 the file log of a data directory, or a shared PostgreSQL store (sections/runtime/store_memory.py).
 
-JAF is not imported (ledgermem does not depend on it): messages may be JAF's `Message` objects,
-this module's `Message`, or dicts with the same fields; roles may be strings or enums.
+JAF's shapes (`Success`, `Failure`, its errors, `Message`, `ConversationMemory`, `MemoryQuery`) and
+the conversions of messages are in sections/adapters/jaf_shapes.py; the provider's callers find
+them here too.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import enum
 import os
 import time
-import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Any, Generic, TypeVar
+from typing import Any, Protocol
 
 import orjson
 
 from eventstore.errors import InvalidInput, LedgerError
+from sections.adapters.jaf_shapes import (
+    MESSAGE_FIELDS,
+    PROVIDER,
+    ROLES,
+    ConversationMemory,
+    Failure,
+    MemoryConnectionError,
+    MemoryError,
+    MemoryNotFoundError,
+    MemoryQuery,
+    MemoryStorageError,
+    Message,
+    Result,
+    Success,
+    datetime_of,
+    item_of,
+    message_fields,
+    message_of,
+    microseconds_of,
+    stored_fields,
+)
 from sections.errors import SectionNotFound, SessionNotFound
 from sections.model.config import MemoryConfig
-from sections.retrieval.observations import TENANT_SESSION
+from sections.model.names import TENANT_SESSION
 from sections.runtime.memory import ItemView, Memory
 from sections.runtime.session import Session
 from sections.specs import command_specs
 
-PROVIDER = "ledgermem"
 MESSAGES = "messages"  # the section a conversation's messages are kept in
 METADATA = "conversation_metadata"  # metadata given after the conversation was created
-MESSAGE_FIELDS = ("role", "content", "attachments", "tool_call_id", "tool_calls", "message_id")
-ROLES = ("user", "assistant", "tool", "system")
-T = TypeVar("T")
-E = TypeVar("E")
 
-
-# ---- JAF's result and error types ------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Success(Generic[T]):
-    data: T
-
-
-@dataclass(frozen=True)
-class Failure(Generic[E]):
-    error: E
-
-
-Result = Success | Failure
-
-
-class MemoryError(Exception):  # JAF's name; shadows the builtin within this module only
-    """JAF's memory error: `message`, `provider`, `cause`. Returned in a `Failure`, never
-    raised by the provider (it is an Exception so a caller may raise it)."""
-
-    def __init__(self, message: str, provider: str = PROVIDER, cause: BaseException | None = None):
-        super().__init__(message)
-        self.message, self.provider, self.cause = message, provider, cause
-
-    def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and vars(self) == vars(other)
-
-    __hash__ = Exception.__hash__
-
-
-class MemoryConnectionError(MemoryError):
-    """The store cannot be reached (or was closed)."""
-
-
-class MemoryNotFoundError(MemoryError):
-    def __init__(self, message: str, provider: str = PROVIDER, conversation_id: str = "",
-                 cause: BaseException | None = None):  # fmt: skip
-        super().__init__(message, provider, cause)
-        self.conversation_id = conversation_id
-
-
-class MemoryStorageError(MemoryError):
-    def __init__(self, message: str, provider: str = PROVIDER, operation: str = "",
-                 cause: BaseException | None = None):  # fmt: skip
-        super().__init__(message, provider, cause)
-        self.operation = operation
-
-
-# ---- JAF's message and conversation shapes ------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ToolCallFunction:
-    name: str
-    arguments: str
-
-
-@dataclass(frozen=True)
-class ToolCall:
-    id: str
-    type: str
-    function: ToolCallFunction
-
-
-@dataclass(frozen=True)
-class MessageContentPart:
-    type: str
-    text: str | None = None
-    image_url: dict | None = None
-    file: dict | None = None
-
-
-@dataclass(frozen=True)
-class Attachment:
-    kind: str
-    mime_type: str | None = None
-    name: str | None = None
-    url: str | None = None
-    data: str | None = None
-    format: str | None = None
-    use_litellm_format: bool | None = None
-
-
-def generate_message_id() -> str:
-    """An id as JAF makes one (`msg_<ms>_<8 hex>`) for a message given without one."""
-    return f"msg_{int(time.time() * 1000)}_{uuid.uuid4().hex[:8]}"
-
-
-@dataclass(frozen=True)
-class Message:
-    """JAF's `Message`: role, content (a string or content parts), attachments, tool call id,
-    tool calls and a message id (generated when not given)."""
-
-    role: str
-    content: str | list[MessageContentPart]
-    attachments: list[Attachment] | None = None
-    tool_call_id: str | None = None
-    tool_calls: list[ToolCall] | None = None
-    message_id: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.message_id is None:
-            object.__setattr__(self, "message_id", generate_message_id())
-
-    @property
-    def text_content(self) -> str:
-        if isinstance(self.content, str):
-            return self.content
-        return " ".join(p.text for p in self.content if p.type == "text" and p.text)
-
-
-@dataclass(frozen=True)
-class ConversationMemory:
-    conversation_id: str
-    user_id: str | None = None
-    messages: tuple[Message, ...] = ()
-    metadata: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class MemoryQuery:
-    conversation_id: str | None = None
-    user_id: str | None = None
-    trace_id: str | None = None
-    limit: int | None = None
-    offset: int | None = None
-    since: datetime | None = None
-    until: datetime | None = None
-
-
-# ---- messages as items, and back ---------------------------------------------------------------
-
-
-def _plain(value: object) -> object:
-    """JSON-able data from JAF's objects: dataclasses as dicts, enums as their values."""
-    if isinstance(value, enum.Enum):
-        return _plain(value.value)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    return value
-
-
-def _drop_none(value: object) -> object:
-    if isinstance(value, dict):
-        return {k: _drop_none(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list):
-        return [_drop_none(v) for v in value]
-    return value
-
-
-def message_fields(message: object) -> dict:
-    """A message's fields as JSON (what it is stored as, and what stored messages are compared
-    by); InvalidInput for one JAF could not have made."""
-    if isinstance(message, Mapping):
-        unknown = set(message) - set(MESSAGE_FIELDS)
-        if unknown:
-            raise InvalidInput(f"unknown message fields {sorted(unknown)}")
-        raw = {name: message.get(name) for name in MESSAGE_FIELDS}
-    else:
-        raw = {name: getattr(message, name, None) for name in MESSAGE_FIELDS}
-    fields = {k: _drop_none(_plain(v)) for k, v in raw.items() if v is not None}
-    for name in ("tool_calls", "attachments"):  # none at all, however said
-        if fields.get(name) == []:
-            del fields[name]
-    role = fields.get("role")
-    if role not in ROLES:
-        raise InvalidInput(f"a message's role must be one of {', '.join(ROLES)}, not {role!r}")
-    content = fields.get("content")
-    if not isinstance(content, str) and not (
-        isinstance(content, list) and all(isinstance(p, dict) and "type" in p for p in content)
-    ):
-        raise InvalidInput("a message's content must be a string or a list of content parts")
-    if "message_id" not in fields:
-        fields["message_id"] = generate_message_id()
-    for name in ("message_id", "tool_call_id"):
-        if name in fields and (type(fields[name]) is not str or not fields[name]):
-            raise InvalidInput(f"{name} must be a non-empty string")
-    try:  # JSON, as the log will hold it (tuples become lists, and so on)
-        return orjson.loads(orjson.dumps(fields))
-    except TypeError as exc:
-        raise InvalidInput(f"a message must be JSON data: {exc}") from None
-
-
-def _item(fields: dict) -> dict:
-    """The ledgermem item a message is: role and content as they are, tool calls and their id
-    as the item's rendering fields, its id and attachments in its metadata."""
-    item = {"content": fields["content"], "role": fields["role"]}
-    if fields.get("tool_calls"):
-        item["tool_calls"] = fields["tool_calls"]
-    if fields.get("tool_call_id"):
-        item["tool_call_id"] = fields["tool_call_id"]
-    metadata = {"message_id": fields["message_id"]}
-    if fields.get("attachments"):
-        metadata["attachments"] = fields["attachments"]
-    item["metadata"] = metadata
-    return item
-
-
-def _stored_fields(view: ItemView) -> dict:
-    """A stored message's fields, as `message_fields` gives the message it was stored from."""
-    fields = {"role": view.role, "content": view.content}
-    if view.extra.get("tool_calls"):
-        fields["tool_calls"] = view.extra["tool_calls"]
-    if view.extra.get("tool_call_id"):
-        fields["tool_call_id"] = view.extra["tool_call_id"]
-    if view.metadata.get("attachments"):
-        fields["attachments"] = view.metadata["attachments"]
-    fields["message_id"] = view.metadata.get("message_id") or view.id
-    return fields
-
-
-def message_of(fields: dict) -> Message:
-    """A stored message as JAF's `Message`."""
-    content = fields["content"]
-    if isinstance(content, list):
-        content = [MessageContentPart(**p) for p in content]
-    elif not isinstance(content, str):  # an item written another way: its JSON as text
-        content = orjson.dumps(content).decode()
-    calls = fields.get("tool_calls")
-    return Message(
-        role=fields["role"],
-        content=content,
-        attachments=[Attachment(**a) for a in fields["attachments"]]
-        if fields.get("attachments")
-        else None,
-        tool_call_id=fields.get("tool_call_id"),
-        tool_calls=[
-            ToolCall(c["id"], c.get("type", "function"), ToolCallFunction(**c["function"]))
-            for c in calls
-        ]
-        if calls
-        else None,
-        message_id=fields["message_id"],
-    )
-
-
-def _time(ts_us: int) -> datetime:
-    return datetime.fromtimestamp(ts_us / 1_000_000, UTC)
-
-
-def _us(when: datetime) -> int:
-    """A datetime in microseconds; a naive one is local time, as JAF's `datetime.now()`."""
-    return round(when.timestamp() * 1_000_000)
+__all__ = [
+    "MESSAGE_FIELDS", "METADATA", "MESSAGES", "PROVIDER", "ROLES", "ConversationMemory",
+    "Failure", "LedgerMemoryProvider", "MemoryConnectionError", "MemoryError",
+    "MemoryNotFoundError", "MemoryQuery", "MemoryStorageError", "Message", "Result", "Success",
+    "create_memory_provider_from_env",
+]  # fmt: skip
 
 
 # ---- the provider ------------------------------------------------------------------------------
+
+
+class Closing(Protocol):
+    """What a provider may own and close: a `Memory`, or a `StoreMemory` that holds one."""
+
+    def close(self) -> None: ...
 
 
 class LedgerMemoryProvider:
@@ -313,7 +90,7 @@ class LedgerMemoryProvider:
         memory: Memory,
         *,
         tenant: str | None = None,
-        closing: object | None = None,
+        closing: Closing | None = None,
         store: str = "file",
         max_messages: int | None = None,
     ) -> None:
@@ -364,7 +141,7 @@ class LedgerMemoryProvider:
             if stored[same:]:
                 await session.remove_async(MESSAGES, [view.id for view, _ in stored[same:]])
             if fields[start + same :]:
-                await self._add(session, [_item(f) for f in fields[start + same :]])
+                await self._add(session, [item_of(f) for f in fields[start + same :]])
             if metadata and not created:
                 await self._add_metadata(session, metadata)
         except LedgerError as exc:
@@ -377,7 +154,7 @@ class LedgerMemoryProvider:
         """Add messages to an existing conversation: one `item.added` (MemoryNotFoundError for
         an unknown conversation, nothing appended)."""
         try:
-            items = [_item(message_fields(m)) for m in messages]
+            items = [item_of(message_fields(m)) for m in messages]
             _check_metadata(metadata)
             session = self._session(conversation_id)
             self.memory.require_session(self.tenant, conversation_id)
@@ -467,7 +244,7 @@ class LedgerMemoryProvider:
             return Success([])
         except LedgerError as exc:
             return _storage_failure("get_recent_messages", exc)
-        return Success([message_of(_stored_fields(v)) for v in views])
+        return Success([message_of(stored_fields(v)) for v in views])
 
     async def find_conversations(self, query: MemoryQuery | None = None, **fields: Any) -> Result:
         """Conversations matching `query` (or its fields as keywords: conversation_id,
@@ -481,9 +258,9 @@ class LedgerMemoryProvider:
             if query.conversation_id:
                 found = [s for s in found if s["session"] == query.conversation_id]
             if query.since is not None:
-                found = [s for s in found if s["created_ts"] >= _us(query.since)]
+                found = [s for s in found if s["created_ts"] >= microseconds_of(query.since)]
             if query.until is not None:
-                found = [s for s in found if s["created_ts"] <= _us(query.until)]
+                found = [s for s in found if s["created_ts"] <= microseconds_of(query.until)]
             found.sort(key=lambda s: s["active_ts"], reverse=True)
             offset = query.offset or 0
             page = found[offset : offset + query.limit if query.limit else None]
@@ -502,7 +279,7 @@ class LedgerMemoryProvider:
             counts = self.memory.read(lambda state: _message_counts(state, self.tenant, ids))
         except LedgerError as exc:
             return _storage_failure("get_stats", exc)
-        created = [_time(s["created_ts"]) for s in found]
+        created = [datetime_of(s["created_ts"]) for s in found]
         return Success({
             "total_conversations": len(found),
             "total_messages": sum(counts),
@@ -532,7 +309,7 @@ class LedgerMemoryProvider:
         """Close the memory when this provider owns it (`closing`); Success(None)."""
         try:
             if self._closing is not None:
-                self._closing.close()  # type: ignore[attr-defined]
+                self._closing.close()
         except Exception as exc:  # JAF reports rather than raises here too
             return Failure(MemoryConnectionError(f"close failed: {exc}", PROVIDER, exc))
         return Success(None)
@@ -562,7 +339,7 @@ class LedgerMemoryProvider:
             views = await session.get_async(MESSAGES, reader="operator", role=list(ROLES))
         except SectionNotFound:
             return []
-        return [(v, _stored_fields(v)) for v in views]
+        return [(v, stored_fields(v)) for v in views]
 
     async def _add(self, session: Session, items: list[dict]) -> None:
         try:
@@ -593,12 +370,12 @@ class LedgerMemoryProvider:
                     metadata.update(later.content)
         except SectionNotFound:
             pass
-        messages = tuple(message_of(_stored_fields(v)) for v in views)
+        messages = tuple(message_of(stored_fields(v)) for v in views)
         metadata.update(
-            created_at=_time(info["created_ts"]),
-            updated_at=_time(info["active_ts"]),
+            created_at=datetime_of(info["created_ts"]),
+            updated_at=datetime_of(info["active_ts"]),
             total_messages=len(messages),
-            last_activity=_time(info["active_ts"]),
+            last_activity=datetime_of(info["active_ts"]),
         )
         return ConversationMemory(conversation_id, info["metadata"].get("user_id"), messages,
                                   metadata)  # fmt: skip

@@ -28,7 +28,7 @@ from eventstore.errors import InvalidInput
 from sections.errors import ConfigError, SectionNotFound, SessionNotFound
 from sections.model.config import MemoryConfig
 from sections.model.item_filter import event_type
-from sections.retrieval.observations import TENANT_SESSION
+from sections.model.names import TENANT_SESSION
 from sections.runtime.memory import ItemView, Memory
 from sections.runtime.session import Session
 from sections.specs import command_specs
@@ -335,7 +335,12 @@ class LocalMemory:
         except SessionNotFound:
             return ""
         speaker = {"user_message": "User", "agent_response": "Assistant"}
-        return "\n".join(f"{speaker[event_type(v)]}: {v.content}" for v in views)
+        lines = []
+        for view in views:
+            kind = event_type(view)
+            assert kind is not None  # the events asked for: CONVERSATION's types
+            lines.append(f"{speaker[kind]}: {view.content}")
+        return "\n".join(lines)
 
     # -- statistics and retention
 
@@ -470,7 +475,7 @@ def memory_from_env(
     kind = env.get("MEMORY_TYPE", "local").strip().lower()
     if kind != "local":
         raise ConfigError(f"MEMORY_TYPE {kind!r} is not supported here: use 'local' (ledgermem)")
-    options = {
+    options: dict[str, Any] = {
         "max_events_per_session": _int_env(env, "MEMORY_MAX_SESSION_EVENTS", DEFAULT_MAX_EVENTS),
         "context_limit": _int_env(env, "MEMORY_CONTEXT_LIMIT", 6),
     }

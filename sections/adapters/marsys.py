@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 
@@ -58,19 +59,21 @@ def llm_dict(view: ItemView) -> dict:
         text = (
             "" if content is None else content if isinstance(content, str) else _json_text(content)
         )
-        message = {"role": "tool", "content": text}
+        answer = {"role": "tool", "content": text}
         if extra.get("tool_call_id"):
-            message["tool_call_id"] = extra["tool_call_id"]
+            answer["tool_call_id"] = extra["tool_call_id"]
         if extra.get("name"):
-            message["name"] = extra["name"]
-        return message
+            answer["name"] = extra["name"]
+        return answer
     if isinstance(content, dict):
         content = _json_text(content)
     if extra.get("images") and not isinstance(content, list):
-        parts = [{"type": "text", "text": str(content)}] if content and str(content).strip() else []
+        parts: list[dict] = (
+            [{"type": "text", "text": str(content)}] if content and str(content).strip() else []
+        )
         parts += [{"type": "image_url", "image_url": {"url": ref}} for ref in extra["images"]]
         content = parts
-    message = {"role": role, "content": content}
+    message: dict[str, object] = {"role": role, "content": content}
     for name in ("name", "tool_calls", "reasoning_details"):
         if extra.get(name):
             message[name] = extra[name]
@@ -142,7 +145,9 @@ class ConversationMemory:
                 f"update changes {' and '.join(UPDATABLE)} only; {sorted(given)} stay as added "
                 "(remove the message and add a new one)"
             )
-        changes = {k: v for k, v in (("role", role), ("content", content)) if v is not None}
+        changes: dict[str, Any] = {
+            k: v for k, v in (("role", role), ("content", content)) if v is not None
+        }
         if not changes:  # nothing to change: only whether it is there (no content is read)
             tenant, sid, name = self.session.tenant, self.session.id, self.section
             self.session.memory.read(
@@ -200,15 +205,13 @@ def _message_fields(message: object) -> dict:
         unknown = set(message) - {"role", "content", "message_id", *MESSAGE_FIELDS}
         if unknown or "role" not in message:
             raise InvalidInput(f"a message needs a role; unknown fields {sorted(unknown)}")
-        get = message.get
+        found = message
     else:
         if getattr(message, "role", None) is None:
             raise InvalidInput("a message needs a role")
-
-        def get(key: str) -> object:
-            return getattr(message, key, None)
-
-    return {"role": get("role"), "content": get("content"), **{k: get(k) for k in MESSAGE_FIELDS}}
+        found = {k: getattr(message, k, None) for k in ("role", "content", *MESSAGE_FIELDS)}
+    keys = ("role", "content", *MESSAGE_FIELDS)
+    return {k: found.get(k) for k in keys}
 
 
 @dataclass(frozen=True)

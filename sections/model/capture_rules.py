@@ -36,12 +36,12 @@ from dataclasses import dataclass
 import orjson
 
 from sections.errors import ConfigError
+from sections.model.names import OBSERVATION_SCOPES, OBSERVATION_TYPES
 
 SAVE_KEY, INJECT_KEY = "memory_save_rules", "context_inject_tools"
 FROM_TOOL_ARGS = "from_tool_args"
 QUERY_ARGS = ("command", "query", "path")  # the argument a query is taken from, in this order
 TITLE_ARGS = ("command", "path")  # the argument a title quotes
-SCOPES = ("session", "tenant")
 TITLE_CHARS, CONTENT_CHARS = 80, 1000
 MAX_INJECT = 10
 
@@ -108,10 +108,6 @@ def _name(where: str, table: dict, seen: set[str]) -> str:
 
 
 def _save_rule(where: str, table: object, seen: set[str]) -> SaveRule:
-    from sections.retrieval.observations import (
-        TYPES,  # here: observations imports config, which imports us
-    )
-
     fields = {"name", "tool", "match_output", "match_args", "type", "scope"}
     table = _table(where, table, fields)
     name = _name(where, table, seen)
@@ -124,11 +120,11 @@ def _save_rule(where: str, table: object, seen: set[str]) -> SaveRule:
         (key, _pattern(where, f"match_args.{key}", value)) for key, value in sorted(args.items())
     )
     kind = table.get("type", "discovery")
-    if kind not in TYPES:
-        raise ConfigError(f"{where}: type {kind!r} is not one of {', '.join(TYPES)}")
+    if kind not in OBSERVATION_TYPES:
+        raise ConfigError(f"{where}: type {kind!r} is not one of {', '.join(OBSERVATION_TYPES)}")
     scope = table.get("scope", "session")
-    if scope not in SCOPES:
-        raise ConfigError(f"{where}: scope {scope!r} is not one of {', '.join(SCOPES)}")
+    if scope not in OBSERVATION_SCOPES:
+        raise ConfigError(f"{where}: scope {scope!r} is not one of {', '.join(OBSERVATION_SCOPES)}")
     return SaveRule(name, table["tool"], match_output, match_args, kind, scope)
 
 
@@ -147,13 +143,17 @@ def _inject_rule(where: str, table: object, seen: set[str]) -> InjectRule:
 def load(data: dict) -> CaptureRules:
     """The rules of a config's `memory_save_rules` and `context_inject_tools` arrays of tables."""
     seen: set[str] = set()
-    made = {}
-    for key, make in ((SAVE_KEY, _save_rule), (INJECT_KEY, _inject_rule)):
-        tables = data.get(key, [])
-        if not isinstance(tables, list):
-            raise ConfigError(f"{key} must be an array of tables ([[{key}]])")
-        made[key] = tuple(make(f"{key}[{n}]", t, seen) for n, t in enumerate(tables))
-    return CaptureRules(made[SAVE_KEY], made[INJECT_KEY])  # type: ignore[arg-type]
+    save = tuple(_save_rule(where, t, seen) for where, t in _tables(data, SAVE_KEY))
+    inject = tuple(_inject_rule(where, t, seen) for where, t in _tables(data, INJECT_KEY))
+    return CaptureRules(save, inject)
+
+
+def _tables(data: dict, key: str) -> list[tuple[str, object]]:
+    """The tables of the array `key`, each with where it is (`key[N]`)."""
+    tables = data.get(key, [])
+    if not isinstance(tables, list):
+        raise ConfigError(f"{key} must be an array of tables ([[{key}]])")
+    return [(f"{key}[{n}]", t) for n, t in enumerate(tables)]
 
 
 # ---- matching -----------------------------------------------------------------------------------

@@ -9,15 +9,15 @@ what the caller gets besides it travels in a `Decision` (sections/specs/command_
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
-
-import orjson
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from eventstore.errors import InvalidInput
 from eventstore.identifiers import check_identifier
+from eventstore.record import Record
 from sections.errors import (
     BudgetExceeded,
-    CannotCompact,
     ImmutableSection,
     ItemNotFound,
     SectionNotFound,
@@ -27,16 +27,11 @@ from sections.errors import (
     VersionConflict,
 )
 from sections.model import compaction, render
-from sections.model.config import (
-    SESSION_SECTION,
-    SETTINGS,
-    MemoryConfig,
-    SectionConfig,
-    refuse_untraced,
-)
+from sections.model.config import SETTINGS, MemoryConfig, SectionConfig, refuse_untraced
+from sections.model.item import Item
+from sections.model.names import SESSION_SECTION
 from sections.model.policies import choose_evictions
-from sections.model.render import Injection
-from sections.model.state import Item, MemoryState, SectionState, SessionState
+from sections.model.state import MemoryState, SectionState, SessionState
 from sections.model.tokens import TokenCounter, count_input
 from sections.model.tool_calls import default_group
 
@@ -63,12 +58,13 @@ class Decision:
     the seq the result reflects: the caller is answered once the log is durable up to it."""
 
     records: tuple[Command, ...] | list[Command]
-    result: object = None
+    result: Any = None  # each command's own: its spec's result step knows what it is
     durable_at: int | None = None
 
 
-def get_session(state: MemoryState, tenant: str, session: str) -> SessionState:
-    found = state.sessions.get((tenant, session))
+def get_session(state: MemoryState, tenant: str, session: str | None) -> SessionState:
+    """The live session; SessionNotFound otherwise (a tenant's command names none: None)."""
+    found = state.sessions.get((tenant, session)) if session is not None else None
     if found is None:
         raise SessionNotFound(f"session {session!r} not found")
     return found
@@ -83,9 +79,18 @@ def get_section(session: SessionState, name: str) -> SectionState:
     return section
 
 
-def _check_version(session: SessionState, expected: int | None) -> None:
+def check_version(session: SessionState, expected: int | None) -> None:
     if expected is not None and expected != session.version:
         raise VersionConflict(session.id, expected, session.version)
+
+
+def payload(record: Record) -> dict:
+    """The payload of a record this memory appended, not erased: the JSON object its command
+    made (`Record.payload` is typed for any log, whose payloads may be any JSON)."""
+    found = record.payload
+    if not isinstance(found, dict):
+        raise TypeError(f"record {record.seq} holds no payload object (erased?)")
+    return found
 
 
 def base_payload(session: SessionState, idem: str | None) -> dict:
@@ -105,7 +110,7 @@ def check_open(session: SessionState) -> None:
         )
 
 
-def _check_writable(section: SectionState, session: SessionState) -> None:
+def check_writable(section: SectionState, session: SessionState) -> None:
     if not section.config.mutable:
         raise ImmutableSection(
             f"section {section.config.name!r} is immutable: loaded from config at seq "
@@ -131,7 +136,7 @@ def create_session(
         raise SessionExists(f"session {session!r} already exists")
     if metadata is not None and type(metadata) is not dict:
         raise InvalidInput("metadata must be an object")
-    payload = {
+    payload: dict[str, Any] = {
         "prev_seq": None,
         "metadata": metadata or {},
         "config": {s.name: s.to_json() for s in config.sections},
@@ -179,11 +184,11 @@ def configure_section(
     expected_version: int | None = None,
 ) -> Command:
     """Change (or add) one section's config for this session; a smaller budget evicts by policy."""
-    _check_version(session, expected_version)
+    check_version(session, expected_version)
     check_open(session)
     section = session.sections.get(name)
     if section is not None:
-        _check_writable(section, session)  # its config is part of what was loaded from config
+        check_writable(section, session)  # its config is part of what was loaded from config
     base = section.config.to_json() if section is not None else {}
     if "items" in settings:
         raise InvalidInput(
@@ -209,7 +214,7 @@ def configure_section(
 def end_session(
     session: SessionState, idem: str | None = None, expected_version: int | None = None
 ) -> Command:
-    _check_version(session, expected_version)
+    check_version(session, expected_version)
     check_open(session)  # a retry with the first call's key is answered before this
     return Command(
         session.tenant, session.id, SESSION_SECTION, "session.ended", base_payload(session, idem)
@@ -219,7 +224,7 @@ def end_session(
 def delete_session(
     session: SessionState, idem: str | None = None, expected_version: int | None = None
 ) -> Command:
-    _check_version(session, expected_version)
+    check_version(session, expected_version)
     return Command(
         session.tenant, session.id, SESSION_SECTION, "session.deleted", base_payload(session, idem)
     )
@@ -253,7 +258,7 @@ def _new_item(
     data: dict,
     counter: TokenCounter,
     existing: SectionState | None,
-    batch: list[dict] = (),  # type: ignore[assignment]
+    batch: Sequence[dict] = (),
 ) -> dict:
     """Check one item's fields and return its record form, with its token count."""
     # Content alone, the common add, has no other field to check or copy.
@@ -328,10 +333,10 @@ def add_items(
     """The `item.added` record. A section with compaction that the add takes past its
     threshold is compacted first, in the same record (`compacted`, sections/model/compaction.py):
     the policy evicts only what still does not fit the budget after that."""
-    _check_version(session, expected_version)
+    check_version(session, expected_version)
     section = get_section(session, section_name)
     check_open(session)
-    _check_writable(section, session)
+    check_writable(section, session)
     if not items:
         raise InvalidInput("nothing to add: give at least one item")
     new: list[dict] = []
@@ -389,10 +394,10 @@ def update_item(
     idem: str | None = None,
     expected_version: int | None = None,
 ) -> Command:
-    _check_version(session, expected_version)
+    check_version(session, expected_version)
     section = get_section(session, section_name)
     check_open(session)
-    _check_writable(section, session)
+    check_writable(section, session)
     item = get_item(section, item_id_)
     allowed = UPDATABLE
     if type(changes) is not dict or not changes or set(changes) - allowed:
@@ -419,10 +424,10 @@ def remove_items(
     idem: str | None = None,
     expected_version: int | None = None,
 ) -> Command:
-    _check_version(session, expected_version)
+    check_version(session, expected_version)
     section = get_section(session, section_name)
     check_open(session)
-    _check_writable(section, session)
+    check_writable(section, session)
     if not ids:
         raise InvalidInput("nothing to remove: give at least one item id")
     for id_ in ids:
@@ -472,161 +477,13 @@ def read_items(
     return Command(session.tenant, session.id, section, "items.read", payload)
 
 
-def assemble_context(
-    session: SessionState,
-    names: list[str] | None,
-    budget: int,
-    content_of: render.ContentOf,
-    counter: TokenCounter,
-    reader: str = "agent",
-    injection: Injection | None = None,
-) -> tuple[Command, list[dict]]:
-    """The `context.assembled` record and the messages, whose rendered tokens (as `counter`
-    counts them) stay within `budget`. Without `names`, every section but those assembled only
-    on request (`documents`; `observations`, whose contents come in through injection)."""
-    if type(budget) is not int or budget <= 0:
-        raise InvalidInput("the context budget must be a positive number of tokens")
-    if reader not in READERS:
-        raise InvalidInput(f"reader must be one of {', '.join(READERS)}")
-    for name in names or ():
-        get_section(session, name)
-    injection = injection or Injection()
-    injected = render.tokens_of(injection.messages, counter)
-    chosen, spent = render.choose(session, names, budget - injected, content_of, counter)
-    messages = render.render(chosen, content_of, injection.messages)
-    entries = injection.entries + render.manifest(chosen)
-    payload = base_payload(session, None)
-    payload.update(
-        {
-            "reader": reader,
-            "renderer": render.RENDERER,
-            "budget": budget,
-            "tokens": injected + spent,
-            "sections": names,
-            "manifest": entries,
-        }
-    )
-    if injection.settings is not None:
-        payload["inject"] = injection.settings
-    return Command(
-        session.tenant, session.id, SESSION_SECTION, "context.assembled", payload
-    ), messages
-
-
-def context_bytes(
-    session: SessionState,
-    names: list[str] | None,
-    budget: int,
-    content_of: render.ContentOf,
-    counter: TokenCounter,
-) -> int:
-    """The bytes of the messages `assemble_context` would render now (serialized as compact
-    JSON, as a model API is sent them), without injected observations or summaries."""
-    chosen, _ = render.choose(session, names, budget, content_of, counter)
-    return len(orjson.dumps(render.render(chosen, content_of)))
-
-
-def compact_for_payload_error(
-    session: SessionState,
-    section_name: str,
-    target_bytes: int,
-    budget: int,
-    names: list[str] | None,
-    content_of: render.ContentOf,
-    counter: TokenCounter,
-    summarizer: compaction.Summarizer,
-    idem: str | None = None,
-    expected_version: int | None = None,
-) -> tuple[Command | None, dict]:
-    """The `section.compacted` record that makes what `context(budget, names)` renders fit
-    `target_bytes`, and the outcome; no record when it fits already. Compaction is tried
-    gentlest first: the section's own settings, then fewer protected rounds (down to one), then
-    tool outputs in the tail cut too, ever shorter. CannotCompact when none fits."""
-    _check_version(session, expected_version)
-    section = get_section(session, section_name)
-    check_open(session)
-    _check_writable(section, session)
-    if type(target_bytes) is not int or target_bytes <= 0:
-        raise InvalidInput("target_bytes must be a positive integer")
-    if type(budget) is not int or budget <= 0:
-        raise InvalidInput("the context budget must be a positive number of tokens")
-    for name in names or ():
-        get_section(session, name)
-
-    def size(trial: SectionState, contents: render.ContentOf = content_of) -> int:
-        sections = {**session.sections, section_name: trial}
-        return context_bytes(replace(session, sections=sections), names, budget, contents,
-                             counter)  # fmt: skip
-
-    before = size(section)
-    outcome = {"compacted": False, "seq": None, "bytes_before": before, "bytes_after": before}
-    if before <= target_bytes:
-        return None, outcome
-    config = section.config
-    attempts = [
-        compaction.Settings(keep, config.compact_tool_chars)
-        for keep in range(config.compact_keep_turns, 0, -1)
-    ]
-    limit = config.compact_tool_chars
-    while limit >= compaction.MIN_TOOL_CHARS:
-        attempts.append(compaction.Settings(1, limit, cut_tail=True))
-        limit //= 2
-    summaries: dict[tuple, str] = {}  # a span is summarized once, however many attempts see it
-
-    def remembered(messages: list[dict], max_tokens: int) -> str:
-        key = (orjson.dumps(messages), max_tokens)
-        if key not in summaries:
-            if summarizer is compaction.digest:  # ours fits what the session's counter counts
-                summaries[key] = compaction.digest(messages, max_tokens, counter)
-            else:
-                summaries[key] = summarizer(messages, max_tokens)
-        return summaries[key]
-
-    remembered.name = compaction.summarizer_name(summarizer)  # type: ignore[attr-defined]
-    for settings in attempts:
-        found = compaction.plan(
-            section, settings, None, content_of, counter, remembered, "payload_error"
-        )
-        if found is None:
-            continue
-        after = size(found.trial, found.content_of(content_of))
-        if after <= target_bytes:
-            payload = base_payload(session, idem)
-            payload.update({"compacted": found.compacted, "target_bytes": target_bytes,
-                            "bytes_before": before, "bytes_after": after})  # fmt: skip
-            command = Command(session.tenant, session.id, section_name, "section.compacted",
-                              payload)  # fmt: skip
-            return command, compaction_outcome(None, payload)
-    raise CannotCompact(
-        f"no compaction of section {section_name!r} makes the context ({before} bytes) fit "
-        f"{target_bytes} bytes: what is left is protected (the instruction, system messages, "
-        "the last round) or not in this section; nothing was written"
-    )
-
-
-def compaction_outcome(seq: int | None, payload: dict) -> dict:
-    """What `compact_for_payload_error` answers, from its record alone (a retry has only it):
-    the record's seq, sizes before and after, and how many items were replaced and cut (which
-    ones, and the summary, are in the record)."""
-    return {
-        "compacted": True,
-        "seq": seq,
-        "bytes_before": payload["bytes_before"],
-        "bytes_after": payload["bytes_after"],
-        "tokens_before": payload["compacted"]["tokens_before"],
-        "tokens_after": payload["compacted"]["tokens_after"],
-        "replaced": len(payload["compacted"].get("replaced", ())),
-        "truncated": len(payload["compacted"]["truncated"]),
-    }
-
-
 # ---- turns, commits, restarts -----------------------------------------------------------------
 
 
 def end_turn(
     session: SessionState, idem: str | None = None, expected_version: int | None = None
 ) -> Command:
-    _check_version(session, expected_version)
+    check_version(session, expected_version)
     check_open(session)
     cleared = {
         name: list(section.items)
@@ -645,7 +502,7 @@ def commit(
     expected_version: int | None = None,
 ) -> Command:
     """Mark what a `commit`-lifetime section holds now as surviving restarts."""
-    _check_version(session, expected_version)
+    check_version(session, expected_version)
     check_open(session)
     if section_name is not None:
         names = [section_name]

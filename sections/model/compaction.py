@@ -21,7 +21,7 @@ import functools
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import orjson
@@ -29,9 +29,10 @@ import orjson
 from eventstore.errors import InvalidInput
 from sections.errors import NeedsPreparation, SummarizerFailed
 from sections.model.config import SectionConfig
+from sections.model.item import Item, units_of
 from sections.model.projection import apply_compaction
 from sections.model.render import MESSAGE_FIELDS, ContentOf, _text
-from sections.model.state import Item, SectionState
+from sections.model.state import SectionState
 from sections.model.tokens import APPROX, TokenCounter
 
 Summarizer = Callable[[list[dict], int], str]
@@ -85,7 +86,7 @@ def digest(messages: list[dict], max_tokens: int, counter: TokenCounter = APPROX
     return text
 
 
-digest.name = "ledgermem.digest/1"  # type: ignore[attr-defined]
+DIGEST = "ledgermem.digest/1"  # what a compaction by `digest` names as its summarizer
 
 
 def is_summary(item: Item) -> bool:
@@ -100,10 +101,10 @@ def checked_summarizer(summarizer: object) -> Summarizer:
     """The summarizer a decision calls: `digest` as it is (cheap, pure), a runtime's behind
     `SummariesAhead`, so that it is never called under the memory's lock."""
     if isinstance(summarizer, SummariesAhead) or summarizer is digest:
-        return summarizer  # type: ignore[return-value]
+        return summarizer
     if not callable(summarizer):
         raise InvalidInput("summarizer must be a function (messages, max_tokens) -> str")
-    return SummariesAhead(summarizer)  # type: ignore[arg-type]
+    return SummariesAhead(summarizer)
 
 
 def _raise(exc: BaseException) -> str:
@@ -163,6 +164,10 @@ def compacted_content(compacted: dict, id_: str) -> tuple[bool, object]:
 
 
 def summarizer_name(summarizer: Summarizer) -> str:
+    """What a compaction's record names its summarizer by: ours, or a runtime's `name`
+    attribute (a function may be given one), or its qualified name."""
+    if summarizer is digest:
+        return DIGEST
     name = getattr(summarizer, "name", None) or getattr(summarizer, "__qualname__", None)
     return str(name or type(summarizer).__name__)
 
@@ -184,13 +189,6 @@ class Settings:
 # ---- which units are protected ----------------------------------------------------------------
 
 
-def _units(items: list[Item]) -> dict[str, list[Item]]:
-    units: dict[str, list[Item]] = {}
-    for item in items:
-        units.setdefault(item.unit, []).append(item)
-    return units
-
-
 def _tail_start(items: list[Item], units: dict[str, list[Item]], keep_turns: int) -> int:
     """The index in `items` where the protected tail starts."""
     assistants = [i for i, item in enumerate(items) if item.role == "assistant"]
@@ -206,11 +204,12 @@ def partition(
 ) -> tuple[list[list[Item]], list[list[Item]]]:
     """(the units that may be replaced, oldest first; the protected units). `keep_turns` may
     be 0 when an add brings the protected rounds itself; `joined`: units an add joins."""
-    units = _units(items)
+    units = units_of(items)
     start = _tail_start(items, units, keep_turns) if items and keep_turns > 0 else len(items)
     tail = {item.unit for item in items[start:]} | joined
     instruction = next((item.unit for item in items if item.role == "user"), None)
-    free, protected = [], []
+    free: list[list[Item]] = []
+    protected: list[list[Item]] = []
     for unit, members in units.items():
         keep = unit in tail or unit == instruction or any(m.role == "system" for m in members)
         (protected if keep else free).append(members)
@@ -276,7 +275,7 @@ def plan(
     counter: TokenCounter,
     summarizer: Summarizer,
     reason: str,
-    incoming: list[dict] = (),  # type: ignore[assignment]
+    incoming: Sequence[dict] = (),
 ) -> Plan | None:
     """Cut tool outputs; if the section then holds more than `target_tokens` (None: always),
     replace its unprotected units by a summary. None when there is nothing to do. `incoming`:

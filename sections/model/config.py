@@ -17,12 +17,13 @@ from eventstore.identifiers import is_identifier
 from sections.errors import ConfigError, ConflictingSettings
 from sections.model.capture_rules import INJECT_KEY, SAVE_KEY, CaptureRules
 from sections.model.capture_rules import load as load_capture_rules
+from sections.model.names import CONVERSATION, OBSERVATIONS
+from sections.model.tokens import DEFAULT_COUNTER, counter_named
 
 log = logging.getLogger("ledgermem.config")
 
 POLICIES = ("fifo", "lifo", "lru", "lfu", "priority", "refuse", "none")
 LIFETIMES = ("turn", "process", "commit", "durable")
-SESSION_SECTION = "_session"  # reserved: records of commands that span sections
 # Compaction (docs/compaction.md): off unless `compact_at_tokens` is set; the other two apply
 # only then. Written into records only when set, so configs without it keep their old bytes.
 COMPACTION_SETTINGS = ("compact_at_tokens", "compact_keep_turns", "compact_tool_chars")
@@ -159,9 +160,6 @@ def _warn_untraced() -> None:
     log.warning("audit_reads=false in the log is ignored: every read is traced")
 
 
-OBSERVATIONS = "observations"  # long-term memory (sections/retrieval/observations.py)
-
-
 def _s(name: str, budget: int | None, policy: str, lifetime: str, **flags: bool) -> SectionConfig:
     return SectionConfig(name, budget, policy, lifetime, **flags)
 
@@ -176,7 +174,7 @@ DEFAULT_SECTIONS: tuple[SectionConfig, ...] = (
     _s("plan_history", 4_000, "fifo", "durable"),
     _s("last_intent", 500, "lifo", "durable"),
     _s("reflection", 2_000, "fifo", "durable"),
-    _s("messages", 32_000, "fifo", "durable", searchable=True),
+    _s(CONVERSATION, 32_000, "fifo", "durable", searchable=True),
     _s("actions", 8_000, "fifo", "durable", searchable=True),
     _s("findings", 16_000, "priority", "durable", searchable=True),
     _s("documents", None, "none", "durable", searchable=True),
@@ -195,12 +193,14 @@ def _check_limit(name: str, value: object) -> None:
         raise ConfigError(f"{name} must be a positive integer or unset")
 
 
-def check_seconds(name: str, value: object, error: type[Exception], positive: bool = False):
+def check_seconds(
+    name: str, value: object, error: type[Exception], positive: bool = False
+) -> int | float:
     """A number of seconds: an int or a finite float, not a boolean, >= 0 (> 0 if `positive`).
     Returns it; raises `error` naming the problem otherwise."""
-    if type(value) not in (int, float) or not math.isfinite(value):  # type: ignore[arg-type]
+    if (type(value) is not int and type(value) is not float) or not math.isfinite(value):
         raise error(f"{name} must be a finite number of seconds")
-    if value < 0 or (positive and value == 0):  # type: ignore[operator]
+    if value < 0 or (positive and value == 0):
         raise error(f"{name} must be {'positive' if positive else 'zero or more'}")
     return value
 
@@ -276,7 +276,7 @@ class MemoryConfig:
 
 
 def _seed_items(name: str, items: object) -> tuple[dict, ...]:
-    if type(items) not in (list, tuple) or not all(type(i) is dict for i in items):
+    if not isinstance(items, list | tuple) or not all(type(i) is dict for i in items):
         raise ConfigError(f"section {name!r}: items must be a list of item objects")
     return tuple(items)
 
@@ -307,8 +307,6 @@ def load_config(path: str | Path) -> MemoryConfig:
         raise ConfigError(f"{path}: unknown top-level keys {sorted(unknown)}")
     token_counter = data.get("token_counter")
     if token_counter is not None:
-        from sections.model.tokens import counter_named  # the counters import config's errors
-
         counter_named(token_counter)
     config = replace(MemoryConfig().with_overrides(sections), token_counter=token_counter)
     try:
@@ -355,3 +353,15 @@ def _retention(path: str | Path, table: object) -> dict:
                 )
         fields["tenant_max_sessions"] = {n: t["max_sessions"] for n, t in tenants.items()}
     return fields
+
+
+def warm_counter(config: object = None) -> None:
+    """Load the vocabulary of the counter new sessions will use (a config file's
+    `token_counter`, else the default), so a service's first write does not wait for it."""
+    if isinstance(config, str):
+        config = load_config(config)
+    name = config.token_counter if isinstance(config, MemoryConfig) else None
+    counter = counter_named(name) if name else DEFAULT_COUNTER
+    warm = getattr(counter, "warm", None)
+    if warm is not None:
+        warm()

@@ -12,7 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from eventstore.record import Record
-from sections.model.state import SessionState, item_id
+from sections.model.compaction import compacted_content
+from sections.model.item import item_id, parse_item_id
+from sections.model.state import SessionState
 
 PERSONAL_FIELDS = ("content", "tags", "metadata", "extra")
 
@@ -137,6 +139,22 @@ def _holds(record: Record, payload: dict, ids: set[str]) -> bool:
     if record.type == "session.summarized":
         return bool(ids & set(payload.get("quotes", ())))
     return False
+
+
+def content_in(record: Record, id_: str) -> object:
+    """The content `record` set for item `id_` (None once the record was erased): how a content
+    kept in the log, not in memory, is read back."""
+    payload = record.payload
+    if not isinstance(payload, dict):  # erased
+        return None
+    if record.type == "item.updated":
+        return payload["set"]["content"]
+    compacted = payload.get("compacted")
+    if compacted:  # a summary or a cut tool output; the added items are under "items"
+        found, content = compacted_content(compacted, id_)
+        if found:
+            return content
+    return added_items(record, payload)[parse_item_id(id_)[1]]["content"]
 
 
 def added_items(record: Record, payload: dict) -> list[dict]:

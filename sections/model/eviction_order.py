@@ -23,10 +23,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from heapq import heapify, heappop, heappush
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from sections.model.state import Item
+from sections.model.item import Item
 
 HEAP_POLICIES = frozenset({"lru", "lfu", "priority"})
 

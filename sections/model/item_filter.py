@@ -13,23 +13,28 @@ conversation, and are left out of the timeline.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 from eventstore.errors import InvalidInput
-from sections.model.state import Item
+from sections.model.item import Item
 
-EVENT_TYPES = (
-    "user_message",
-    "agent_response",
-    "tool_call",
-    "tool_result",
-    "delegation_request",
-    "delegation_response",
-    "error",
-)
 MAX_PAGE = 10_000  # offset and limit beyond any session's item count; bounds the input only
 
 
-def event_type(item: Item) -> str | None:
+class Typed(Protocol):
+    """What an item's event type is read from (an `Item`, or an `ItemView` of one)."""
+
+    @property
+    def kind(self) -> str | None: ...
+
+    @property
+    def role(self) -> str | None: ...
+
+    @property
+    def extra(self) -> dict: ...
+
+
+def event_type(item: Typed) -> str | None:
     """The item's event type (see the module's docstring), or None."""
     if item.kind is not None:
         return item.kind
@@ -48,9 +53,17 @@ def _names(what: str, value: object) -> frozenset[str] | None:
         return None
     if isinstance(value, str):
         value = [value]
-    if type(value) not in (list, tuple, set, frozenset) or not all(type(v) is str for v in value):
+    if not isinstance(value, list | tuple | set | frozenset) or not all(
+        type(v) is str for v in value
+    ):
         raise InvalidInput(f"{what} must be a string or a list of strings")
     return frozenset(value)
+
+
+def _time(what: str, value: object) -> int | None:
+    if value is not None and type(value) is not int:
+        raise InvalidInput(f"{what} must be an integer time in microseconds")
+    return value
 
 
 def _count(what: str, value: object, top: int = MAX_PAGE) -> int | None:
@@ -89,14 +102,11 @@ class ItemFilter:
         timeline: bool = False,
     ) -> ItemFilter:
         """A filter from a caller's arguments, each checked (InvalidInput names the bad one)."""
-        for what, value in (("since", since), ("until", until)):
-            if value is not None and type(value) is not int:
-                raise InvalidInput(f"{what} must be an integer time in microseconds")
         return cls(
             _names("types", types),
             _names("roles", roles),
-            since,  # type: ignore[arg-type]
-            until,  # type: ignore[arg-type]
+            _time("since", since),
+            _time("until", until),
             _count("recent", recent),
             _count("offset", offset) or 0,
             _count("limit", limit),
@@ -105,7 +115,7 @@ class ItemFilter:
 
     @property
     def is_empty(self) -> bool:
-        return self == _NONE
+        return self == NO_FILTER
 
     def keeps(self, item: Item) -> bool:
         if self.types is not None or self.timeline:
@@ -129,5 +139,4 @@ class ItemFilter:
         return kept[self.offset : end]
 
 
-_NONE = ItemFilter()
-NO_FILTER = _NONE
+NO_FILTER = ItemFilter()  # what a read without filters keeps: everything

@@ -18,20 +18,12 @@ item alone. How a unit ranks (lowest rank leaves first; ties break by the oldest
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 
 from sections.errors import BudgetExceeded, ItemTooLarge, NotAdmitted
 from sections.model.eviction_order import EvictionOrder, unit_rank
-from sections.model.state import Item, SectionState
-
-_rank = unit_rank  # context assembly (render.py) keeps units in eviction order too
-
-
-def _units(items: Iterable[Item]) -> dict[str, list[Item]]:
-    units: dict[str, list[Item]] = {}
-    for item in items:
-        units.setdefault(item.unit, []).append(item)
-    return units
+from sections.model.item import Item
+from sections.model.state import SectionState
 
 
 def _order(section: SectionState) -> EvictionOrder:
@@ -148,9 +140,9 @@ def choose_evictions(
     order = _order(section)
     joined: dict[str, list[Item]] = {}
     for unit in incoming_units:
-        members = order.units.get(unit)
-        if members:
-            resident = [m for m in members.values() if m.id != replacing]
+        members_now = order.units.get(unit)
+        if members_now:
+            resident = [m for m in members_now.values() if m.id != replacing]
             if resident:
                 joined[unit] = resident
     protected = sum(m.tokens for members in joined.values() for m in members)
@@ -214,6 +206,7 @@ def _compete(
             first = (top, oldest)
     assert first is not None
     for rank, members in residents:
+        assert rank is not None  # `priority` ranks every resident
         if first < rank:
             break
         excess -= sum(m.tokens for m in members)

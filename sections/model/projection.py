@@ -14,15 +14,9 @@ import orjson
 
 from eventstore.record import CONTROL_TENANT, Record
 from sections.model.config import SectionConfig
-from sections.model.state import (
-    INLINE_CONTENT_BYTES,
-    Item,
-    MemoryState,
-    SectionState,
-    SessionState,
-    item_id,
-    parse_item_id,
-)
+from sections.model.item import Item, item_id, parse_item_id
+from sections.model.names import CONVERSATION
+from sections.model.state import INLINE_CONTENT_BYTES, MemoryState, SectionState, SessionState
 
 IDEMPOTENCY_WINDOW_US = 24 * 3600 * 1_000_000  # a retry within a day is recognised
 IDEMPOTENCY_MAX_KEYS = 10_000  # per session; the oldest go first
@@ -112,7 +106,7 @@ def apply_line(
     session = sessions.get(key)
     if session is None and type_ not in ("session.created", "session.erased"):
         return  # a record of a session erased from the log, or deleted
-    handler(state, session, r, payload)  # type: ignore[arg-type]
+    handler(state, session, r, payload)
     session = sessions.get(key)
     if session is not None:
         session.last_seq = seq
@@ -405,7 +399,8 @@ def _added_unmade(state: MemoryState, session: SessionState, r: dict, payload: d
     items, seq, h, ts = section.items, r["seq"], r["h"], r["ts"]
     for k, data in enumerate(payload["items"]):
         tokens = data["tokens"]
-        items[str(seq) if k == 0 else f"{seq}.{k}"] = (tokens, seq, k, h, ts, data)  # item_id
+        # item_id, held as an `Unmade` tuple in the item's place
+        items[str(seq) if k == 0 else f"{seq}.{k}"] = (tokens, seq, k, h, ts, data)  # type: ignore[assignment]  # why: replay holds an item unmade until make_items (see Unmade)
         section.tokens += tokens
     _note_added(session, r, payload)
 
@@ -415,7 +410,7 @@ def _note_added(session: SessionState, r: dict, payload: dict) -> None:
     name = r["section"]
     if name not in session.touched:  # `session.touch`, inlined: once per added record
         session.touched.append(name)
-    if name == "messages":
+    if name == CONVERSATION:
         session.messages += len(payload["items"])
         roles = session.roles
         for k, data in enumerate(payload["items"]):

@@ -20,18 +20,19 @@ of payment, skipping), so a manifest of either version renders the same way.
 from __future__ import annotations
 
 from bisect import insort
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import orjson
 
 from sections.model import tool_calls
-from sections.model.policies import _rank, _units
-from sections.model.state import Item, SessionState
+from sections.model.eviction_order import unit_rank
+from sections.model.item import Item, units_of
+from sections.model.names import CONVERSATION
+from sections.model.state import SectionState, SessionState
 from sections.model.tokens import TokenCounter
 
 RENDERER = "ledgermem.render/2"
-CONVERSATION = "messages"
 ON_REQUEST = frozenset(("documents", "observations"))  # assembled only when named
 
 ContentOf = Callable[[Item], object]
@@ -60,7 +61,7 @@ def tokens_of(messages: list[dict], counter: TokenCounter) -> int:
 def _keep_order(policy: str, units: list[list[Item]]) -> list[list[Item]]:
     if policy in ("none", "refuse"):
         return sorted(units, key=lambda m: min(i.order for i in m))
-    return sorted(units, key=lambda m: _rank(policy, m), reverse=True)
+    return sorted(units, key=lambda m: unit_rank(policy, m), reverse=True)
 
 
 def choose(
@@ -96,9 +97,15 @@ def choose(
     return chosen, budget - remaining
 
 
-def _fill(name, section, remaining, text_of, counter) -> tuple[list[Item], int]:
+def _fill(
+    name: str,
+    section: SectionState,
+    remaining: int,
+    text_of: Callable[[Item], str],
+    counter: TokenCounter,
+) -> tuple[list[Item], int]:
     """One section's items that fit `remaining` rendered tokens, and their cost."""
-    units = _keep_order(section.config.policy, list(_units(section.items.values()).values()))
+    units = _keep_order(section.config.policy, list(units_of(section.items.values()).values()))
     if name == CONVERSATION:  # one message per item: costs add up exactly
         units = [m for m in units if tool_calls.whole(m)]
         taken: list[Item] = []
@@ -106,9 +113,9 @@ def _fill(name, section, remaining, text_of, counter) -> tuple[list[Item], int]:
         for members in units:
             if sum(m.tokens for m in members) > remaining - spent + len(members):
                 continue  # its rendered messages hold its contents: it cannot fit (see below)
-            cost = sum(counter.count(_message(m, text_of(m))) for m in members)
-            if cost <= remaining - spent:
-                spent += cost
+            paid = sum(counter.count(_message(m, text_of(m))) for m in members)
+            if paid <= remaining - spent:
+                spent += paid
                 taken.extend(members)
         return sorted(taken, key=lambda i: i.order), spent
     if remaining <= 0 or not units:
@@ -175,7 +182,7 @@ def _section_message(name: str, items: list[Item], text_of: Callable[[Item], str
     return {"role": "system", "content": f"## {name}\n{lines}"}
 
 
-def render(chosen: Chosen, content_of: ContentOf, injected: list[dict] = ()) -> list[dict]:
+def render(chosen: Chosen, content_of: ContentOf, injected: Sequence[dict] = ()) -> list[dict]:
     """The messages: the sections' system messages, then `injected` ones, then the conversation."""
     messages: list[dict] = []
     text_of = lambda item: _text(content_of(item))  # noqa: E731

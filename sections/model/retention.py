@@ -19,11 +19,10 @@ from __future__ import annotations
 
 from eventstore.errors import InvalidInput
 from eventstore.jcs import MAX_SAFE_INTEGER
-from sections.adapters.agentops import HOLDER_PREFIX
 from sections.model.commands import Command, base_payload
-from sections.model.config import SESSION_SECTION, check_seconds
+from sections.model.config import check_seconds
+from sections.model.names import HOLDER_PREFIX, SESSION_SECTION, TENANT_SESSION
 from sections.model.state import MemoryState, SessionState
-from sections.retrieval.observations import TENANT_SESSION
 
 MAX_SESSIONS = "max_sessions"
 MAX_AGE = "max_age"

@@ -21,6 +21,10 @@ from eventstore.jcs import check_value
 from sections.errors import ConfigError
 
 
+class _Encoding(Protocol):  # a quicktok vocabulary
+    def count(self, text: str) -> int: ...
+
+
 class TokenCounter(Protocol):
     name: str
     version: str
@@ -58,22 +62,26 @@ class BpeTokenCounter:
 
     def __init__(self, encoding: str) -> None:
         self.name = encoding
-        self._encoding = None
+        self._encoding: _Encoding | None = None
         self._lock = threading.Lock()
         self.version = f"quicktok {_quicktok_version()}"
 
-    def warm(self) -> None:
-        if self._encoding is None:
+    def warm(self) -> _Encoding:
+        encoding = self._encoding
+        if encoding is None:
             with self._lock:
-                if self._encoding is None:
+                encoding = self._encoding
+                if encoding is None:
                     import quicktok
 
-                    self._encoding = quicktok.get_encoding(self.name)
+                    encoding = self._encoding = quicktok.get_encoding(self.name)
+        return encoding
 
     def count(self, content: object) -> int:
-        if self._encoding is None:
-            self.warm()
-        return max(1, self._encoding.count(_text(content)))  # type: ignore[union-attr]
+        encoding = self._encoding
+        if encoding is None:
+            encoding = self.warm()
+        return max(1, encoding.count(_text(content)))
 
 
 def _quicktok_version() -> str:
@@ -92,27 +100,13 @@ BUILT_IN: dict[str, TokenCounter] = {c.name: c for c in (O200K, CL100K, APPROX)}
 DEFAULT_COUNTER: TokenCounter = O200K
 
 
-def counter_named(name: object, extra: dict[str, TokenCounter] | None = None) -> TokenCounter:
+def counter_named(name: str, extra: dict[str, TokenCounter] | None = None) -> TokenCounter:
     """The counter of that name: a built-in one, or one the embedding code registered."""
-    found = (extra or {}).get(name) or BUILT_IN.get(name)  # type: ignore[arg-type]
+    found = (extra or {}).get(name) or BUILT_IN.get(name)
     if found is None:
         known = sorted({*BUILT_IN, *(extra or {})})
         raise ConfigError(f"unknown token counter {name!r}: use one of {', '.join(known)}")
     return found
-
-
-def warm_counter(config: object = None) -> None:
-    """Load the vocabulary of the counter new sessions will use (a config file's
-    `token_counter`, else the default), so a service's first write does not wait for it."""
-    from sections.model.config import MemoryConfig, load_config
-
-    if isinstance(config, str):
-        config = load_config(config)
-    name = config.token_counter if isinstance(config, MemoryConfig) else None
-    counter = counter_named(name) if name else DEFAULT_COUNTER
-    warm = getattr(counter, "warm", None)
-    if warm is not None:
-        warm()
 
 
 def count_input(counter: TokenCounter, content: object) -> int:

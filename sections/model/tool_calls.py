@@ -4,16 +4,18 @@ one); at context time a conversation unit goes in only whole."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from itertools import chain
 
-from sections.model.state import Item, SectionState
+from sections.model.item import Item
+from sections.model.names import CONVERSATION
+from sections.model.state import SectionState
 
 GROUP_PREFIX = "call:"
-CONVERSATION = "messages"
 
 
 def default_group(
-    section: str, item: dict, existing: SectionState | None, batch: list[dict]
+    section: str, item: dict, existing: SectionState | None, batch: Sequence[dict]
 ) -> str | None:
     """In `messages`, an assistant message with tool calls and the tool results answering it
     form one group, named after the first call's id. A result's call is looked for among the

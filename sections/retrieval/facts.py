@@ -22,6 +22,7 @@ The end of a fact is the earliest of these, computed by `timeline` from the sect
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
@@ -29,7 +30,8 @@ from eventstore.errors import InvalidInput
 from sections.errors import FactConflict, ItemNotFound
 from sections.model.commands import Command, base_payload, get_section
 from sections.model.config import SectionConfig
-from sections.model.state import Item, MemoryState, SectionState, SessionState, item_id
+from sections.model.item import Item, item_id
+from sections.model.state import MemoryState, SectionState, SessionState
 from sections.model.tokens import TokenCounter, count_input
 from sections.retrieval.search import MAX_TIME
 
@@ -99,21 +101,23 @@ class NewFact:
     multi: bool = False
 
     @classmethod
-    def of(cls, data: object, default_session: str | None = None) -> NewFact:
+    def of(cls, data: builtins.object, default_session: str | None = None) -> NewFact:
         """From a caller's dict (FACT_FIELDS). A source is an item id of `default_session` (a
         session's own facts) or {"session", "id"}."""
-        if type(data) is not dict:
+        if not isinstance(data, dict):
             raise InvalidInput("a fact must be an object with subject, predicate and object")
         unknown = set(data) - FACT_FIELDS
         if unknown:
             raise InvalidInput(f"unknown fact fields {sorted(unknown)}")
-        fields = [data.get(name) for name in ("subject", "predicate", "object")]
-        for name, value in zip(("subject", "predicate", "object"), fields, strict=True):
+        fields: list[str] = []
+        for name in ("subject", "predicate", "object"):
+            value = data.get(name)
             if type(value) is not str or not value.strip() or len(value) > FIELD_CHARS:
                 raise InvalidInput(
                     f"a fact's {name} must be a non-empty string of at most {FIELD_CHARS} "
                     "characters"
                 )
+            fields.append(value)
         valid_from = check_time("valid_from", data.get("valid_from"))
         metadata = data.get("metadata")
         if metadata is not None and type(metadata) is not dict:
@@ -121,8 +125,9 @@ class NewFact:
         multi = data.get("multi", False)
         if type(multi) is not bool:
             raise InvalidInput("multi must be true or false")
-        return cls(*fields, _sources(data.get("sources"), default_session), valid_from,
-                   metadata, multi)  # type: ignore[arg-type]  # fmt: skip
+        subject, predicate, object_ = fields
+        sources = _sources(data.get("sources"), default_session)
+        return cls(subject, predicate, object_, sources, valid_from, metadata, multi)
 
 
 def _sources(value: object, default_session: str | None) -> tuple[tuple[str, str], ...]:

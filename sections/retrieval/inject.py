@@ -12,15 +12,17 @@ manifest (marked `inject`), so `context_at` renders them again byte for byte.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import orjson
 
+from sections.model.item import Item
+from sections.model.names import TENANT_SESSION
 from sections.model.render import Injection
-from sections.model.state import Item, MemoryState, SessionState
+from sections.model.state import MemoryState, SessionState
 from sections.model.tokens import TokenCounter
 from sections.retrieval import facts, summaries
-from sections.retrieval.observations import SECTION, TENANT_SESSION
+from sections.retrieval.observations import SECTION
 
 QUERY_CHARS = 1000  # of the prompt, as the search query
 OBSERVATION_CHARS = 500  # of each observation's content, by default
@@ -37,7 +39,7 @@ def block(title: str, lines: list[str]) -> dict:
 
 def observation_pool(state: MemoryState, tenant: str, session_id: str) -> list[tuple[str, Item]]:
     """Every live observation the session may see: its own and the tenant's."""
-    pool = []
+    pool: list[tuple[str, Item]] = []
     for sid in (session_id, TENANT_SESSION):
         session = state.sessions.get((tenant, sid))
         section = session.sections.get(SECTION) if session is not None else None
@@ -72,7 +74,10 @@ def choose_observations(
     scores: dict[tuple[str, str], float] = {}
     for sid, id_, score in hits:
         scores.setdefault((sid, id_), score)
-    chosen = [(*by_key[k], BM25, s) for k, s in scores.items() if k in by_key][:limit]
+    chosen: list[tuple[str, Item, str, float | None]] = [
+        (*by_key[k], BM25, s) for k, s in scores.items() if k in by_key
+    ]
+    del chosen[limit:]
     if len(chosen) < limit:
         taken = {(sid, item.id) for sid, item, _, _ in chosen}
         rest = [p for p in pool if (p[0], p[1].id) not in taken]
@@ -89,7 +94,7 @@ def build(
     counter: TokenCounter,
     budget: int,
     settings: dict,
-    fact_items: list[Item] = (),  # type: ignore[assignment]
+    fact_items: Sequence[Item] = (),
 ) -> Injection:
     """The injected messages that fit `budget`, taken in order, and their manifest entries.
 
@@ -116,14 +121,19 @@ def build(
     ))  # fmt: skip
     if lines:
         out.messages.append(block("facts", lines))
-    lines = take(out, counter, budget, (
-        (summaries.line(s.id, s.summary),  # type: ignore[arg-type]
-         {"inject": "summary", "session": s.id, "seq": s.summary_at[0], "h": s.summary_at[1]})  # type: ignore[index]
-        for s in recent
-    ))  # fmt: skip
+    lines = take(out, counter, budget, _summaries(recent, "summary", summaries.line))
     if lines:
         out.messages.append(block("recent sessions", lines))
     return out
+
+
+def _summaries(
+    recent: list[SessionState], kind: str, line: Callable[[str, dict], str]
+) -> Iterator[tuple[str, dict]]:
+    """(line, manifest entry) of each of these summarized sessions, made one at a time."""
+    for session in recent:
+        summary, seq, h = summaries.summarized(session)
+        yield line(session.id, summary), {"inject": kind, "session": session.id, "seq": seq, "h": h}
 
 
 def take(
@@ -168,11 +178,8 @@ def add_sessions(
     out: Injection, recent: list[SessionState], counter: TokenCounter, budget: int
 ) -> Injection:
     """`out` with the `<memory:sessions>` block of `recent` that fits `budget`, taken in order."""
-    lines = take(out, counter, budget, (
-        (session_line(s.summary),  # type: ignore[arg-type]
-         {"inject": "session", "session": s.id, "seq": s.summary_at[0], "h": s.summary_at[1]})  # type: ignore[index]
-        for s in recent
-    ))  # fmt: skip
+    lines = take(out, counter, budget,
+                 _summaries(recent, "session", lambda _, summary: session_line(summary)))  # fmt: skip
     if lines:
         out.messages.append(sessions_block(lines))
     return out
@@ -183,9 +190,10 @@ def replay_sessions(state: MemoryState, tenant: str, entries: list[dict]) -> lis
     lines = []
     for entry in entries:
         session = state.sessions[(tenant, entry["session"])]
-        if session.summary_at != (entry["seq"], entry["h"]):
+        summary = session.summary
+        if session.summary_at != (entry["seq"], entry["h"]) or summary is None:
             raise LookupError(f"the summary of session {entry['session']} has changed since")
-        lines.append(session_line(session.summary))  # type: ignore[arg-type]
+        lines.append(session_line(summary))
     return [sessions_block(lines)] if lines else []
 
 
@@ -208,9 +216,10 @@ def replay(
             else:
                 observations.append(observation_line(item, content_of(item), chars))
         else:
-            if session.summary_at != (entry["seq"], entry["h"]):
+            summary = session.summary
+            if session.summary_at != (entry["seq"], entry["h"]) or summary is None:
                 raise LookupError(f"the summary of session {entry['session']} has changed since")
-            recent.append(summaries.line(session.id, session.summary))  # type: ignore[arg-type]
+            recent.append(summaries.line(session.id, summary))
     messages = []
     if observations:
         messages.append(block("observations", observations))

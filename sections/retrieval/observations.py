@@ -27,18 +27,19 @@ from dataclasses import dataclass
 from eventstore.errors import InvalidInput
 from sections.model import commands
 from sections.model.commands import Command
-from sections.model.config import OBSERVATIONS
-from sections.model.state import Item, SessionState
+from sections.model.item import Item
+from sections.model.names import OBSERVATION_SCOPES as SCOPES
+from sections.model.names import OBSERVATION_TYPES as TYPES
+from sections.model.names import OBSERVATIONS as SECTION
+from sections.model.state import SessionState
 from sections.model.tokens import TokenCounter
 
-SECTION = OBSERVATIONS
-TENANT_SESSION = "_tenant"  # holds tenant-wide observations; clients cannot create it
-TYPES = (
-    "decision", "discovery", "bugfix", "pattern", "architecture", "config", "learning",
-    "preference",
-    "security", "audit",  # what AgentOps' runtime hooks write (docs/agentops.md)
-)  # fmt: skip
-SCOPES = ("session", "tenant")
+# The vocabulary is the model's (the capture rules check it too): this module's callers know it
+# as observations.SECTION, .TYPES and .SCOPES.
+__all__ = [
+    "DEFAULT_WINDOW_US", "RESERVED_METADATA", "SCOPES", "SECTION", "TITLE_MAX", "TYPES",
+    "Observation", "Outcome", "decide", "normalize",
+]  # fmt: skip
 DEFAULT_WINDOW_US = 15 * 60 * 1_000_000
 TITLE_MAX = 500
 # What the dedup tiers keep in an observation's metadata: a `source` may not set them.

@@ -31,7 +31,8 @@ import orjson
 
 from eventstore.errors import WriterClosed
 from eventstore.record import Record
-from sections.model.state import Item, MemoryState, SessionState, item_id, parse_item_id
+from sections.model.item import Item, item_id, parse_item_id
+from sections.model.state import MemoryState, SessionState
 
 TOKENIZER = "porter unicode61 remove_diacritics 2"
 COMMIT_EVERY = 1000  # writes: lets FTS5 merge its segments now and then (queries read fewer)
@@ -246,10 +247,11 @@ class SearchIndex:
         self._wrote(len(rows))
 
     def _remove_where(self, tenant: str, session: str, section: str | None = None) -> None:
-        if section is None:
-            sql, args = "tenant = ? AND session = ?", (tenant, session)
-        else:
-            sql, args = "tenant = ? AND session = ? AND section = ?", (tenant, session, section)
+        args: tuple[str, ...] = (tenant, session)
+        sql = "tenant = ? AND session = ?"
+        if section is not None:
+            args += (section,)
+            sql += " AND section = ?"
         rows = [r for (r,) in self._db.execute(f"SELECT id FROM docs WHERE {sql}", args)]
         self._remove(tenant, rows)
 
@@ -260,9 +262,9 @@ class SearchIndex:
             self._db.execute("BEGIN")
 
     def _apply(self, change: Change) -> None:
-        if type(change) is Put:
+        if isinstance(change, Put):
             self._put(change.docs, change.replace)
-        elif type(change) is Remove:
+        elif isinstance(change, Remove):
             self._remove(change.tenant, change.rows)
         else:
             self._remove_where(change.tenant, change.session, change.section)
@@ -335,7 +337,8 @@ class SearchIndex:
         expression = match_expression(query.text)
         if expression is None:
             return []
-        where, args = [], [expression]
+        where: list[str] = []
+        args: list[str | int] = [expression]
         if query.sessions is not None:
             scope = f"d.session IN ({','.join('?' * len(query.sessions))})"
             args.extend(query.sessions)
@@ -452,9 +455,9 @@ def _section_docs(session: SessionState, name: str, content_of: ContentOf) -> li
 def _changes(state: MemoryState, record: Record, content_of: ContentOf) -> list[Change]:
     """The index changes of one record, with what they need taken from the state now."""
     type_ = record.type
-    if type_ not in _FOLLOWED or record.salt is None:  # control, reads, or an erased record
-        return []
     payload = record.payload
+    if type_ not in _FOLLOWED or not isinstance(payload, dict):  # control, reads, or erased
+        return []
     tenant = record.tenant
     if type_ in ("session.deleted", "session.erased"):
         if "deleted_seq" in payload:  # retention's erase of a deleted incarnation: gone already
@@ -473,14 +476,12 @@ def _changes(state: MemoryState, record: Record, content_of: ContentOf) -> list[
     by_section = payload.get("cleared" if type_ == "turn.ended" else "items")
     if isinstance(by_section, dict):
         gone.extend(i for ids in by_section.values() for i in ids)
-    changes: list[Change] = (
-        [Remove(tenant, [rowid(*parse_item_id(i)) for i in gone])] if gone else []
-    )
+    changes = [Remove(tenant, [rowid(*parse_item_id(i)) for i in gone])] if gone else []
     docs = []
     for section, id_, content in _written(record, payload):
         found = session.sections.get(section)
         item = found.items.get(id_) if found is not None else None
-        if item is not None and found.config.searchable:  # type: ignore[union-attr]
+        if found is not None and item is not None and found.config.searchable:
             docs.append(_doc(session, section, item, content))
     if docs:
         changes.append(Put(docs, replace=type_ == "item.updated"))

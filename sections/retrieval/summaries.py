@@ -14,9 +14,8 @@ from collections.abc import Callable
 import orjson
 
 from sections.model.commands import Command, base_payload
-from sections.model.config import SESSION_SECTION
+from sections.model.names import SESSION_SECTION, TENANT_SESSION
 from sections.model.state import MemoryState, SessionState
-from sections.retrieval.observations import TENANT_SESSION
 
 TEXT_CHARS = 200  # of each quoted message
 
@@ -32,7 +31,7 @@ def as_text(content: object) -> str:
 def summarize(session: SessionState, message_of: Callable[[str], object]) -> Command:
     """The `session.summarized` record for `session` as it is now. `message_of(id)` gives a
     message's content, or None when it was erased."""
-    quoted = {}
+    quoted: dict[str, dict | None] = {}
     for which in ("first_user", "last_user"):
         id_ = getattr(session, which)
         if id_ is not None:
@@ -69,8 +68,16 @@ def recent(state: MemoryState, tenant: str, exclude: str, limit: int) -> list[Se
         for (t, sid), s in state.sessions.items()
         if t == tenant and sid not in (exclude, TENANT_SESSION) and s.summary_at is not None
     ]
-    found.sort(key=lambda s: s.summary_at[0], reverse=True)  # type: ignore[index]
+    found.sort(key=lambda s: summarized(s)[1], reverse=True)
     return found[:limit]
+
+
+def summarized(session: SessionState) -> tuple[dict, int, str]:
+    """A summarized session's newest summary, and the seq and hash of its record (the two are
+    set together, by `session.summarized`)."""
+    summary, at = session.summary, session.summary_at
+    assert summary is not None and at is not None, f"session {session.id!r} has no summary"
+    return summary, at[0], at[1]
 
 
 def line(session_id: str, summary: dict) -> str:

@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 
 from eventstore.errors import InvalidInput
 from eventstore.record import Record
-from sections.model.state import Item, item_id
+from sections.model.commands import payload
+from sections.model.item import Item, item_id
 from sections.retrieval import inject
 
 MAX_TOP_K = 1000
@@ -76,7 +77,7 @@ def added_views(record: Record) -> list[ItemView]:
             record.ts,
             record,
         )
-        for k, data in enumerate(record.payload["items"])
+        for k, data in enumerate(payload(record)["items"])
     ]
 
 

@@ -16,9 +16,11 @@ from eventstore.reader import LogReader
 from eventstore.record import Record
 from sections.errors import NotFound
 from sections.model import render
-from sections.model.compaction import compacted_content
+from sections.model.commands import payload
+from sections.model.erasure import content_in
+from sections.model.item import Item
 from sections.model.projection import replay_lines
-from sections.model.state import Item, MemoryState, parse_item_id
+from sections.model.state import MemoryState
 from sections.retrieval import inject
 from sections.runtime import checkpoints
 from sections.runtime.snapshot import Snapshot, newest_snapshot, read_snapshot, snapshot_paths
@@ -133,36 +135,21 @@ class History:
         if redacted is None:
             return None
         redaction = self.reader.get(redacted)
-        request = redaction.payload.get("request", "") if redaction.has_payload else ""
+        request = payload(redaction).get("request", "") if redaction.has_payload else ""
         if not request.startswith(ERASE_PREFIX):
             return None
         erase = self.reader.get(int(request[len(ERASE_PREFIX) :]))
-        return erase.payload.get("restate", {}).get(str(seq)) if erase.has_payload else None
+        return payload(erase).get("restate", {}).get(str(seq)) if erase.has_payload else None
 
     def payload_of(self, record: Record) -> dict | None:
+        """A record's payload, or the restatement an erase kept of it (None when neither)."""
         if record.has_payload:
-            return record.payload  # type: ignore[return-value]
+            return payload(record)
         return self.restate(record.seq, record.redacted)
 
     def logged_content(self, id_: str, content_seq: int) -> object:
         """Read back a content kept in the log (large, or from an earlier state)."""
-        record = self.reader.get(content_seq)
-        if not record.has_payload:
-            return None  # erased
-        if record.type == "item.updated":
-            return record.payload["set"]["content"]
-        payload = record.payload
-        compacted = payload.get("compacted")
-        if compacted:  # a summary or a cut tool output; the added items are under "items"
-            found, content = compacted_content(compacted, id_)
-            if found:
-                return content
-        if "items" in payload:
-            items = payload["items"]
-        else:
-            order = payload.get("order") or sorted(payload["seed"])
-            items = [i for name in order for i in payload["seed"].get(name, ())]
-        return items[parse_item_id(id_)[1]]["content"]
+        return content_in(self.reader.get(content_seq), id_)
 
     def content_of(self, item: Item) -> object:
         return (
@@ -179,10 +166,11 @@ class History:
         state = self.state_at(seq)
         session = state.sessions[(record.tenant, record.session)]
         chosen: list[tuple[str, list[Item]]] = []
-        manifest = record.payload["manifest"]
+        assembled = payload(record)
+        manifest = assembled["manifest"]
         injected = [e for e in manifest if "inject" in e]
         try:
-            settings = record.payload.get("inject") or {}
+            settings = assembled.get("inject") or {}
             chars = settings.get("observation_chars", inject.OBSERVATION_CHARS)
             messages = inject.replay(state, record.tenant, injected, chars, self.content_of)
         except LookupError as exc:  # KeyError included

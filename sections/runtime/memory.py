@@ -1,65 +1,73 @@
-"""The memory: `Memory.open(dir)`, its state from the log, snapshots, and its consistent reads.
+"""The memory: `Memory.open(dir)`, the public face on one log's engine.
 
-Every command runs the same way: sections/specs/command_specs.py defines each one once, and
-sections/runtime/runner.py runs it. Under one lock, and (almost always) without I/O: decide the record
-from the current state, hand it to the log writer, which assigns its seq at once, and apply what
-was logged to the state with the projection. Then, outside the lock, wait until the record is
-durable before returning. The lock is held for microseconds, so many callers share each fsync,
-and state is changed in exactly the order of the log. A read appends its `items.read` record the
-same way and returns content only once that record is durable (fail closed).
+Every command runs the same way: the command table (sections/specs/command_specs.py) defines each
+one once, and the engine (sections/runtime/engine.py) runs it. Under one lock, and (almost
+always) without I/O: decide the record from the current state, hand it to the log writer, which
+assigns its seq at once, and apply what was logged to the state with the projection. Then,
+outside the lock, wait until the record is durable before returning. The lock is held for
+microseconds, so many callers share each fsync, and state is changed in exactly the order of the
+log. A read appends its `items.read` record the same way and returns content only once that
+record is durable (fail closed).
 
-`Session` (sections/runtime/session.py) is a handle on one session: its methods name a command spec and
-run it here. Everything outside this module reaches the state through the public reads below.
+`Memory` holds its engine and no state of its own: it checks what it is opened with, and each of
+its methods names a command and its arguments, or a read of the engine's state. `Session`
+(sections/runtime/session.py) is the same for one session.
 """
 
 from __future__ import annotations
 
-import logging
 import os
-import sqlite3
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from eventstore.errors import InvalidInput
 from eventstore.identifiers import check_identifier
 from eventstore.layout import DataDir
 from eventstore.reader import LogReader
 from eventstore.record import Record
 from eventstore.store import KeyInfo, open_log
-from eventstore.writer import DEFAULT_SEG_BITS, Durability, LogWriter
-from sections.errors import NotFound
-from sections.model import commands, retention
-from sections.model.commands import Decision
-from sections.model.compaction import Summarizer, checked_summarizer, digest
-from sections.model.config import MemoryConfig, load_config
-from sections.model.projection import redaction_done
-from sections.model.state import Item, MemoryState
-from sections.model.tokens import DEFAULT_COUNTER, TokenCounter, counter_named
-from sections.retrieval import observations, summaries
+from eventstore.writer import DEFAULT_SEG_BITS, Durability, LogWriter, Pending
+from sections.model import retention
+from sections.model.commands import Decision, get_session
+from sections.model.compaction import Summarizer, digest
+from sections.model.config import MemoryConfig
+from sections.model.item import Item
+from sections.model.names import TENANT_SESSION
+from sections.model.state import MemoryState
+from sections.model.tokens import TokenCounter
+from sections.retrieval.facts import Fact
+from sections.retrieval.observations import DEFAULT_WINDOW_US, Outcome
 from sections.retrieval.search import SearchIndex
-from sections.retrieval.views import MAX_TOP_K, Extra, ItemView, SearchHit
+from sections.retrieval.views import ItemView, SearchHit
 from sections.runtime import reads
+from sections.runtime.engine import Engine, engine_settings
 from sections.runtime.history import History
-from sections.runtime.runner import CommandRunner
+from sections.runtime.live_state import LiveState
 from sections.runtime.session import Session
-from sections.runtime.snapshot import Snapshot, purge_snapshots, read_attachment, write_snapshot
-from sections.specs import command_specs, fact_specs
+from sections.runtime.tracing import Tracing
+from sections.specs import command_specs as specs
+from sections.specs import fact_specs
+from sections.specs.spec import CommandSpec
 
 SNAPSHOT_EVERY = 100_000  # records between automatic snapshots
-REDACTION_CHUNK = 50_000  # targets per redaction record (about 90 bytes each)
-SEARCH_ATTACHMENT = "search.db"  # the search index's database, beside each snapshot
 T = TypeVar("T")
-log = logging.getLogger("ledgermem.memory")
 
-__all__ = ["Extra", "ItemView", "MAX_TOP_K", "Memory", "SearchHit", "Session"]
+__all__ = ["ItemView", "Memory", "SearchHit", "Session"]
 
 
-class Memory(CommandRunner, fact_specs.FactCommands):
+class Memory:
     """Sessions of typed, budgeted sections, kept as a projection of the signed log."""
+
+    data: DataDir
+    key: KeyInfo | None
+    log_dir: Path
+    _engine: Engine
+    _live: LiveState  # the engine's
+    # The runtime's `fn(text) -> [(subject, predicate, object), ...]` for extract_facts.
+    fact_extractor: Callable[[str], object] | None
 
     def __init__(self) -> None:
         raise TypeError("use Memory.open()")
@@ -76,16 +84,14 @@ class Memory(CommandRunner, fact_specs.FactCommands):
         seg_bits: int = DEFAULT_SEG_BITS,
         checkpoint_interval: float = 1.0,
         snapshot_every: int = SNAPSHOT_EVERY,
-        dedup_window_us: int = observations.DEFAULT_WINDOW_US,
+        dedup_window_us: int = DEFAULT_WINDOW_US,
         clock: Callable[[], int] = time.time_ns,
         summarizer: Summarizer = digest,
     ) -> Memory:
         """The memory of a data directory's own file log (created with its key if new).
         `summarizer` writes the summaries of sections with compaction (docs/compaction.md)."""
         data = DataDir(data_dir)
-        self = object.__new__(cls)
-        self._configure(data.root, config, counter, tenant, snapshot_every, dedup_window_us)
-        self.summarizer = checked_summarizer(summarizer)
+        settings = engine_settings(config, counter, tenant, dedup_window_us, summarizer)
         writer, key = open_log(
             data.root,
             seg_bits=seg_bits,
@@ -93,7 +99,7 @@ class Memory(CommandRunner, fact_specs.FactCommands):
             checkpoint_interval=checkpoint_interval,
             clock=clock,
         )
-        return self._attach(writer, key, data.log)
+        return cls._attach(writer, key, data.log, data, snapshot_every, settings)
 
     @classmethod
     def open_on(
@@ -107,7 +113,7 @@ class Memory(CommandRunner, fact_specs.FactCommands):
         counter: TokenCounter | str | None = None,
         tenant: str = "default",
         snapshot_every: int = SNAPSHOT_EVERY,
-        dedup_window_us: int = observations.DEFAULT_WINDOW_US,
+        dedup_window_us: int = DEFAULT_WINDOW_US,
         summarizer: Summarizer = digest,
     ) -> Memory:
         """The memory of a log that someone else opened: `writer` appends (e.g. a shared store's
@@ -116,114 +122,118 @@ class Memory(CommandRunner, fact_specs.FactCommands):
 
         The memory owns the writer from here on: `close()` closes it, and so does a failure to
         open. Loading is `open`'s: the newest snapshot, then the log's tail folded in."""
-        self = object.__new__(cls)
         try:
-            self._configure(
-                Path(data_dir), config, counter, tenant, snapshot_every, dedup_window_us
-            )
-            self.summarizer = checked_summarizer(summarizer)
+            data = DataDir(data_dir)
+            settings = engine_settings(config, counter, tenant, dedup_window_us, summarizer)
         except BaseException:
             writer.close()
             raise
-        return self._attach(writer, key, Path(log_dir))
+        return cls._attach(writer, key, Path(log_dir), data, snapshot_every, settings)
 
-    def _attach(self, writer: LogWriter, key: KeyInfo | None, log_dir: Path) -> Memory:
+    @classmethod
+    def _attach(
+        cls, writer: LogWriter, key: KeyInfo | None, log_dir: Path, data: DataDir,
+        snapshot_every: int, settings: dict[str, Any],
+    ) -> Memory:  # fmt: skip
         """Load the state for `writer`'s log, read from `log_dir`: the part `open` and `open_on`
         share."""
-        self._writer = writer
-        self.key = key
-        self.log_dir = log_dir
+        self = object.__new__(cls)
+        self.data, self.key, self.log_dir = data, key, log_dir
+        self.fact_extractor = None
         try:
-            self._reader = LogReader(log_dir, index_dir=self.data.root / "index")
-            self.history = History(self._reader, self.snapshot_dir)
-            self.erase_hooks.append(self.history.checkpoints.forget)  # they may quote erased data
-            self._state, snapshot, touched = self.history.load(self._writer.size - 1)
-            self.search_index = self._open_index(self._state, snapshot, touched)
-            self._since_snapshot = 0
-            self._finish_erasures()
-            self._restart()
+            live = LiveState(writer, log_dir, data.root, snapshot_every)
+            self._engine = Engine(live, **settings)
+            self._live = live
+            self._engine.recover()
         except BaseException:
-            self._writer.close()
+            writer.close()
             raise
         return self
 
-    def _configure(
-        self,
-        root: Path,
-        config: MemoryConfig | str | Path | None,
-        counter: TokenCounter | str | None,
-        tenant: str,
-        snapshot_every: int,
-        dedup_window_us: int,
-    ) -> None:
-        """Everything but the log: checked before the log is opened."""
-        self.data = DataDir(root)
-        self.config = (
-            config
-            if isinstance(config, MemoryConfig)
-            else load_config(config)
-            if config
-            else MemoryConfig()
-        )
-        # New sessions count with `counter` (an instance, or a built-in's name), else with the
-        # config's `token_counter`, else o200k_base; a session keeps the one it was created with.
-        if counter is None:
-            counter = self.config.token_counter or DEFAULT_COUNTER
-        self.counter = counter_named(counter) if isinstance(counter, str) else counter
-        self._counters = {self.counter.name: self.counter}
-        self.tenant = tenant
-        self.snapshot_every = snapshot_every
-        if type(dedup_window_us) is not int or dedup_window_us < 0:
-            raise InvalidInput("dedup_window_us must be a non-negative integer of microseconds")
-        self.dedup_window_us = dedup_window_us
-        self._lock = threading.Lock()
-        self._init_batches()
-        self._decision_ts = 0  # the ts of the record being decided: valid under _lock
-        self._snapshot_lock = threading.Lock()
-        self._failed: BaseException | None = None
-        self._heal_lock = threading.Lock()
-        self.erase_hooks: list[Callable[[], None]] = []  # other projections purge their copies
-        # The runtime's `fn(text) -> [(subject, predicate, object), ...]` for extract_facts.
-        self.fact_extractor: Callable[[str], object] | None = None
+    # ---- what it was opened with, and its parts -------------------------------------------------
 
     @property
-    def writer(self):
-        return self._writer
+    def config(self) -> MemoryConfig:
+        return self._engine.config
+
+    @property
+    def counter(self) -> TokenCounter:
+        """The counter new sessions count with unless they name another."""
+        return self._engine.counter
+
+    @property
+    def tenant(self) -> str:
+        """The tenant of calls that name none."""
+        return self._engine.tenant
+
+    @property
+    def writer(self) -> LogWriter:
+        return self._live.writer
 
     @property
     def reader(self) -> LogReader:
-        return self._reader
+        return self._live.reader
+
+    @property
+    def history(self) -> History:
+        return self._live.history
+
+    @property
+    def search_index(self) -> SearchIndex:
+        return self._live.search_index
+
+    @property
+    def search_index_source(self) -> str:
+        """Where the search index came from at open: "snapshot" or "built"."""
+        return self._live.search_index_source
 
     @property
     def snapshot_dir(self) -> Path:
-        return self.data.root / "snapshots"
+        return self._live.snapshot_dir
 
-    # ---- state from the log --------------------------------------------------------------------
+    @property
+    def tracing(self) -> Tracing | None:
+        """A tracer (sections/runtime/tracing.py), or None. Set it before commands run."""
+        return self._engine.tracing
 
-    def _load(self, upto: int, use_snapshots: bool = True) -> MemoryState:
-        return self.history.state_at(upto, use_snapshots)
+    @tracing.setter
+    def tracing(self, tracing: Tracing | None) -> None:
+        self._engine.tracing = tracing
 
-    def _open_index(
-        self, state: MemoryState, snapshot: Snapshot | None, touched: set
-    ) -> SearchIndex:
-        """The search index as the snapshot saved it, brought up to date for the sessions the
-        log's tail touched; or, without a usable one, built from the state."""
-        image = (
-            read_attachment(self.snapshot_dir, snapshot, SEARCH_ATTACHMENT) if snapshot else None
-        )
-        if image is not None:
-            try:
-                index = SearchIndex(image)
-            except sqlite3.DatabaseError as exc:
-                log.warning("ignoring the snapshot's search index: %s", exc)
-            else:
-                index.resync(state, touched, self.content_of)
-                self.search_index_source = "snapshot"
-                return index
-        index = SearchIndex()
-        index.build(state, self.content_of)
-        self.search_index_source = "built"
-        return index
+    @property
+    def failure(self) -> BaseException | None:
+        """Why commands and reads are refused after a failed write, or None (see `heal`)."""
+        return self._live.failure
+
+    @property
+    def _lock(self) -> threading.Lock:  # the engine's, which tests watch
+        return self._live.lock
+
+    @property
+    def _append_spans(self) -> dict[Pending, Callable[[BaseException | None], None]]:
+        return self._engine.append_spans  # the spans of appends still open, which tests watch
+
+    # ---- running commands ------------------------------------------------------------------------
+
+    def run(self, spec: CommandSpec, tenant: str, session: str | None = None, args: tuple = (),
+            idempotency_key: str | None = None, expected_version: int | None = None) -> Any:  # fmt: skip
+        """Run one command of the table (sections/specs/command_specs.py); returns once durable."""
+        return self._engine.run(spec, tenant, session, args, idempotency_key, expected_version)
+
+    async def run_async(self, spec: CommandSpec, tenant: str, session: str | None = None,
+                        args: tuple = (), idempotency_key: str | None = None,
+                        expected_version: int | None = None) -> Any:  # fmt: skip
+        """`run` for asyncio: the same steps; those that read files go to a worker thread."""
+        return await self._engine.run_async(spec, tenant, session, args, idempotency_key,
+                                            expected_version)  # fmt: skip
+
+    def append(self, decide: Callable[[MemoryState], Decision | None]) -> Record | None:
+        """The primitive under every command: `decide(state)` under the lock, its records
+        appended and applied; the first, once durable (None when it needs none). For the
+        memory's own records, and for tests that write what a crash leaves."""
+        return self._engine.append(decide)
+
+    # ---- the state from the log ------------------------------------------------------------------
 
     def heal(self) -> bool:
         """After a failed write: reopen the log and rebuild the live state from it.
@@ -234,127 +244,36 @@ class Memory(CommandRunner, fact_specs.FactCommands):
         then are commands and reads taken again. Returns False when nothing had failed. Raises,
         staying failed, while the cause lasts (a full disk, no file descriptors): the caller
         retries with backoff (the service does, streams/server/service.py)."""
-        with self._heal_lock:
-            if self.failure is None:
-                return False
-            with self._lock:  # from here on every command and read is refused until rebuilt
-                self._failed = self._failed or self._writer.failure
-            self._writer.reopen()
-            state, snapshot, touched = self.history.load(self._writer.size - 1)
-            index = self._open_index(state, snapshot, touched)
-            with self._lock:
-                old_index, self.search_index = self.search_index, index
-                self._state = state
-                self._since_snapshot = 0
-                self._failed = None
-            old_index.close()
-            self._finish_erasures()  # an erase whose redaction the failure stopped
-            return True
+        return self._engine.heal()
 
     def rebuild(self, upto: int | None = None, use_snapshots: bool = False) -> MemoryState:
         """The projection rebuilt from the files alone (from zero unless `use_snapshots`)."""
-        with self._lock:
-            # Records the writer appends by itself (redactions) are not applied live: go to the head.
-            seq = max(self._state.seq, self._writer.size - 1) if upto is None else upto
-        self._writer.wait_for(seq)
-        return self._load(seq, use_snapshots)
-
-    def _finish_erasures(self) -> None:
-        """Redact what an erase that a crash interrupted still left in the log."""
-        for erase_seq, seqs in sorted(self._state.pending_erasures.items()):
-            erase = self._reader.get(erase_seq)
-            reason = erase.payload.get("reason", "erasure") if erase.has_payload else "erasure"
-            left = [seq for seq in seqs if self._reader.get(seq).has_payload]
-            if left:
-                self.redact_erased(left, reason, f"{erase.type}@{erase_seq}")
-            else:
-                purge_snapshots(self.snapshot_dir)
-                self._state.pending_erasures.pop(erase_seq, None)
-        self.erase_retained()  # a retention erase a crash kept from being appended
-
-    def _restart(self) -> None:
-        """Append what a restart clears (process lifetime) or reverts (commit lifetime), and the
-        summaries a crash kept from being appended after their session ended."""
-        for command in commands.restart(self._state):
-            self.append(lambda _state, c=command: Decision((c,)))
-        for session in summaries.unsummarized(self._state):
-            tenant, id_ = session.tenant, session.id
-            self.append(lambda state, t=tenant, i=id_: command_specs.summarize(self, state, t, i))
+        return self._live.rebuild(upto, use_snapshots)
 
     def state_at(self, seq: int) -> MemoryState:
         """Time travel: the projection as it was right after record `seq`."""
-        return self._load(seq)
+        return self._live.history.state_at(seq)
 
     def context_at(self, seq: int) -> list[dict]:
         """The messages exactly as the `context.assembled` record at `seq` assembled them."""
-        return self.history.context_at(seq)
+        return self._live.history.context_at(seq)
 
     def state_hash(self) -> str:
         return self.read(lambda state: state.state_hash())
 
     def snapshot(self) -> Path:
         """Write a snapshot of the state as of now (the log's durable head)."""
-        # The snapshot lock keeps an erase's purge from running between taking the state and
-        # writing the file: a snapshot taken before an erase must never appear after its purge.
-        with self._snapshot_lock:
-            with self._lock:
-                state_json = self._state.to_json()
-                snapshot = Snapshot(self._state.seq, self._state.h, {"sections": state_json})
-                # The same point of the log: waits for a query running on the index, if any.
-                image = self.search_index.serialize()
-                self._since_snapshot = 0
-            self._writer.wait_for(snapshot.seq)
-            return write_snapshot(
-                self.snapshot_dir, self._writer.origin, snapshot, {SEARCH_ATTACHMENT: image}
-            )
-
-    # ---- what command specs use besides the state (sections/specs/command_specs.py, erase_flow.py) ---
-
-    @property
-    def decision_ts(self) -> int:
-        """The ts of the record being decided: valid only inside a decide function."""
-        return self._decision_ts
+        return self._live.snapshot()
 
     def content_of(self, item: Item) -> object:
-        """An item's content; one kept in the log is read once its record is durable (it may
-        still be on its way when a command decides under the lock)."""
-        if item.content is None:
-            self._writer.wait_for(item.content_seq)
-        return self.history.content_of(item)
+        """An item's content; one kept in the log is read once its record is durable."""
+        return self._live.content_of(item)
 
     def record_at(self, seq: int) -> Record:
         """The record at `seq`, once durable (one applied under the lock may be on its way)."""
-        self._writer.wait_for(seq)
-        return self._reader.get(seq)
+        return self._live.record_at(seq)
 
-    def fill(self, views: list[ItemView]) -> list[ItemView]:
-        """The views with every content kept in the log read back from it."""
-        return [
-            view
-            if view.content is not None
-            else replace(view, content=self.history.logged_content(view.id, view.content_seq))
-            for view in views
-        ]
-
-    def redact_erased(self, seqs: list[int], reason: str, request: str) -> None:
-        """Steps 2 and 3 of an erase: redact the payloads, then purge what still holds them."""
-        # Chunks keep each redaction record far below the 16 MiB line limit; only the last one
-        # names the erase alone, so an erase is pending until its last chunk is done.
-        chunks = [seqs[i : i + REDACTION_CHUNK] for i in range(0, len(seqs), REDACTION_CHUNK)]
-        for n, chunk in enumerate(chunks, 1):
-            tag = request if n == len(chunks) else f"{request}#{n}/{len(chunks)}"
-            redaction = self._writer.redact(chunk, reason, tag)
-            with self._lock:  # the writer appended it, not a command: mark the erase done
-                redaction_done(self._state, redaction.payload)
-        # Purge the projections' copies before the snapshots, under the snapshot lock, so no
-        # snapshot taken meanwhile can hold what the erase removed.
-        with self._snapshot_lock:
-            self.search_index.purge()
-            for hook in self.erase_hooks:
-                hook()
-            purge_snapshots(self.snapshot_dir)
-
-    # ---- consistent reads ----------------------------------------------------------------------
+    # ---- consistent reads ------------------------------------------------------------------------
 
     def read(self, fn: Callable[[MemoryState], T], *, session: tuple[str, str] | None = None) -> T:
         """`fn(state)` under the memory's lock: a consistent read of the live state. `fn` must
@@ -365,36 +284,16 @@ class Memory(CommandRunner, fact_specs.FactCommands):
         session only: then only its own last record is waited for, not every record in flight
         (an HTTP answer's ETag after a write would otherwise wait for other sessions' group
         commits on the event loop)."""
-        with self._lock:
-            self._refuse_if_failed()
-            result = fn(self._state)
-            if session is None:
-                seq = self._state.seq
-            else:
-                found = self._state.sessions.get(session)
-                seq = found.last_seq if found is not None else -1
-        if seq >= self._writer.size:  # still on its way to the disk
-            self._writer.wait_for(seq)
-        return result
+        return self._live.read(fn, session=session)
 
     def require_session(self, tenant: str, session_id: str) -> None:
         """SessionNotFound unless the session exists."""
         self.read(
-            lambda state: commands.get_session(state, tenant, session_id),
-            session=(tenant, session_id),
+            lambda state: get_session(state, tenant, session_id), session=(tenant, session_id)
         )
 
     def session_info(self, tenant: str, session_id: str) -> dict:
-        return self.read(
-            lambda state: reads.session_info(commands.get_session(state, tenant, session_id)),
-            session=(tenant, session_id),
-        )
-
-    def session_version(self, tenant: str, session_id: str) -> int:
-        return self.read(
-            lambda state: commands.get_session(state, tenant, session_id).version,
-            session=(tenant, session_id),
-        )
+        return Session(self, tenant, session_id).info()
 
     def session_sections(self, tenant: str, session_id: str) -> dict:
         """Each section's config with its tokens, item count and evictions."""
@@ -403,12 +302,32 @@ class Memory(CommandRunner, fact_specs.FactCommands):
             session=(tenant, session_id),
         )
 
-    def session_summary(self, tenant: str, session_id: str) -> dict | None:
-        """The summary appended when the session last ended, or None. A read: traced."""
-        found = self.run(command_specs.READ_SUMMARIES, tenant, session_id, (1, "agent"))
-        return found[0] if found else None
+    def stats(self, tenant: str | None = None, session: str | None = None) -> dict:
+        """Sessions, items, tokens and evictions of a tenant or one session (NotFound)."""
+        tenant = tenant or self.tenant
+        return self.read(lambda state: reads.stats(state, tenant, session))
 
-    # ---- sessions ------------------------------------------------------------------------------
+    def list_sessions(
+        self,
+        tenant: str | None = None,
+        where: dict | None = None,
+        *,
+        since: int | None = None,
+        until: int | None = None,
+        offset: int = 0,
+        limit: int | None = None,
+        **metadata: object,
+    ) -> list[dict]:
+        """Sessions of a tenant in creation order, filtered by equality on creation metadata
+        (e.g. app=, user=), by last activity (`since` <= active_ts < `until`, microseconds),
+        then paged by `offset` and `limit`."""
+        found = tenant or self.tenant
+        wanted = {**(where or {}), **metadata}
+        return self.read(
+            lambda state: reads.list_sessions(state, found, wanted, since, until, offset, limit)
+        )
+
+    # ---- sessions --------------------------------------------------------------------------------
 
     def session(
         self,
@@ -419,16 +338,17 @@ class Memory(CommandRunner, fact_specs.FactCommands):
         sections: dict[str, dict] | None = None,
         create: bool = True,
         token_counter: str | None = None,
-    ) -> Session:
+    ) -> Session[Memory]:
         """Get a session, creating it (with `metadata`, per-section overrides and its token
         counter) if it is new. Without an id, a new session gets a generated one (`s.id`)."""
         tenant = tenant or self.tenant
-        new = {"metadata": metadata, "sections": sections, "token_counter": token_counter}
         if session_id is None:
-            record = self.create_session(tenant=tenant, **new)
+            record = self.create_session(tenant=tenant, metadata=metadata, sections=sections,
+                                         token_counter=token_counter)  # fmt: skip
             return Session(self, tenant, record.session)
         if create:
-            self.get_or_create(session_id, tenant=tenant, **new)
+            self.get_or_create(session_id, tenant=tenant, metadata=metadata, sections=sections,
+                               token_counter=token_counter)  # fmt: skip
         else:
             self.require_session(tenant, session_id)
         return Session(self, tenant, session_id)
@@ -441,19 +361,13 @@ class Memory(CommandRunner, fact_specs.FactCommands):
         approx-chars-per-4, or one this memory was opened with)."""
         config = self.config.with_overrides(sections)
         if token_counter is not None:
-            counter_named(token_counter, self._counters)  # an unknown name fails here
             config = replace(config, token_counter=token_counter)
+            self.counter_for(config)  # an unknown name fails here
         return config
 
     def counter_for(self, config: MemoryConfig) -> TokenCounter:
         """The counter a session created with `config` counts with."""
-        name = config.token_counter
-        return self.counter if name is None else counter_named(name, self._counters)
-
-    def counter_of(self, session) -> TokenCounter:
-        """The counter a session was created with (its `session.created` names it), so a log
-        written with one counter goes on counting with it, whatever this memory's default."""
-        return counter_named(session.counter["name"], self._counters)
+        return self._engine.counter_for(config)
 
     def get_or_create(
         self,
@@ -466,12 +380,8 @@ class Memory(CommandRunner, fact_specs.FactCommands):
     ) -> tuple[Record | None, bool]:
         """Create the session unless it exists; returns (its creation record or None, created)."""
         config = self.session_config(sections, token_counter)
-        return self.run(
-            command_specs.GET_OR_CREATE_SESSION,
-            tenant or self.tenant,
-            session_id,
-            (config, metadata),
-        )
+        args = (config, metadata)
+        return self.run(specs.GET_OR_CREATE_SESSION, tenant or self.tenant, session_id, args)
 
     def create_session(
         self,
@@ -491,42 +401,12 @@ class Memory(CommandRunner, fact_specs.FactCommands):
         names the counter the session counts with for good (docs/tokens.md)."""
         config = self.session_config(sections, token_counter)
         if session_id is None:
-            session_id = command_specs.session_id_for(idempotency_key)
-        command_specs.check_not_reserved(session_id)
-        return self.run(
-            command_specs.CREATE_SESSION,
-            tenant or self.tenant,
-            session_id,
-            (config, metadata),
-            idempotency_key,
-        )
+            session_id = specs.session_id_for(idempotency_key)
+        specs.check_not_reserved(session_id)
+        return self.run(specs.CREATE_SESSION, tenant or self.tenant, session_id,
+                        (config, metadata), idempotency_key)  # fmt: skip
 
-    def list_sessions(
-        self,
-        tenant: str | None = None,
-        where: dict | None = None,
-        *,
-        since: int | None = None,
-        until: int | None = None,
-        offset: int = 0,
-        limit: int | None = None,
-        **metadata: object,
-    ) -> list[dict]:
-        """Sessions of a tenant in creation order, filtered by equality on creation metadata
-        (e.g. app=, user=), by last activity (`since` <= active_ts < `until`, microseconds),
-        then paged by `offset` and `limit`."""
-        tenant = tenant or self.tenant
-        metadata = {**(where or {}), **metadata}
-        return self.read(
-            lambda state: reads.list_sessions(state, tenant, metadata, since, until, offset, limit)
-        )
-
-    # ---- retention (sections/model/retention.py, docs/sections.md "Retention") -----------------------
-
-    def _cleanup_args(self, max_age_seconds: object, tenant: str | None) -> tuple[str, tuple]:
-        tenant = tenant or self.tenant
-        check_identifier("tenant", tenant)
-        return tenant, (retention.max_age_us(max_age_seconds), retention.MAX_AGE, False)
+    # ---- retention (sections/model/retention.py, docs/sections.md "Retention") -----------------
 
     def cleanup(self, max_age_seconds: float, *, tenant: str | None = None) -> list[str]:
         """Remove the tenant's sessions whose last activity (`active_ts`) is more than
@@ -534,132 +414,166 @@ class Memory(CommandRunner, fact_specs.FactCommands):
         from the files too with `retention_erase`); returns their ids, least recently active
         first. The reserved session `_tenant` is never removed."""
         tenant, args = self._cleanup_args(max_age_seconds, tenant)
-        return [sid for _, sid in self.run(command_specs.CLEANUP, tenant, None, args)]
+        return [sid for _, sid in self.run(specs.CLEANUP, tenant, None, args)]
 
-    async def cleanup_async(
-        self, max_age_seconds: float, *, tenant: str | None = None
-    ) -> list[str]:
+    async def cleanup_async(self, max_age_seconds: float, *,
+                            tenant: str | None = None) -> list[str]:  # fmt: skip
         tenant, args = self._cleanup_args(max_age_seconds, tenant)
-        removed = await self.run_async(command_specs.CLEANUP, tenant, None, args)
-        return [sid for _, sid in removed]
+        return [sid for _, sid in await self.run_async(specs.CLEANUP, tenant, None, args)]
+
+    def _cleanup_args(self, max_age_seconds: object, tenant: str | None) -> tuple[str, tuple]:
+        tenant = tenant or self.tenant
+        check_identifier("tenant", tenant)
+        return tenant, (retention.max_age_us(max_age_seconds), retention.MAX_AGE, False)
 
     def expire_sessions(self, ttl_seconds: float) -> list[tuple[str, str]]:
         """The TTL the service applies (`session_ttl_seconds`): `cleanup` over every tenant,
         reason `ttl`; returns the (tenant, session id) removed."""
         args = (retention.max_age_us(ttl_seconds), retention.TTL, True)
-        return self.run(command_specs.CLEANUP, self.tenant, None, args)
+        return self.run(specs.CLEANUP, self.tenant, None, args)
 
     async def expire_sessions_async(self, ttl_seconds: float) -> list[tuple[str, str]]:
         args = (retention.max_age_us(ttl_seconds), retention.TTL, True)
-        return await self.run_async(command_specs.CLEANUP, self.tenant, None, args)
+        return await self.run_async(specs.CLEANUP, self.tenant, None, args)
 
-    def erase_retained(self) -> int:
-        """Append the erase of every retention deletion with `erase` whose erase is not in the
-        log yet, and redact (the commands that delete call this once their records are durable;
-        open and heal, for what a crash interrupted). Returns how many were erased."""
-        by_reason: dict[str, list[tuple[int, str, str]]] = {}
-        for seq, (tenant, session_id, reason) in sorted(
-            self.read(lambda state: list(state.pending_retention.items()))
-        ):
-            by_reason.setdefault(reason, []).append((seq, tenant, session_id))
-        # One redaction per reason (a redaction record has one), of all its sessions at once.
-        return sum(
-            self.run(command_specs.ERASE_DELETED, self.tenant, None, (deletions,))
-            for deletions in by_reason.values()
-        )
+    # ---- search, observations, summaries ---------------------------------------------------------
 
-    def stats(self, tenant: str | None = None, session: str | None = None) -> dict:
-        found = self.read(lambda state: reads.stats(state, tenant or self.tenant, session))
-        if found is None:
-            raise NotFound(f"session {session!r} not found")
-        return found
-
-    # ---- search, observations, summaries -------------------------------------------------------
-
-    def _search_args(
-        self,
-        query: str,
-        *,
-        tenant: str | None = None,
-        sessions: list[str] | None = None,
-        sections: list[str] | None = None,
-        tags: list[str] | None = None,
-        since: int | None = None,
-        until: int | None = None,
-        top_k: int = 10,
-        reader: str = "agent",
-        markers: tuple[str, str] = ("[", "]"),
-        tenant_observations: bool = False,
-    ) -> tuple[str, None, tuple]:
-        q = command_specs.search_query(
-            query, sessions, sections, tags, since, until, top_k, reader, markers,
-            tenant_observations,
-        )  # fmt: skip
-        return tenant or self.tenant, None, (q, reader)
-
-    def search(self, query: str, **options: object) -> list[SearchHit]:
+    def search(self, query: str, *, tenant: str | None = None, **options: Any) -> list[SearchHit]:
         """BM25 search over the tenant's searchable sections, best first (ties by seq).
 
-        Options: tenant, sessions, sections, tags (all of them), the item's time (`since` <= ts
-        < `until`, microseconds), top_k, reader, markers; `tenant_observations=True` adds the
-        tenant-wide observations to the `sessions` searched (a session's own search does). Hits are reads: each session with hits
-        gets an `items.read` record (purpose "search"), and hits are returned once those are
-        durable.
-        """
-        return self.run(command_specs.SEARCH, *self._search_args(query, **options))  # type: ignore[arg-type]
+        Options: sessions, sections, tags (all of them), the item's time (`since` <= ts <
+        `until`, microseconds), top_k, reader, markers; `tenant_observations=True` adds the
+        tenant-wide observations to the `sessions` searched (a session's own search does). Hits
+        are reads: each session with hits gets an `items.read` record (purpose "search"), and
+        hits are returned once those are durable."""
+        args = specs.search_args(query, **options)
+        return self.run(specs.SEARCH, tenant or self.tenant, None, args)
 
-    async def search_async(self, query: str, **options: object) -> list[SearchHit]:
-        return await self.run_async(command_specs.SEARCH, *self._search_args(query, **options))  # type: ignore[arg-type]
+    async def search_async(self, query: str, *, tenant: str | None = None,
+                           **options: Any) -> list[SearchHit]:  # fmt: skip
+        args = specs.search_args(query, **options)
+        return await self.run_async(specs.SEARCH, tenant or self.tenant, None, args)
 
-    def observe(
-        self, type: str, title: str, content: str, *, tenant: str | None = None, **options: object
-    ) -> observations.Outcome:
+    def observe(self, type: str, title: str, content: str, *, tenant: str | None = None,
+                **options: Any) -> Outcome:  # fmt: skip
         """Record an observation: tenant-wide, or in `session=`'s own `observations` section.
         Options: tags, topic_key, session, source ({str: str} kept in its metadata: where it came
         from), from_session (the session a tenant-wide observation came from: kept in its
         `metadata.session`; that session must exist and not have ended). Deduplicated in one
-        atomic command
-        (sections/retrieval/observations.py): a revision of the same topic, a duplicate of recent
-        identical content, or a new item."""
-        args = command_specs.observation_args(type, title, content, **options)  # type: ignore[arg-type]
-        return self.run(command_specs.OBSERVE, tenant or self.tenant, None, args)
+        atomic command (sections/retrieval/observations.py): a revision of the same topic, a
+        duplicate of recent identical content, or a new item."""
+        args = specs.observation_args(type, title, content, **options)
+        return self.run(specs.OBSERVE, tenant or self.tenant, None, args)
 
-    async def observe_async(
-        self, type: str, title: str, content: str, *, tenant: str | None = None, **options: object
-    ) -> observations.Outcome:
-        args = command_specs.observation_args(type, title, content, **options)  # type: ignore[arg-type]
-        return await self.run_async(command_specs.OBSERVE, tenant or self.tenant, None, args)
+    async def observe_async(self, type: str, title: str, content: str, *,
+                            tenant: str | None = None, **options: Any) -> Outcome:  # fmt: skip
+        args = specs.observation_args(type, title, content, **options)
+        return await self.run_async(specs.OBSERVE, tenant or self.tenant, None, args)
 
     def summaries(self, tenant: str | None = None, limit: int = 10) -> list[dict]:
         """The newest session summaries of a tenant, newest first. A read: traced."""
-        return self.run(command_specs.READ_SUMMARIES, tenant or self.tenant, None, (limit, "agent"))
+        return self.run(specs.READ_SUMMARIES, tenant or self.tenant, None, (limit, "agent"))
 
-    # ---- facts: tenant-wide (sections/retrieval/facts.py, docs/facts.md) ---------------------------------
+    # ---- facts: tenant-wide (sections/retrieval/facts.py, docs/facts.md) -----------------------
 
-    # assert_fact, assert_facts, retract_fact, facts and their *_async twins: FactCommands
+    def assert_fact(self, subject: str, predicate: str, object: str, *,
+                    tenant: str | None = None, sources: list | None = None,
+                    valid_from: int | None = None, metadata: dict | None = None,
+                    multi: bool = False, idempotency_key: str | None = None) -> Fact:  # fmt: skip
+        """Assert one fact: it closes the facts of the same subject and predicate valid at its
+        start (`valid_from`, default now; with `multi=True` only those with the same object).
+        `sources`: the items it was learned from ({session, id}). Returns the Fact."""
+        made = fact_specs.assert_one(subject, predicate, object, sources=sources,
+                                     valid_from=valid_from, metadata=metadata, multi=multi,
+                                     idempotency_key=idempotency_key)  # fmt: skip
+        return self._facts(fact_specs.ASSERT_FACTS, tenant, made)[1][0]
 
-    def _fact_scope(self, kw: dict) -> tuple[Memory, str, None]:
-        return self, kw.pop("tenant", None) or self.tenant, None
+    async def assert_fact_async(self, subject: str, predicate: str, object: str, *,
+                                tenant: str | None = None, sources: list | None = None,
+                                valid_from: int | None = None, metadata: dict | None = None,
+                                multi: bool = False,
+                                idempotency_key: str | None = None) -> Fact:  # fmt: skip
+        made = fact_specs.assert_one(subject, predicate, object, sources=sources,
+                                     valid_from=valid_from, metadata=metadata, multi=multi,
+                                     idempotency_key=idempotency_key)  # fmt: skip
+        return (await self._facts_async(fact_specs.ASSERT_FACTS, tenant, made))[1][0]
 
-    def erase_facts(self, ids: list[str] | str, *, reason: str, tenant: str | None = None):
+    def assert_facts(self, facts: list[dict], *, tenant: str | None = None,
+                     idempotency_key: str | None = None) -> list[Fact]:  # fmt: skip
+        """Assert several facts in one record, in order (a later one may close an earlier)."""
+        made = fact_specs.assert_many(facts, idempotency_key=idempotency_key)
+        return self._facts(fact_specs.ASSERT_FACTS, tenant, made)[1]
+
+    async def assert_facts_async(self, facts: list[dict], *, tenant: str | None = None,
+                                 idempotency_key: str | None = None) -> list[Fact]:  # fmt: skip
+        made = fact_specs.assert_many(facts, idempotency_key=idempotency_key)
+        return (await self._facts_async(fact_specs.ASSERT_FACTS, tenant, made))[1]
+
+    def extract_facts(self, items: list[str] | str, *, tenant: str | None = None,
+                      extract: fact_specs.Extractor | None = None,
+                      idempotency_key: str | None = None) -> list[Fact]:  # fmt: skip
+        """Extraction reads a session's items: see `Session.extract_facts` (InvalidInput here)."""
+        made = fact_specs.extract(items, extract=extract, idempotency_key=idempotency_key)
+        return self._facts(fact_specs.ASSERT_FACTS, tenant, made)[1]
+
+    async def extract_facts_async(self, items: list[str] | str, *, tenant: str | None = None,
+                                  extract: fact_specs.Extractor | None = None,
+                                  idempotency_key: str | None = None) -> list[Fact]:  # fmt: skip
+        made = fact_specs.extract(items, extract=extract, idempotency_key=idempotency_key)
+        return (await self._facts_async(fact_specs.ASSERT_FACTS, tenant, made))[1]
+
+    def retract_fact(self, fact: str, *, tenant: str | None = None, at: int | None = None,
+                     reason: str | None = None,
+                     idempotency_key: str | None = None) -> Fact | None:  # fmt: skip
+        """End a valid fact at `at` (default now). Returns the Fact as it now is."""
+        made = fact_specs.retract(fact, at=at, reason=reason, idempotency_key=idempotency_key)
+        return self._facts(fact_specs.RETRACT_FACT, tenant, made)[1]
+
+    async def retract_fact_async(self, fact: str, *, tenant: str | None = None,
+                                 at: int | None = None, reason: str | None = None,
+                                 idempotency_key: str | None = None) -> Fact | None:  # fmt: skip
+        made = fact_specs.retract(fact, at=at, reason=reason, idempotency_key=idempotency_key)
+        return (await self._facts_async(fact_specs.RETRACT_FACT, tenant, made))[1]
+
+    def facts(self, subject: str | None = None, predicate: str | None = None,
+              object: str | None = None, *, tenant: str | None = None, as_of: int | None = None,
+              include_history: bool = False, reader: str = "agent") -> list[Fact]:  # fmt: skip
+        """Facts matching the given fields, valid now (or `as_of` a time, microseconds), or every
+        one of them with `include_history=True`; by start. A read: traced on `_tenant`."""
+        made = fact_specs.query(subject, predicate, object, as_of=as_of,
+                                include_history=include_history, reader=reader)  # fmt: skip
+        return self._facts(fact_specs.READ_FACTS, tenant, made)
+
+    async def facts_async(self, subject: str | None = None, predicate: str | None = None,
+                          object: str | None = None, *, tenant: str | None = None,
+                          as_of: int | None = None, include_history: bool = False,
+                          reader: str = "agent") -> list[Fact]:  # fmt: skip
+        made = fact_specs.query(subject, predicate, object, as_of=as_of,
+                                include_history=include_history, reader=reader)  # fmt: skip
+        return await self._facts_async(fact_specs.READ_FACTS, tenant, made)
+
+    def _facts(self, spec: CommandSpec, tenant: str | None, made: fact_specs.Arguments) -> Any:
+        """A fact command of the tenant's (no session: `where` is None), run on `_tenant`."""
+        args, key, _ = made
+        return self.run(spec, tenant or self.tenant, fact_specs.HOLDER, (None, *args), key)
+
+    async def _facts_async(self, spec: CommandSpec, tenant: str | None,
+                           made: fact_specs.Arguments) -> Any:  # fmt: skip
+        args, key, _ = made
+        return await self.run_async(spec, tenant or self.tenant, fact_specs.HOLDER,
+                                    (None, *args), key)  # fmt: skip
+
+    def erase_facts(
+        self, ids: list[str] | str, *, reason: str, tenant: str | None = None
+    ) -> list[str]:
         """Erase facts for good (their statements, through items erasure of `_tenant`)."""
-        holder = Session(self, tenant or self.tenant, observations.TENANT_SESSION)
-        return holder.erase(ids, reason=reason)
+        return Session(self, tenant or self.tenant, TENANT_SESSION).erase(ids, reason=reason)
+
+    # ---- closing ---------------------------------------------------------------------------------
 
     def close(self) -> None:
         """Snapshot, then close the log (log.close and the final checkpoint)."""
-        if self._writer.closed:
-            return
-        try:
-            if self._since_snapshot and self.failure is None:
-                self.snapshot()
-        except OSError as exc:
-            # A snapshot is a cache of the log: without it the next open replays a longer tail.
-            # It must not stop the log from closing cleanly (log.close, the final checkpoint).
-            log.warning("no snapshot at close (%s): the next open replays the log's tail", exc)
-        finally:
-            self._writer.close()
-            self.search_index.close()
+        self._live.close()
 
     def __enter__(self) -> Memory:
         return self

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from eventstore.errors import InvalidInput
+from sections.errors import NotFound
 from sections.model.commands import get_session
+from sections.model.names import TENANT_SESSION
 from sections.model.state import MemoryState, SessionState
-from sections.retrieval.observations import TENANT_SESSION
 
 
 def session_info(session: SessionState) -> dict:
@@ -80,13 +81,13 @@ def _equal(have: object, want: object) -> bool:
     return type(have) is type(want) and have == want
 
 
-def stats(state: MemoryState, tenant: str, session: str | None) -> dict | None:
-    """Sessions, items, tokens and evictions of a tenant or one session (None if unknown)."""
+def stats(state: MemoryState, tenant: str, session: str | None) -> dict:
+    """Sessions, items, tokens and evictions of a tenant or one session (NotFound if unknown)."""
     sessions = [
         s for (t, sid), s in state.sessions.items() if t == tenant and session in (None, sid)
     ]
     if session is not None and not sessions:
-        return None
+        raise NotFound(f"session {session!r} not found")
     tokens: dict[str, int] = {}
     evictions: dict[str, int] = {}
     items = 0

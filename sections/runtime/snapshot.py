@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,10 +25,13 @@ import orjson
 from eventstore.atomic import fsync_dir, write_atomically
 from eventstore.filemodes import make_dir
 from eventstore.reader import LogReader
+from sections.model.state import MemoryState
+from sections.retrieval.search import ContentOf, SearchIndex
 
 FORMAT = "ledgermem.snapshot/5"  # 2: items carry `ts`; 3: sessions carry their times; 4: roles
 # counted per session; 5: the state keeps retention erasures still to append (`pending_retention`)
 KEEP = 2
+SEARCH_ATTACHMENT = "search.db"  # the search index's database, beside each snapshot
 log = logging.getLogger("ledgermem.snapshot")
 
 
@@ -130,3 +134,27 @@ def purge_snapshots(directory: Path) -> None:
     if directory.is_dir():
         for path in [*directory.glob("snap-*"), *directory.glob("*.tmp")]:
             path.unlink(missing_ok=True)
+
+
+def open_search_index(
+    directory: Path,
+    snapshot: Snapshot | None,
+    state: MemoryState,
+    touched: set[tuple[str, str]],
+    content_of: ContentOf,
+) -> tuple[SearchIndex, str]:
+    """The search index as `snapshot` saved it, brought up to date for the sessions the log's
+    tail `touched` (source "snapshot"); or, without a usable one, built from the state
+    ("built")."""
+    image = read_attachment(directory, snapshot, SEARCH_ATTACHMENT) if snapshot else None
+    if image is not None:
+        try:
+            index = SearchIndex(image)
+        except sqlite3.DatabaseError as exc:
+            log.warning("ignoring the snapshot's search index: %s", exc)
+        else:
+            index.resync(state, touched, content_of)
+            return index, "snapshot"
+    index = SearchIndex()
+    index.build(state, content_of)
+    return index, "built"

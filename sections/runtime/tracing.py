@@ -55,8 +55,9 @@ def append_attributes(records: list[Record], commands: int) -> Attributes:
     """One group's append: its seq range, its size, and the items its records add."""
     items = 0
     for record in records:
-        if record.type == "item.added":
-            items += len(record.payload.get("items", ()))  # type: ignore[union-attr]
+        payload = record.payload
+        if record.type == "item.added" and isinstance(payload, dict):
+            items += len(payload.get("items", ()))
     return {
         "ledgermem.seq.first": records[0].seq,
         "ledgermem.seq.last": records[-1].seq,
@@ -81,7 +82,7 @@ def context_trace(record: Record) -> tuple[Attributes, list[Event]]:
     """A `context.assembled` record as span attributes and one event per injected observation
     (rank, method, BM25 score when a search hit, item, session, tokens): the same values the
     record's manifest holds. Records written before these fields existed give what they have."""
-    payload: dict = record.payload  # type: ignore[assignment]
+    payload = record.payload if isinstance(record.payload, dict) else {}
     settings = payload.get("inject") or {}
     manifest = payload.get("manifest", ())
     attributes: Attributes = {

@@ -19,25 +19,25 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from eventstore.errors import InvalidInput
 from eventstore.record import Record
 from sections.errors import ItemNotFound
 from sections.model import commands
-from sections.model.commands import Decision
+from sections.model.commands import Decision, get_session, payload
+from sections.model.names import TENANT_SESSION
 from sections.model.state import MemoryState
 from sections.retrieval import facts
 from sections.retrieval.facts import SECTION, FactQuery, NewFact
-from sections.retrieval.observations import TENANT_SESSION
 from sections.retrieval.search import text_of
-from sections.specs.command_specs import CommandSpec, get_session, tenant_session
-
-if TYPE_CHECKING:
-    from sections.runtime.memory import Memory
+from sections.specs.context import CommandContext
+from sections.specs.session_specs import tenant_session
+from sections.specs.spec import Call, CommandSpec, appended, what_was_decided
 
 EXTRACT_PURPOSE = "facts.extract"
 HOLDER = TENANT_SESSION
+Extractor = Callable[[str], object]  # a runtime's fn(text) -> [(subject, predicate, object), ...]
 
 
 def facts_section(state: MemoryState, tenant: str) -> Decision | None:
@@ -51,41 +51,46 @@ def facts_section(state: MemoryState, tenant: str) -> Decision | None:
     return Decision((commands.configure_section(holder, SECTION, facts.CONFIG.to_json()),))
 
 
-def _holder_ready(memory: Memory, tenant: str) -> None:
-    memory.append(lambda state: tenant_session(memory, state, tenant))
-    memory.append(lambda state: facts_section(state, tenant))
+def _holder_ready(ctx: CommandContext, tenant: str) -> None:
+    ctx.append(lambda state: tenant_session(ctx, state, tenant))
+    ctx.append(lambda state: facts_section(state, tenant))
 
 
-def _check_sources(memory: Memory, tenant: str, new: list[NewFact]) -> None:
+def _check_sources(ctx: CommandContext, tenant: str, new: list[NewFact]) -> None:
     """Sources are checked before `_tenant` is made, so a refused fact appends nothing; the
     decision checks them again under the lock."""
-    memory.read(lambda state: [facts.check_sources(state, tenant, fact) for fact in new])
+
+    def check(state: MemoryState) -> None:
+        for fact in new:
+            facts.check_sources(state, tenant, fact)
+
+    ctx.read(check)
 
 
-def _prepare_assert(memory: Memory, tenant: str, _holder: str, args: tuple) -> tuple:
-    session, given, extract, ids = args
+def _prepare_assert(ctx: CommandContext, call: Call) -> tuple:
+    session, given, extract, ids = call.args
+    tenant = call.tenant
     if ids is not None:
-        new, reads, extractor = _extract(memory, tenant, session, ids, extract)
+        new, reads, extractor = _extract(ctx, tenant, session, ids, extract)
     else:
         if isinstance(given, (dict, str)) or not isinstance(given, (list, tuple)):
             raise InvalidInput("give the facts as a list of objects")
         new, reads, extractor = [NewFact.of(data, session) for data in given], {}, None
     if not new and ids is None:
         raise InvalidInput("nothing to assert: give at least one fact")
-    _check_sources(memory, tenant, new)
+    _check_sources(ctx, tenant, new)
     if new:
-        _holder_ready(memory, tenant)
+        _holder_ready(ctx, tenant)
     return session, new, reads, extractor
 
 
 def _extract(
-    memory: Memory, tenant: str, session: str | None, ids: list[str], extract: Any
+    ctx: CommandContext, tenant: str, session: str | None, ids: list[str], extract: object
 ) -> tuple[list[NewFact], dict[str, list[str]], str]:
     """Run the runtime's extractor on the items' text, outside the lock: its output is what the
     record stores, so replay never calls it."""
     if session is None:
         raise InvalidInput("extraction reads a session's items: use Session.extract_facts")
-    extract = extract if extract is not None else memory.fact_extractor
     if not callable(extract):
         raise InvalidInput(
             "no fact extractor: pass extract=fn(text) -> [(subject, predicate, object), ...] "
@@ -102,12 +107,12 @@ def _extract(
             out.append((name, target.sections[name].items[id_]))
         return out
 
-    items = memory.read(found)
+    items = ctx.read(found)
     new: list[NewFact] = []
     reads: dict[str, list[str]] = {}
     for name, item in items:
         reads.setdefault(name, []).append(item.id)
-        for data in _triples(extract(text_of(memory.content_of(item)))):
+        for data in _triples(extract(text_of(ctx.content_of(item)))):
             new.append(NewFact.of({**data, "sources": [item.id]}, session))
     return new, reads, getattr(extract, "__name__", type(extract).__name__)
 
@@ -132,8 +137,9 @@ def _triples(output: object) -> list[dict]:
     return out
 
 
-def _assert(memory, state, tenant, _holder, args, idem, _expected) -> Decision:
-    session, new, reads, extractor = args
+def _assert(ctx: CommandContext, state: MemoryState, call: Call) -> Decision:
+    session, new, reads, extractor = call.args
+    tenant = call.tenant
     made = []
     if session is not None:
         get_session(state, tenant, session)
@@ -144,24 +150,26 @@ def _assert(memory, state, tenant, _holder, args, idem, _expected) -> Decision:
                 state,
                 holder,
                 new,
-                memory.decision_ts,
-                memory.counter_of(holder),
+                ctx.decision_ts,
+                ctx.counter_of(holder),
                 extractor,
                 session,
-                idem,
-            )
+                call.idem,
+            )  # fmt: skip
         )
     if reads:
         source = get_session(state, tenant, session)
-        made.append(commands.read_items(source, reads, "agent", EXTRACT_PURPOSE))
+        read = commands.read_items(source, reads, "agent", EXTRACT_PURPOSE)
+        if read is not None:
+            made.append(read)
     return Decision(made)
 
 
-def _asserted(_memory: Memory, record: Record | None, _decision: Decision | None) -> tuple:
+def _asserted(_ctx: CommandContext, record: Record | None, _decision: Decision | None) -> tuple:
     """(the first record appended, the facts asserted): the REST answer shows the record."""
     if record is None or record.type != "item.added":  # nothing extracted: only the read
         return record, []
-    return record, facts.asserted(record.seq, record.ts, record.payload)
+    return record, facts.asserted(record.seq, record.ts, payload(record))
 
 
 ASSERT_FACTS = CommandSpec(
@@ -169,36 +177,34 @@ ASSERT_FACTS = CommandSpec(
 )
 
 
-def _retract(memory, state, tenant, _holder, args, idem, _expected) -> Decision:
-    _where, fact_id, at, reason = args
+def _retract(ctx: CommandContext, state: MemoryState, call: Call) -> Decision:
+    _where, fact_id, at, reason = call.args
     at = facts.check_time("at", at)
-    holder = state.sessions.get((tenant, TENANT_SESSION))
+    holder = state.sessions.get((call.tenant, TENANT_SESSION))
     if holder is None or SECTION not in holder.sections:
         raise ItemNotFound(f"no fact {fact_id!r}")
-    at = memory.decision_ts if at is None else at
-    command, fact = facts.retract(holder, fact_id, at, reason, idem)
+    at = ctx.decision_ts if at is None else at
+    command, fact = facts.retract(holder, fact_id, at, reason, call.idem)
     return Decision((command,), fact)
 
 
-def _retracted(memory: Memory, record: Record | None, decision: Decision | None) -> tuple:
+def _retracted(ctx: CommandContext, record: Record | None, decision: Decision | None) -> tuple:
     if decision is not None:
         return record, decision.result
     # A retry answered from the first record: the fact as it now is.
-    id_ = record.payload["id"]  # type: ignore[union-attr]
-    found = memory.read(lambda state: facts.tenant_facts(state, record.tenant, HOLDER))  # type: ignore[union-attr]
+    record = appended(record)
+    id_, tenant = payload(record)["id"], record.tenant
+    found = ctx.read(lambda state: facts.tenant_facts(state, tenant, HOLDER))
     return record, next((f for f in found if f.id == id_), None)
-
-
-def _decided(_memory: Memory, _record: Record | None, decision: Decision | None) -> Any:
-    return decision.result  # type: ignore[union-attr]
 
 
 RETRACT_FACT = CommandSpec("retract_fact", _retract, "item.updated", result=_retracted)
 
 
-def _read(memory, state, tenant, _holder, args, _idem, _expected) -> Decision:
-    session, query, reader = args
+def _read(ctx: CommandContext, state: MemoryState, call: Call) -> Decision:
     query: FactQuery
+    session, query, reader = call.args
+    tenant = call.tenant
     if session is not None:  # a session's facts: asserted in it or learned from its items
         get_session(state, tenant, session)  # SessionNotFound
         query = replace(query, session=session)
@@ -206,28 +212,31 @@ def _read(memory, state, tenant, _holder, args, _idem, _expected) -> Decision:
     if holder is None:
         return Decision((), [], state.seq)
     found = facts.select(facts.tenant_facts(state, tenant, TENANT_SESSION), query,
-                         memory.decision_ts)  # fmt: skip
+                         ctx.decision_ts)  # fmt: skip
     command = commands.read_items(holder, {SECTION: [f.id for f in found]}, reader, "facts")
     return Decision((command,) if command is not None else (), found, state.seq)
 
 
-READ_FACTS = CommandSpec("read_facts", _read, result=_decided)
+READ_FACTS = CommandSpec("read_facts", _read, result=what_was_decided)
 
 SPECS = (ASSERT_FACTS, RETRACT_FACT, READ_FACTS)
 
 
-# ---- the arguments of each command (Memory's and Session's methods) ---------------------------
+# ---- the arguments of each command (Memory's and Session's methods, the HTTP routes) ----------
+# Each returns (the spec's args after `where`, the idempotency key, None); `where` is the session
+# a call is for (None: the tenant as a whole), which the caller puts first.
 
-Arguments = Callable[..., tuple[tuple, str | None, None]]  # (args, idempotency key, None)
+Arguments = tuple[tuple, str | None, None]
 
 
 def assert_one(subject: str, predicate: str, object: str, *, sources: list | None = None,
                valid_from: int | None = None, metadata: dict | None = None,
-               multi: bool = False, idempotency_key: str | None = None):  # fmt: skip
+               multi: bool = False, idempotency_key: str | None = None) -> Arguments:  # fmt: skip
     """Assert one fact: it closes the facts of the same subject and predicate valid at its
     start (`valid_from`, default now; with `multi=True` only those with the same object).
     `sources`: the items it was learned from. Returns the Fact."""
-    data = {"subject": subject, "predicate": predicate, "object": object, "multi": multi}
+    data: dict[str, Any] = {"subject": subject, "predicate": predicate, "object": object,
+                            "multi": multi}  # fmt: skip
     if sources is not None:
         data["sources"] = sources
     if valid_from is not None:
@@ -237,13 +246,13 @@ def assert_one(subject: str, predicate: str, object: str, *, sources: list | Non
     return ([data], None, None), idempotency_key, None
 
 
-def assert_many(facts_: list[dict], *, idempotency_key: str | None = None):
+def assert_many(facts_: list[dict], *, idempotency_key: str | None = None) -> Arguments:
     """Assert several facts in one record, in order (a later one may close an earlier one)."""
     return (facts_, None, None), idempotency_key, None
 
 
-def extract(items: list[str] | str, *, extract: Callable | None = None,
-            idempotency_key: str | None = None):  # fmt: skip
+def extract(items: list[str] | str, *, extract: Extractor | None = None,
+            idempotency_key: str | None = None) -> Arguments:  # fmt: skip
     """Facts extracted from these items' text by `extract(text) -> [(s, p, o), ...]` (default
     `Memory.fact_extractor`), called outside the lock; its output is stored in the record."""
     ids = [items] if isinstance(items, str) else list(items)
@@ -251,63 +260,17 @@ def extract(items: list[str] | str, *, extract: Callable | None = None,
 
 
 def retract(fact: str, *, at: int | None = None, reason: str | None = None,
-            idempotency_key: str | None = None):  # fmt: skip
+            idempotency_key: str | None = None) -> Arguments:  # fmt: skip
     """End a valid fact at `at` (default now). Returns the Fact as it now is."""
     return (fact, at, reason), idempotency_key, None
 
 
 def query(subject: str | None = None, predicate: str | None = None, object: str | None = None,
           *, as_of: int | None = None, include_history: bool = False,
-          reader: str = "agent"):  # fmt: skip
+          reader: str = "agent") -> Arguments:  # fmt: skip
     """Facts matching the given fields, valid now (or `as_of` a time, microseconds), or every
     one of them with `include_history=True`; by start. A read: traced on `_tenant`."""
     if reader not in commands.READERS:
         raise InvalidInput(f"reader must be one of {', '.join(commands.READERS)}")
     q = FactQuery.of(subject, predicate, object, as_of, include_history)
     return (q, reader), None, None
-
-
-def facts_of(result: tuple) -> Any:
-    """The caller's part of ASSERT_FACTS' and RETRACT_FACT's (record, result)."""
-    return result[1]
-
-
-def first_fact(result: tuple) -> Any:
-    return result[1][0]
-
-
-def fact_twins(spec: CommandSpec, arguments: Arguments, pick=None):
-    """The sync and async methods running `spec` on the tenant's `HOLDER` session with what
-    `arguments` makes of the caller's arguments; the object's `_fact_scope(kw)` says which
-    memory, tenant and caller's session (`where`) a call is for."""
-
-    def run(self: FactCommands, *a: Any, **kw: Any) -> Any:
-        memory, tenant, where = self._fact_scope(kw)
-        args, key, _ = arguments(*a, **kw)
-        result = memory.run(spec, tenant, HOLDER, (where, *args), key)
-        return result if pick is None else pick(result)
-
-    async def run_async(self: FactCommands, *a: Any, **kw: Any) -> Any:
-        memory, tenant, where = self._fact_scope(kw)
-        args, key, _ = arguments(*a, **kw)
-        result = await memory.run_async(spec, tenant, HOLDER, (where, *args), key)
-        return result if pick is None else pick(result)
-
-    for method in (run, run_async):
-        method.__doc__ = arguments.__doc__
-    return run, run_async
-
-
-class FactCommands:
-    """The fact methods of `Memory` (tenant-wide; `tenant=` picks the tenant) and of `Session`
-    (asserted in that session, its item ids as sources; its reads: the facts asserted in it or
-    learned from its items). Each class says how in `_fact_scope`."""
-
-    def _fact_scope(self, kw: dict) -> tuple[Memory, str, str | None]:
-        raise NotImplementedError
-
-    assert_fact, assert_fact_async = fact_twins(ASSERT_FACTS, assert_one, first_fact)
-    assert_facts, assert_facts_async = fact_twins(ASSERT_FACTS, assert_many, facts_of)
-    extract_facts, extract_facts_async = fact_twins(ASSERT_FACTS, extract, facts_of)
-    retract_fact, retract_fact_async = fact_twins(RETRACT_FACT, retract, facts_of)
-    facts, facts_async = fact_twins(READ_FACTS, query)

@@ -30,8 +30,7 @@ from starlette.requests import HTTPConnection
 from starlette.types import Scope
 
 from eventstore.writer import Durability
-from sections.model.config import MemoryConfig, load_config
-from sections.model.tokens import warm_counter
+from sections.model.config import MemoryConfig, load_config, warm_counter
 from sections.runtime.memory import Memory
 from streams.cluster.replica_secret import load_replica_secret
 from streams.server.metrics import Metrics

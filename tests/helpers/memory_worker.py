@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import threading
 
-from sections.model.tokens import warm_counter
+from sections.model.config import warm_counter
 from sections.runtime.memory import Memory
 
 

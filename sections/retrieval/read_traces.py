@@ -15,10 +15,9 @@ from __future__ import annotations
 
 from sections.errors import SessionNotFound
 from sections.model.commands import Command, base_payload, get_session, read_items
-from sections.model.config import SESSION_SECTION
+from sections.model.names import CONVERSATION, SESSION_SECTION, TENANT_SESSION
 from sections.model.state import MemoryState, SessionState
-from sections.retrieval.observations import TENANT_SESSION
-from sections.retrieval.summaries import recent
+from sections.retrieval.summaries import recent, summarized
 
 OPERATOR = "operator"  # time travel and streams are the dashboard's and the auditors' reads
 
@@ -31,9 +30,9 @@ def quoted(summary: dict | None) -> list[str]:
 
 def _held(session: SessionState) -> dict[str, list[str]]:
     reads = {name: list(section.items) for name, section in session.sections.items()}
-    quotes = [i for i in quoted(session.summary) if i not in reads.get("messages", ())]
+    quotes = [i for i in quoted(session.summary) if i not in reads.get(CONVERSATION, ())]
     if quotes:
-        reads["messages"] = [*reads.get("messages", ()), *quotes]
+        reads[CONVERSATION] = [*reads.get(CONVERSATION, ()), *quotes]
     return {name: ids for name, ids in reads.items() if ids}
 
 
@@ -77,8 +76,11 @@ def summary_reads(
         chosen = [session] if session.summary_at is not None else []
     else:
         chosen = recent(state, tenant, TENANT_SESSION, limit)
-    made = [read_items(s, {"messages": quoted(s.summary)}, reader, "summary") for s in chosen]
-    found = [{"session": s.id, "seq": s.summary_at[0], **s.summary} for s in chosen]  # type: ignore[index]
+    made = [read_items(s, {CONVERSATION: quoted(s.summary)}, reader, "summary") for s in chosen]
+    found = []
+    for s in chosen:
+        summary, seq, _ = summarized(s)
+        found.append({"session": s.id, "seq": seq, **summary})
     return [c for c in made if c is not None], found
 
 

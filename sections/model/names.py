@@ -1,0 +1,29 @@
+"""The names the memory gives a meaning to, each declared once: the reserved session and section,
+the observations section and its vocabulary, and the sessions retention keeps.
+
+A leaf of the model: every module may import it, and it imports nothing.
+"""
+
+from __future__ import annotations
+
+SESSION_SECTION = "_session"  # reserved: records of commands that span sections
+# The tenant's own session: tenant-wide observations and facts live there. Clients cannot
+# create it; it is never listed, and retention never removes it.
+TENANT_SESSION = "_tenant"
+
+# The conversation: its items render as chat messages, a tool call's result joins its call's
+# group there, and a session's summary counts and quotes its messages.
+CONVERSATION = "messages"
+OBSERVATIONS = "observations"  # long-term memory (sections/retrieval/observations.py)
+OBSERVATION_TYPES = (
+    "decision", "discovery", "bugfix", "pattern", "architecture", "config", "learning",
+    "preference",
+    "security", "audit",  # what AgentOps' runtime hooks write (docs/agentops.md)
+)  # fmt: skip
+# Where an observation is kept: the session's own `observations` section, or the tenant's.
+OBSERVATION_SCOPES = ("session", "tenant")
+
+# Sessions an adapter keeps what outlives any one session in (AgentOps' project holders,
+# `_agentops:<project>:<scope>`, sections/adapters/agentops.py). Like `_tenant`, retention never
+# counts or removes them: declared here, below retention, so the model needs no adapter.
+HOLDER_PREFIX = "_agentops:"

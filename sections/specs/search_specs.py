@@ -1,0 +1,170 @@
+"""Search and observations, as specs of the command table (command_specs.py). Both are the
+tenant's commands (their call names no session): a search reads every session it finds hits in,
+an observation is written in one session's `observations` or in the tenant's own session."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from eventstore.errors import InvalidInput
+from eventstore.record import Record
+from sections.model import commands
+from sections.model.commands import Decision, get_session, payload
+from sections.model.item import item_id
+from sections.model.names import OBSERVATIONS, TENANT_SESSION
+from sections.model.state import MemoryState
+from sections.retrieval import observations
+from sections.retrieval.observations import Observation
+from sections.retrieval.search import MAX_TIME, Query
+from sections.retrieval.views import MAX_TOP_K, SearchHit, view_of
+from sections.specs.context import CommandContext
+from sections.specs.session_specs import tenant_session
+from sections.specs.spec import Call, CommandSpec, appended, decided
+
+# ---- search -----------------------------------------------------------------------------------
+
+
+def search_query(
+    text: object, sessions: Sequence[str] | None, sections: Sequence[str] | None,
+    tags: Sequence[str] | None, since: int | None, until: int | None, top_k: int, reader: str,
+    markers: Sequence[str], tenant_observations: bool = False,
+) -> Query:  # fmt: skip
+    """A search's arguments, checked: bad ones raise InvalidInput naming the argument."""
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidInput("give a search query: a non-empty string")
+    for name, value in (("sessions", sessions), ("sections", sections), ("tags", tags)):
+        if value is not None and (
+            isinstance(value, str) or not all(isinstance(v, str) for v in value)
+        ):
+            raise InvalidInput(f"{name} must be a list of strings")
+    for name, when in (("since", since), ("until", until)):
+        if when is not None and (type(when) is not int or abs(when) > MAX_TIME):
+            raise InvalidInput(
+                f"{name} must be an integer of microseconds since the epoch, within ±2**62"
+            )
+    if type(top_k) is not int or not 1 <= top_k <= MAX_TOP_K:
+        raise InvalidInput(f"top_k must be an integer from 1 to {MAX_TOP_K}")
+    if reader not in commands.READERS:
+        raise InvalidInput(f"reader must be one of {', '.join(commands.READERS)}")
+    if len(markers) != 2 or not all(isinstance(m, str) for m in markers):
+        raise InvalidInput("markers must be two strings: before and after each matched word")
+    return Query(
+        text,
+        tuple(sessions) if sessions is not None else None,
+        tuple(sections) if sections is not None else None,
+        tuple(tags or ()),
+        since,
+        until,
+        top_k,
+        (markers[0], markers[1]),
+        ((TENANT_SESSION, OBSERVATIONS),) if tenant_observations and sessions else (),
+    )
+
+
+def search_args(
+    query: str, *, sessions: list[str] | None = None, sections: list[str] | None = None,
+    tags: list[str] | None = None, since: int | None = None, until: int | None = None,
+    top_k: int = 10, reader: str = "agent", markers: tuple[str, str] = ("[", "]"),
+    tenant_observations: bool = False,
+) -> tuple[Query, str]:  # fmt: skip
+    """SEARCH's arguments from a caller's (`Memory.search`, `Session.search`)."""
+    checked = search_query(query, sessions, sections, tags, since, until, top_k, reader, markers,
+                           tenant_observations)  # fmt: skip
+    return checked, reader
+
+
+def _query_index(ctx: CommandContext, call: Call) -> tuple:
+    # The index has its own lock: a query never holds up writers. Hits whose item left
+    # meanwhile are dropped under the memory's lock, where the read record is decided.
+    query, reader = call.args
+    return reader, ctx.search(call.tenant, query)
+
+
+def _search(_ctx: CommandContext, state: MemoryState, call: Call) -> Decision:
+    reader, hits = call.args
+    tenant = call.tenant
+    found: list[SearchHit] = []
+    reads: dict[str, dict[str, list[str]]] = {}
+    for hit in hits:
+        session = state.sessions.get((tenant, hit.session))
+        section = session.sections.get(hit.section) if session is not None else None
+        item = section.items.get(hit.id) if section is not None else None
+        if item is None or (item.content_seq, item.tags) != (hit.content_seq, hit.tags):
+            continue  # left or changed since the index was queried
+        found.append(SearchHit(hit.session, view_of(hit.section, item), hit.score, hit.snippet))
+        reads.setdefault(hit.session, {}).setdefault(hit.section, []).append(item.id)
+    made = [
+        commands.read_items(state.sessions[(tenant, sid)], by_section, reader, "search")
+        for sid, by_section in reads.items()
+    ]
+    return Decision([c for c in made if c is not None], found, state.seq)
+
+
+def _hits(
+    ctx: CommandContext, _record: Record | None, decision: Decision | None
+) -> list[SearchHit]:
+    found: list[SearchHit] = decided(decision).result
+    views = ctx.fill([hit.item for hit in found])
+    return [
+        SearchHit(hit.session, view, hit.score, hit.snippet)
+        for hit, view in zip(found, views, strict=True)
+    ]
+
+
+SEARCH = CommandSpec("search", _search, result=_hits, prepare=_query_index, result_blocks=True)
+
+# ---- observations -----------------------------------------------------------------------------
+
+
+def observation_args(
+    type: str, title: str, content: str, *, tags: list[str] | tuple[str, ...] = (),
+    topic_key: str | None = None, session: str | None = None, source: dict | None = None,
+    from_session: str | None = None,
+) -> tuple:  # fmt: skip
+    """OBSERVE's arguments: the observation, checked (`source`: where it came from, {str: str}
+    kept in its metadata), the session that will hold it, whether that is the tenant's, and the
+    session a tenant-wide one came from (`from_session`, kept in `metadata.session`)."""
+    obs = Observation.of(type, title, content, tags, topic_key, source)
+    if from_session is not None and (session is not None or not isinstance(from_session, str)):
+        raise InvalidInput("from_session names the session a tenant-wide observation came from")
+    return obs, TENANT_SESSION if session is None else session, session is None, from_session
+
+
+def _observations_session(ctx: CommandContext, call: Call) -> tuple:
+    _, _, tenant_wide, source = call.args
+    tenant = call.tenant
+    if tenant_wide:
+        if source is not None:  # refused before `_tenant` is made for it (decide checks again)
+            ctx.read(lambda state: commands.check_open(get_session(state, tenant, source)))
+        ctx.append(lambda state: tenant_session(ctx, state, tenant))
+    return call.args
+
+
+def _observe(ctx: CommandContext, state: MemoryState, call: Call) -> Decision:
+    obs, session_id, _, source = call.args
+    target = get_session(state, call.tenant, session_id)
+    if session_id != TENANT_SESSION:  # the tenant's own session outlives any end()
+        commands.check_open(target)
+    if source is not None:  # an ended session writes nothing more, tenant-wide neither
+        commands.check_open(get_session(state, call.tenant, source))
+    command, tier, item = observations.decide(
+        target, obs, ctx.decision_ts, ctx.dedup_window_us, ctx.counter_of(target),
+        ctx.content_of, source,
+    )  # fmt: skip
+    return Decision((command,), (session_id, tier, item))
+
+
+def _observed(
+    _ctx: CommandContext, record: Record | None, decision: Decision | None
+) -> observations.Outcome:
+    session_id, tier, item = decided(decision).result
+    record = appended(record)
+    written = payload(record)
+    if item is None:
+        id_, meta = item_id(record.seq, 0), written["items"][0]["metadata"]
+    else:
+        id_, meta = item.id, written["set"]["metadata"]
+    return observations.Outcome(id_, session_id, tier, meta["revision"], meta["duplicates"])
+
+
+OBSERVE = CommandSpec("observe", _observe, result=_observed, prepare=_observations_session)
