@@ -47,10 +47,10 @@ from sections.runtime.memory import Memory
 from sections.specs import command_specs as specs
 from streams.apidoc import Reply, keep_operation, operation
 from streams.apidoc.models import Identifier
-from streams.routes.api import read_json
 from streams.seeds import agentops_models as m
 from streams.server.service import Service
 from streams.web.errors import ApiError, error_response, from_exception
+from streams.web.json_body import read_json
 from streams.web.responses import json_response
 from streams.web.routing import RawRoute
 
