@@ -9,8 +9,20 @@ Answers are `Open` models: a client must accept fields added later (docs/wire.md
 
 from __future__ import annotations
 
+import functools
 import re
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Union
+from types import UnionType
+from typing import (
+    TYPE_CHECKING,
+    Annotated,
+    Any,
+    ClassVar,
+    Literal,
+    NotRequired,
+    Union,
+    get_args,
+    get_origin,
+)
 
 from pydantic import (
     BaseModel,
@@ -25,7 +37,7 @@ from pydantic import (
 )
 from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import PydanticCustomError
-from typing_extensions import TypeAliasType
+from typing_extensions import TypeAliasType, TypedDict
 
 from eventstore.errors import InvalidInput
 from eventstore.identifiers import IDENTIFIER_PATTERN
@@ -178,6 +190,49 @@ def absent(description: str | None = None) -> Any:
 
 def _no_default(schema: dict) -> None:
     schema.pop("default", None)
+
+
+def as_typed_dict(model: type[BaseModel]) -> Any:
+    """`model` as a TypedDict of the same fields, types and constraints (its nested models too):
+    it validates a body to the plain dict it was given, without making the model's instances.
+    For the hot write path, whose core takes dicts (streams/routes/items_api.py): the same
+    declaration, about a microsecond less per item. A model with validators of its own has no
+    such form."""
+    return _typed_dicts(model)
+
+
+@functools.cache
+def _typed_dicts(model: type[BaseModel]) -> Any:
+    decorators = model.__pydantic_decorators__
+    assert not (decorators.model_validators or decorators.field_validators), model
+    fields: dict[str, Any] = {}
+    for name, field in model.model_fields.items():
+        kind = _plain(field.annotation)
+        if field.metadata:
+            kind = Annotated[(kind, *field.metadata)]
+        fields[name] = kind if field.is_required() else NotRequired[kind]
+    typed = _make_typed_dict(model.__name__, fields)  # a class made at run time: to mypy, Any
+    config = model.model_config
+    strict = bool(config.get("strict"))
+    typed.__pydantic_config__ = ConfigDict(extra=config.get("extra"), strict=strict)
+    return typed
+
+
+_make_typed_dict: Any = TypedDict
+
+
+def _plain(kind: Any) -> Any:
+    """`kind` with each model in it as its TypedDict (`as_typed_dict`)."""
+    if isinstance(kind, type) and issubclass(kind, BaseModel):
+        return _typed_dicts(kind)
+    origin, args = get_origin(kind), get_args(kind)
+    if origin is Annotated:
+        return Annotated[(_plain(args[0]), *kind.__metadata__)]
+    if origin in (list, dict):
+        return origin[tuple(_plain(arg) for arg in args)]
+    if origin in (Union, UnionType):
+        return Union[tuple(_plain(arg) for arg in args)]  # noqa: UP007
+    return kind
 
 
 class Strict(BaseModel):

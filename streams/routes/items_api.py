@@ -36,7 +36,7 @@ from streams.routes.item_models import (
 )
 from streams.routes.resource import Api, expected_version, write_headers
 from streams.web.errors import ApiError
-from streams.web.json_body import json_object, parse_model, read_body
+from streams.web.json_body import json_object, parse_fields, read_body
 from streams.web.responses import json_response
 
 # What an item write says of itself: its headers and its answer, the record and the new version.
@@ -102,13 +102,9 @@ class ItemsApi(Api):
             given = value["items"]
             if type(given) is list and len(given) > limit:
                 raise ApiError(413, "batch_too_large", f"{len(given)} items; the limit is {limit}")
-            parse_model(ItemBatchToAdd, value)
-            items = given
+            items = parse_fields(ItemBatchToAdd, value)["items"]
         else:
-            parse_model(ItemToAdd, value)
-            items = [value]
-        # The items go to the core as given: their model keeps every field as it came (a JSON
-        # value, a number, a string), so its dump would be these same dicts, made again.
+            items = [parse_fields(ItemToAdd, value)]
         with self.service.write():
             key, match = write_headers(scope)
             args = (path["section"], items)
