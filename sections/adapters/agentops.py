@@ -1,4 +1,4 @@
-"""AgentOps' memory contract on our model, pure: names, checks and answer shapes (docs/agentops.md).
+"""AgentOps' memory contract on our model, pure: its limits, names and answer shapes (docs/agentops.md).
 
 The agentops-memory service keys everything by `project`; here a project is a namespace inside
 the caller's tenant:
@@ -12,7 +12,9 @@ the caller's tenant:
 - the AgentOps session an observation came from is kept in its metadata (`session_id`).
 
 Nothing here touches the log: the specs (sections/adapters/agentops_specs.py) and the HTTP layer
-(streams/seeds/agentops_api.py) use these functions under or outside the memory's lock.
+(streams/seeds/agentops_api.py) use these functions under or outside the memory's lock. The
+shape of a request (its fields, their types and the limits below) is the HTTP layer's models'
+to parse (streams/seeds/agentops_models.py).
 """
 
 from __future__ import annotations
@@ -29,12 +31,11 @@ from sections.retrieval.observations import SECTION, normalize
 PROJECT_KEY = "agentops_project"  # session metadata: the project an AgentOps session belongs to
 DEFAULT_SCOPE = "project"
 
-# The service's limits (server.go), checked before anything is appended.
+# The service's limits (server.go), which its models check before anything is appended.
 MAX_TITLE = 500
 MAX_CONTENT = 50_000
 MAX_TOPIC = 200
 MAX_SCOPE = 50
-MAX_TYPE = 50
 MAX_TAG = 100
 MAX_TAGS = 20
 MAX_PROJECT = 200
@@ -45,58 +46,6 @@ MAX_HOLDER_PROJECT = 128 - len(HOLDER_PREFIX) - 1 - MAX_SCOPE
 CONTEXT_CHARS = 300  # of each observation's content in /context
 CONTEXT_SESSIONS = 3  # summaries in /context
 QUOTE_CHARS = 200  # of each quoted user message in a session summary
-
-
-# ---- checks, with the service's messages -------------------------------------------------------
-
-
-def _blank(value: object) -> bool:
-    return not isinstance(value, str) or not value.strip()
-
-
-def _length(errors: list[str], name: str, value: object, limit: int) -> None:
-    if isinstance(value, str) and len(value) > limit:
-        errors.append(f"{name} exceeds {limit} chars")
-
-
-def session_errors(body: dict) -> list[str]:
-    errors = []
-    if _blank(body.get("id")):
-        errors.append("id is required")
-    if _blank(body.get("project")):
-        errors.append("project is required")
-    else:
-        _length(errors, "project", body["project"], MAX_PROJECT)
-    return errors
-
-
-def observation_errors(body: dict) -> list[str]:
-    """What the service refuses in a new observation, in its order and words."""
-    errors = []
-    for name, limit in (("session_id", None), ("type", MAX_TYPE), ("title", MAX_TITLE),
-                        ("content", MAX_CONTENT), ("project", MAX_PROJECT)):  # fmt: skip
-        if _blank(body.get(name)):
-            errors.append(f"{name} is required")
-        elif limit is not None:
-            _length(errors, name, body[name], limit)
-    for name, limit in (("scope", MAX_SCOPE), ("topic_key", MAX_TOPIC)):
-        value = body.get(name)
-        if value is not None and not isinstance(value, str):  # as the Go decoder refuses it
-            errors.append(f"{name} must be a string")
-        _length(errors, name, value, limit)
-    tags = body.get("tags")
-    if tags is not None and not (isinstance(tags, list) and all(type(t) is str for t in tags)):
-        errors.append("tags must be a list of strings")
-    elif tags:
-        if len(tags) > MAX_TAGS:
-            errors.append(f"tags exceed {MAX_TAGS} items")
-        if any(len(t) > MAX_TAG for t in tags):
-            errors.append(f"tag exceeds {MAX_TAG} chars")
-    return errors
-
-
-def validation_message(errors: list[str]) -> str:
-    return "validation failed: " + "; ".join(errors)
 
 
 # ---- names --------------------------------------------------------------------------------------

@@ -7,10 +7,11 @@ own frame: paths, parameters, request bodies, responses, the answers every route
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from pydantic import TypeAdapter
+from pydantic.json_schema import JsonSchemaMode
 
 from streams.apidoc.models import ErrorReply, Identifier
 from streams.apidoc.operation import Header, Operation, Reply, operation_of
@@ -79,7 +80,7 @@ class _Schemas:
     (a $ref for a model), `fields(model)` the properties of a query model."""
 
     def __init__(self, ops: Iterable[Operation]) -> None:
-        wanted: dict[tuple[int, str], tuple[Any, str]] = {}
+        wanted: dict[tuple[int, str], tuple[Any, JsonSchemaMode]] = {}
         queries: set[int] = set()
         for op in ops:
             for kind in _types_of(op):
@@ -93,7 +94,7 @@ class _Schemas:
         # A query model's fields become parameters; the model itself is no component.
         self._fields = {key: self._inline(key) for key in queries}
 
-    def of(self, kind: Any, mode: str) -> dict:
+    def of(self, kind: Any, mode: JsonSchemaMode) -> dict:
         return self._found[((id(kind), mode), mode)]
 
     def _inline(self, key: int) -> dict:
@@ -108,7 +109,7 @@ class _Schemas:
         return self._fields[id(model)]
 
 
-def _types_of(op: Operation):
+def _types_of(op: Operation) -> Iterator[tuple[Any, JsonSchemaMode]]:
     if op.query is not None:
         yield op.query, "validation"
     if op.free_query is not None:
@@ -189,7 +190,7 @@ def _query_parameters(model: Any, schemas: _Schemas) -> list[dict]:
     return parameters
 
 
-def _header(header: Header, schemas: _Schemas, mode: str) -> dict:
+def _header(header: Header, schemas: _Schemas, mode: JsonSchemaMode) -> dict:
     out: dict[str, Any] = {"name": header.name, "description": header.description}
     if header.required:
         out["required"] = True

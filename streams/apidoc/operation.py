@@ -1,10 +1,11 @@
 """What one handler says about itself: an `Operation`, attached by the `operation` decorator.
 
 The types named here (a query model, a body, each reply) are pydantic models or any type a
-pydantic `TypeAdapter` takes; streams/apidoc/document.py turns them into JSON Schema. The
-handlers go on validating as they always have (the memory core is the one judge of a command's
-arguments, for the Python API, HTTP and MCP alike); the suite holds the two together by running
-schemathesis both ways (tests/test_openapi_conformance.py).
+pydantic `TypeAdapter` takes; streams/apidoc/document.py turns them into JSON Schema. The same
+query and body models parse the request the handler is given (streams/web/json_body.py,
+streams/routes/query.py); the memory core then judges what it means (budgets, policies,
+conflicts), for the Python API, HTTP and MCP alike. Schemathesis runs both ways over the
+document (tests/test_openapi_conformance.py).
 """
 
 from __future__ import annotations

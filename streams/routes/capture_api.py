@@ -8,7 +8,7 @@ the memory's capture rules apply (sections/runtime/capture.py, docs/agentops.md)
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 from starlette.requests import Request
@@ -16,20 +16,20 @@ from starlette.responses import Response
 
 from sections.runtime import capture
 from streams.apidoc import operation
-from streams.apidoc.models import Count, JsonValue, JsonValueObject, Open, Strict
-from streams.routes.api import Api, _only
+from streams.apidoc.models import Count, Json, JsonValueObject, Open, Strict
+from streams.routes.resource import Api
 from streams.server.service import Service
 from streams.web.responses import json_response
 from streams.web.routing import RawRoute, routes_of
 
-FIELDS = frozenset(("tool", "args", "output", "call_id"))
 NonEmpty = Annotated[str, Field(min_length=1)]
 
 
 class ToolCallReport(Strict):
+    what: ClassVar[str] = "the tool call"
     tool: NonEmpty = Field(description="the tool's name")
     args: JsonValueObject | None = Field(None, description="the tool's arguments")
-    output: JsonValue = Field(None, description="what the tool answered: any JSON")
+    output: Json = Field(None, description="what the tool answered: any JSON")
     call_id: NonEmpty | None = Field(None, description="the runtime's id of the call")
 
 
@@ -75,11 +75,11 @@ class CaptureApi(Api):
     )
     async def tool_call(self, request: Request) -> Response:
         session = self._session(self.service.principal(request, "write"), request)
-        body = _only(await self._body(request), FIELDS, "the tool call")
+        body = await self._parsed(request, ToolCallReport)
         with self.service.write():
             answer = await capture.report_async(
-                session.memory, session.tenant, session.id, body.get("tool"), body.get("args"),
-                body.get("output"), body.get("call_id"),
+                session.memory, session.tenant, session.id, body.tool, body.args, body.output,
+                body.call_id,
             )  # fmt: skip
         return json_response(answer)
 

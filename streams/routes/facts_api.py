@@ -14,21 +14,23 @@ Reads leave an `items.read` record (purpose "facts") on the tenant's session `_t
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import Response
 
-from eventstore.errors import InvalidInput
-from eventstore.timestamps import parse_time
 from sections.specs import fact_specs
 from sections.specs.fact_specs import HOLDER
 from streams.apidoc import IDEMPOTENCY_KEY, Reply, operation
-from streams.routes.api import Api, Handler, _reader
 from streams.routes.facts_models import (
     FACTS_WHEN,
     FactAsserted,
     FactList,
     FactRetracted,
+    FactsAsOf,
     FactsAsserted,
+    FactsHistory,
     FactsQuery,
     NewFactRequest,
     NewFactsRequest,
@@ -36,11 +38,14 @@ from streams.routes.facts_models import (
     SessionFactRequest,
     SessionFactsRequest,
 )
+from streams.routes.query import parse_query
+from streams.routes.resource import Api, Handler
 from streams.server.service import Service
+from streams.web.json_body import parse_model, read_json
 from streams.web.responses import json_response, record_json
 from streams.web.routing import RawRoute, routes_of
 
-RETRACT_FIELDS = frozenset(("at", "reason"))
+_FILTERS = frozenset(FactsQuery.model_fields)
 ASSERTED = {
     201: Reply(FactAsserted | FactsAsserted, "asserted: `fact`, or `facts` for a batch"),
 }
@@ -87,11 +92,17 @@ class FactsApi(Api):
 
     async def _assert(self, request: Request) -> Response:
         p, session = self._scope(request)
-        body = await self._body(request)
-        batch = "facts" in body
-        if batch and set(body) != {"facts"}:
-            raise InvalidInput('give one fact, or {"facts": [...]} alone')
-        given = body["facts"] if batch else [body]
+        value = await read_json(request, self.service.settings.max_body_bytes)
+        # the two forms of the body: one fact, or {"facts": [...]} alone
+        batch = "facts" in value
+        facts: Sequence[BaseModel]
+        if session:  # a source may be one of its item ids
+            facts = (parse_model(SessionFactsRequest, value).facts if batch
+                     else [parse_model(SessionFactRequest, value)])  # fmt: skip
+        else:
+            facts = (parse_model(NewFactsRequest, value).facts if batch
+                     else [parse_model(NewFactRequest, value)])  # fmt: skip
+        given = [fact.model_dump(exclude_unset=True) for fact in facts]
         args = fact_specs.assert_many(given)[0]
         with self.service.write():
             record, made = await self.memory(p).run_async(
@@ -124,20 +135,21 @@ class FactsApi(Api):
 
     async def _read(self, request: Request) -> Response:
         p, session = self._scope(request)
-        params = request.query_params
-        unknown = set(params) - {"subject", "predicate", "object", "as_of", "history", "reader",
-                                 "token"}  # fmt: skip
-        if unknown:
-            raise InvalidInput(f"unknown query parameters {sorted(unknown)}")
-        history = params.get("history", "0")
-        # 0 or 1, as docs/facts.md and /openapi.json say ("true" and "false" were taken unsaid)
-        if history not in ("0", "1"):
-            raise InvalidInput("history must be 1 or 0")
-        # an empty as_of is refused as any other text that is no time (it is not "now")
-        as_of = parse_time(params["as_of"]) if "as_of" in params else None
+        pairs = request.query_params.multi_items()
+        # The filters, then which facts (`FACTS_WHEN`: valid as_of a time, now, or every one):
+        # between them they refuse any other parameter.
+        fields = [(k, v) for k, v in pairs if k in _FILTERS]
+        query = parse_query(FactsQuery, fields)
+        rest = [(k, v) for k, v in pairs if k not in _FILTERS]
+        when: FactsAsOf | FactsHistory
+        if any(k == "as_of" for k, _ in rest):
+            when = parse_query(FactsAsOf, rest)
+        else:
+            when = parse_query(FactsHistory, rest)
+        as_of = when.as_of if isinstance(when, FactsAsOf) else None
         args = fact_specs.query(
-            params.get("subject"), params.get("predicate"), params.get("object"),
-            as_of=as_of, include_history=history == "1", reader=_reader(request),
+            query.subject, query.predicate, query.object, as_of=as_of,
+            include_history=when.history == 1, reader=query.reader,
         )[0]  # fmt: skip
         with self.service.write():  # a read: it appends its trace
             found = await self.memory(p).run_async(
@@ -158,13 +170,8 @@ class FactsApi(Api):
     )
     async def retract(self, request: Request) -> Response:
         p, _ = self._scope(request)
-        body = await self._body(request, required=False)
-        unknown = set(body) - RETRACT_FIELDS
-        if unknown:
-            raise InvalidInput(f"unknown retract fields {sorted(unknown)}")
-        args = fact_specs.retract(
-            request.path_params["fact"], at=body.get("at"), reason=body.get("reason")
-        )[0]
+        body = await self._parsed(request, RetractRequest, required=False)
+        args = fact_specs.retract(request.path_params["fact"], at=body.at, reason=body.reason)[0]
         with self.service.write():
             record, fact = await self.memory(p).run_async(
                 fact_specs.RETRACT_FACT, p.tenant, HOLDER, (None, *args), _key(request)

@@ -1,7 +1,7 @@
 """What the facts routes take and answer (streams/routes/facts_api.py, docs/facts.md).
 
-The memory core judges the values (sections/retrieval/facts.py `NewFact.of`, `retract`, `FactQuery.of`);
-these models say the same to a client.
+The models that document the bodies and queries parse them; the memory core judges the values
+(sections/retrieval/facts.py `NewFact.of`, `retract`, `FactQuery.of`).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from pydantic import Field
 from sections.retrieval.facts import FIELD_CHARS, MAX_FACTS, MAX_SOURCES
 from streams.apidoc.models import (
     NOT_BLANK,
+    WHOLE,
     Absent,
     Count,
     JsonObject,
@@ -129,13 +130,13 @@ class FactsAsOf(Strict):
     """The facts valid at a time."""
 
     as_of: Time = Field(description="µs since the epoch, or an ISO-8601 time")
-    history: Literal[0] = 0
+    history: Annotated[Literal[0], WHOLE] = 0
 
 
 class FactsHistory(Strict):
     """The facts valid now (history=0), or every one, valid or not (history=1)."""
 
-    history: Literal[0, 1] = 0
+    history: Annotated[Literal[0, 1], WHOLE] = 0
 
 
 FACTS_WHEN = (

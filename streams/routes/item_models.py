@@ -1,31 +1,36 @@
-"""The item operations' models (streams/routes/api.py): what /openapi.json says of the item reads and
-writes, the section settings and the If-Match / ETag of a write.
+"""The item operations' models (streams/routes/items_api.py): what /openapi.json says of the item
+reads and writes and the section settings, and what parses them.
 
-They describe; the memory core judges (docs/openapi.md): each constraint here restates a check of
-sections/ (commands.py `_fields`, config.py `SectionConfig`, item_filter.py, eventstore/jcs.py),
-so that what the document allows the server takes, and what it forbids the server refuses.
+A handler is given its body and query parsed by these models; the memory core then judges what
+they mean (sections/ commands.py `_fields`, config.py `SectionConfig`, item_filter.py): a
+budget, a policy, a section that exists. What the document allows reaches the core, and what it
+forbids is refused here, naming the field (streams/web/errors.py).
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, model_validator
+from pydantic_core import PydanticCustomError
 
 from eventstore.jcs import MAX_SAFE_INTEGER
 from sections.model.config import LIFETIMES, POLICIES
 from sections.model.item_filter import MAX_PAGE
 from streams.apidoc.models import (
+    WHOLE,
     Count,
     Hex64,
+    Json,
     JsonObject,
-    JsonValue,
+    Number,
     Open,
+    Reader,
     Record,
     SafeInt,
-    SafeNumber,
     Strict,
     Time,
+    absent,
 )
 from streams.server.settings import Settings
 
@@ -44,6 +49,11 @@ SectionName = Annotated[str, Field(pattern=SECTION_NAME)]
 SECTION_PATH = {"section": (SectionName, "the section's name: an identifier not starting with _")}
 # The service's default; a service may set another (413 batch_too_large beyond it).
 MAX_BATCH = Settings.max_batch_items
+if TYPE_CHECKING:  # a Literal of a constant tuple is beyond mypy: to the checker, a string
+    Policy = str
+    Lifetime = str
+else:
+    Policy, Lifetime = Literal[POLICIES], Literal[LIFETIMES]
 
 
 def _absent_unless_given(schema: dict[str, Any]) -> None:
@@ -56,15 +66,30 @@ def _absent_unless_given(schema: dict[str, Any]) -> None:
 
 def _at_least_one(schema: dict[str, Any]) -> None:
     _absent_unless_given(schema)
-    schema["minProperties"] = 1  # the core refuses an empty change
+    schema["minProperties"] = 1
 
 
 class _Fields(Strict):
-    model_config = ConfigDict(extra="forbid", json_schema_extra=_absent_unless_given)
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=_absent_unless_given)
 
 
 class _Changes(Strict):
-    model_config = ConfigDict(extra="forbid", json_schema_extra=_at_least_one)
+    """A change: one field or more (`minProperties: 1`), the others left as they are."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=_at_least_one)
+
+    @model_validator(mode="after")
+    def _one_or_more(self) -> Self:
+        if not self.model_fields_set:
+            names = ", ".join(type(self).model_fields)
+            raise PydanticCustomError(
+                "empty_change", "give one or more of {names}", {"names": names}
+            )
+        return self
+
+    def changes(self) -> dict[str, Any]:
+        """The fields given, as the memory core takes them."""
+        return {name: getattr(self, name) for name in self.model_fields_set}
 
 
 # -- bodies
@@ -74,51 +99,55 @@ class ItemToolCall(Open):
     """One tool call of an assistant message, as an OpenAI-style API writes it."""
 
     id: str
-    __pydantic_extra__: dict[str, JsonValue]  # type: ignore[assignment]
+    __pydantic_extra__: dict[str, Json]
 
 
 class ItemToAdd(_Fields):
     """One item (sections/model/commands.py `_fields`)."""
 
-    content: JsonValue = Field(description="the item's content: a string or any JSON")
+    content: Json = Field(description="the item's content: a string or any JSON")
     kind: str | None = Field(
         None,
         description="its event type (user_message, agent_response, tool_call, tool_result, "
         "delegation_request, delegation_response, error, or any name)",
     )
     role: str | None = Field(None, description="user, assistant, tool, system, ...")
-    tags: list[str] = Field(None, description="labels search can filter on")
-    priority: SafeNumber = Field(None, description="what the priority policy evicts last (0)")
-    metadata: dict[str, JsonValue] = Field(None, description="any JSON object")
+    tags: list[str] = absent("labels search can filter on")
+    priority: Number = absent("what the priority policy evicts last (0)")
+    metadata: dict[str, Json] = absent("any JSON object")
     group: str | None = Field(None, description="items evicted together (a tool call and result)")
     name: str | None = None
     tool_calls: list[ItemToolCall] | None = None
     tool_call_id: str | None = None
-    images: list[JsonValue] | None = None
-    reasoning_details: JsonValue = None
-    agent_calls: list[JsonValue] | None = None
+    images: list[Json] | None = None
+    reasoning_details: Json = None
+    agent_calls: list[Json] | None = None
 
 
 class ItemBatchToAdd(_Fields):
     """Many items in one record: all are added or none."""
 
+    # At most the service's max_batch_items, 1000 unless it sets another: its handler refuses
+    # more (413 batch_too_large) before any item is parsed.
     items: list[ItemToAdd] = Field(
-        min_length=1, max_length=MAX_BATCH, description="at most max_batch_items (1000) of them"
+        min_length=1,
+        json_schema_extra={"maxItems": MAX_BATCH},
+        description="at most max_batch_items (1000) of them",
     )
 
 
 class ItemUpdate(_Changes):
     """The fields an update sets (sections/model/commands.py UPDATABLE); the others stay."""
 
-    content: JsonValue = None
-    tags: list[str] = None  # type: ignore[assignment]
-    priority: SafeNumber = None  # type: ignore[assignment]
-    metadata: dict[str, JsonValue] = None  # type: ignore[assignment]
+    content: Json = None
+    tags: list[str] = absent()
+    priority: Number = absent()
+    metadata: dict[str, Json] = absent()
     kind: str | None = None
     role: str | None = None
 
 
-Positive = Annotated[int, Field(ge=1, le=MAX_SAFE_INTEGER)]
+Positive = Annotated[int, Field(ge=1, le=MAX_SAFE_INTEGER), WHOLE]
 
 
 class SectionSettingsChange(_Changes):
@@ -127,52 +156,52 @@ class SectionSettingsChange(_Changes):
     section with a budget or max_items; compact_at_tokens over budget_tokens."""
 
     budget_tokens: Positive | None = Field(None, description="null: unbounded")
-    policy: Literal[POLICIES] = None  # type: ignore[valid-type]
-    lifetime: Literal[LIFETIMES] = None  # type: ignore[valid-type]
-    mutable: bool = None  # type: ignore[assignment]
-    searchable: bool = None  # type: ignore[assignment]
-    audit_reads: Literal[True] = Field(None, description="every read is traced: only true")
+    policy: Policy = absent()
+    lifetime: Lifetime = absent()
+    mutable: bool = absent()
+    searchable: bool = absent()
+    audit_reads: Literal[True] = absent("every read is traced: only true")
     compact_at_tokens: Positive | None = Field(None, description="compact above this many tokens")
-    compact_keep_turns: Positive = None  # type: ignore[assignment]
-    compact_tool_chars: Positive = None  # type: ignore[assignment]
+    compact_keep_turns: Positive = absent()
+    compact_tool_chars: Positive = absent()
     max_items: Positive | None = Field(None, description="null: no bound")
 
 
 # -- queries
 
 Names = Annotated[list[str], Field(description="may repeat: any of them")]
-Page = Annotated[int, Field(ge=0, le=MAX_PAGE)]
+Page = Annotated[int, Field(ge=0, le=MAX_PAGE), WHOLE]
 
 
 class ItemReadQuery(_Fields):
-    reader: Literal["agent", "operator"] = Field(
-        None, description="who reads: an operator's read counts for no eviction policy (agent)"
-    )
+    # Its other parameters are ignored, as they always were (a filter is the reads' below).
+    model_config = ConfigDict(extra="ignore", strict=True, json_schema_extra=_absent_unless_given)
+
+    reader: Reader = absent("who reads: an operator's read counts for no eviction policy (agent)")
 
 
 class _ReadQuery(ItemReadQuery):
-    """sections/model/item_filter.py: types and roles, then the time range, the newest N, a page."""
+    """sections/model/item_filter.py: types and roles, then the time range, the newest N, a page.
+    A parameter it does not take is refused: a misspelt filter must not widen the read."""
 
-    role: Names = None  # type: ignore[assignment]
-    since: Time = Field(None, description="content set at or after (µs or ISO-8601)")
-    until: Time = Field(None, description="content set before (µs or ISO-8601)")
-    recent: Page = Field(None, description="the newest N of those")
-    offset: Page = Field(None, description="skip this many (0)")
-    limit: Page = Field(None, description="return at most this many")
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=_absent_unless_given)
+
+    role: Names = absent()
+    since: Time = absent("content set at or after (µs or ISO-8601)")
+    until: Time = absent("content set before (µs or ISO-8601)")
+    recent: Page = absent("the newest N of those")
+    offset: Page = absent("skip this many (0)")
+    limit: Page = absent("return at most this many")
 
 
 class ItemsQuery(_ReadQuery):
-    id: list[Annotated[str, Field(min_length=1)]] = Field(
-        None, description="these items only (may repeat)"
-    )
-    kind: Names = None  # type: ignore[assignment]
+    id: list[Annotated[str, Field(min_length=1)]] = absent("these items only (may repeat)")
+    kind: Names = absent()
 
 
 class EventsQuery(_ReadQuery):
-    type: Names = Field(
-        None,
-        description="event types (user_message, agent_response, tool_call, tool_result, "
-        "error, ...); may repeat",
+    type: Names = absent(
+        "event types (user_message, agent_response, tool_call, tool_result, error, ...); may repeat"
     )
 
 

@@ -40,7 +40,6 @@ from eventstore.tlog_proof import format_tlog_proof
 from streams.apidoc import Reply, operation, undescribed
 from streams.apidoc.models import ErrorReply
 from streams.routes.proofs_models import (
-    FORMATS,
     INCLUSION_REPLY,
     NOT_FOUND,
     PARTITION,
@@ -50,8 +49,9 @@ from streams.routes.proofs_models import (
     LogConsistencyQuery,
     LogInclusionQuery,
 )
+from streams.routes.query import parse_query
 from streams.routes.status import ADMIN, parse_count, status_partition
-from streams.routes.status_models import CHECKPOINT_NOTE
+from streams.routes.status_models import CHECKPOINT_NOTE, PartitionQuery
 from streams.server.service import Service
 from streams.web.auth import Principal
 from streams.web.errors import ApiError
@@ -72,26 +72,6 @@ TILES = (
 
 def _b64(hashes: list[bytes]) -> list[str]:
     return [base64.b64encode(h).decode() for h in hashes]
-
-
-def _int(request: Request, name: str, required: bool = True) -> int | None:
-    value = request.query_params.get(name)
-    if value is None:
-        if required:
-            raise InvalidInput(f"give ?{name}=N")
-        return None
-    number = parse_count(value)
-    if number is None:
-        raise InvalidInput(f"{name} {value[:40]!r} is not a record count (0 to 2**53-1)")
-    return number
-
-
-def _text_format(request: Request) -> bool:
-    """Whether `?format=` asks for the tlog-proof text (json, the default, or text)."""
-    given = request.query_params.get("format", "json")
-    if given not in FORMATS:
-        raise InvalidInput(f"format {given[:40]!r} is neither json nor text")
-    return given == "text"
 
 
 class LogView:
@@ -139,7 +119,11 @@ class ProofsApi:
         self.service = service
         self._views: dict[int, LogView] = {}
 
-    def _view(self, request: Request, scope: str) -> tuple[Principal, LogView]:
+    def _view(
+        self, request: Request, scope: str, query: PartitionQuery | None = None
+    ) -> tuple[Principal, LogView]:
+        """The principal and the log it reads: the partition of the path, else of the query's
+        `?partition=` (`query`, parsed), else the caller's."""
         principal = self.service.principal(request, scope)
         service = self.service
         given = request.path_params.get("partition")
@@ -150,7 +134,8 @@ class ProofsApi:
             if foreign and ADMIN not in principal.scopes:
                 raise ApiError(403, "forbidden", "a tenant's token reads its own partition")
         else:
-            partition = status_partition(service, request, principal)
+            asked = query.partition if query is not None else None
+            partition = status_partition(service, principal, asked)
         view = self._views.get(partition)
         if view is None:
             if service.cluster is None:
@@ -216,11 +201,16 @@ class ProofsApi:
         return await self.inclusion(request)
 
     async def inclusion(self, request: Request) -> Response:
-        principal, view = self._view(request, "read")
-        seq = _int(request, "seq")
-        text = _text_format(request)
-        checkpoint = view.checkpoint_of(_int(request, "size", required=False))
-        if not seq < checkpoint.size:  # type: ignore[operator]
+        pairs = request.query_params.multi_items()
+        if "partition" in request.path_params:
+            query: InclusionQuery = parse_query(InclusionQuery, pairs)
+            principal, view = self._view(request, "read")
+        else:
+            query = logged = parse_query(LogInclusionQuery, pairs)
+            principal, view = self._view(request, "read", logged)
+        seq, text = query.seq, query.format == "text"
+        checkpoint = view.checkpoint_of(query.size)
+        if not seq < checkpoint.size:
             # as for a checkpoint not yet written: the proof does not exist (yet)
             raise ApiError(
                 404,
@@ -272,10 +262,16 @@ class ProofsApi:
         return await self.consistency(request)
 
     async def consistency(self, request: Request) -> Response:
-        _, view = self._view(request, "read")
-        old = _int(request, "old")
-        checkpoint = view.checkpoint_of(_int(request, "new", required=False))
-        if old > checkpoint.size:  # type: ignore[operator]
+        pairs = request.query_params.multi_items()
+        if "partition" in request.path_params:
+            query: ConsistencyQuery = parse_query(ConsistencyQuery, pairs)
+            _, view = self._view(request, "read")
+        else:
+            query = logged = parse_query(LogConsistencyQuery, pairs)
+            _, view = self._view(request, "read", logged)
+        old = query.old
+        checkpoint = view.checkpoint_of(query.new)
+        if old > checkpoint.size:
             # no tree of `old` records precedes it: that proof does not exist (yet)
             raise ApiError(
                 404,

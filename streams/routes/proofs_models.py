@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, get_args
+from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from streams.apidoc import Reply
 from streams.apidoc.models import Absent, Count, ErrorReply, Open, Strict, absent
 from streams.routes.status_models import PartitionQuery
 
 Format = Literal["json", "text"]
-FORMATS = get_args(Format)
 Hash = Annotated[str, Field(pattern=r"^[A-Za-z0-9+/]{43}=$", description="SHA-256, base64")]
 SIGNED_SIZE = (
     "the size of a signed checkpoint the log holds: the newest (the default), or one a "
@@ -21,6 +20,8 @@ PARTITION = {"partition": (Count, "a shared store's partition, 0..P-1 (another i
 
 
 class InclusionQuery(Strict):
+    model_config = ConfigDict(extra="ignore", strict=True)  # other parameters: ignored, as ever
+
     seq: Count = Field(description="the record to prove; one the checkpoint does not cover is 404")
     size: Count | Absent = absent(SIGNED_SIZE)
     format: Format = Field(
@@ -29,6 +30,8 @@ class InclusionQuery(Strict):
 
 
 class ConsistencyQuery(Strict):
+    model_config = ConfigDict(extra="ignore", strict=True)
+
     old: Count = Field(description="the older tree's size; one past `new` is 404")
     new: Count | Absent = absent(SIGNED_SIZE)
 

@@ -10,7 +10,7 @@ memory is configured to (`[retention] erase`). The answer names what went:
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, ClassVar
 
 from pydantic import Field
 from starlette.requests import Request
@@ -19,16 +19,14 @@ from starlette.responses import Response
 from sections.model.retention import MAX_AGE_SECONDS
 from streams.apidoc import operation
 from streams.apidoc.models import Open, Strict
-from streams.routes.api import Api, Handler, _only
+from streams.routes.resource import Api, Handler
 from streams.server.service import Service
-from streams.web.errors import ApiError
 from streams.web.responses import json_response
 from streams.web.routing import RawRoute, routes_of
 
-CLEANUP_FIELDS = frozenset(("max_age_seconds",))
-
 
 class CleanupRequest(Strict):
+    what: ClassVar[str] = "the cleanup"
     max_age_seconds: Annotated[float, Field(ge=0, le=MAX_AGE_SECONDS)] = Field(
         description="remove the sessions idle longer than this many seconds (0: every session)"
     )
@@ -51,12 +49,10 @@ class RetentionApi(Api):
     )
     async def cleanup(self, request: Request) -> Response:
         p = self.service.principal(request, "admin")
-        body = _only(await self._body(request), CLEANUP_FIELDS, "the cleanup's max_age_seconds")
-        if "max_age_seconds" not in body:
-            raise ApiError(400, "invalid_input", "give max_age_seconds")
+        body = await self._parsed(request, CleanupRequest)
         memory = self.memory(p)
         with self.service.write():
-            removed = await memory.cleanup_async(body["max_age_seconds"], tenant=p.tenant)
+            removed = await memory.cleanup_async(body.max_age_seconds, tenant=p.tenant)
         erased = memory.config.retention_erase
         return json_response({"removed": removed, "reason": "max_age", "erased": erased})
 

@@ -18,12 +18,10 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import Response
 
-from eventstore.errors import InvalidInput
-from eventstore.timestamps import parse_time
 from sections.retrieval.observations import Outcome
 from sections.specs import command_specs as specs
 from streams.apidoc import Reply, operation
-from streams.routes.api import Api, Handler, _int_param, _reader
+from streams.routes.resource import Api, Handler
 from streams.routes.search_models import (
     ObservationOutcome,
     ObservationRequest,
@@ -41,7 +39,6 @@ from streams.web.errors import ApiError
 from streams.web.responses import json_response
 from streams.web.routing import RawRoute, routes_of
 
-OBSERVATION_FIELDS = frozenset(("type", "title", "content", "tags", "topic_key", "session"))
 OBSERVED = {
     201: Reply(ObservationOutcome, "inserted: a new observation"),
     200: Reply(ObservationOutcome, "revised (same topic_key) or duplicate (recent same content)"),
@@ -49,30 +46,6 @@ OBSERVED = {
 
 
 class SearchApi(Api):
-    def _search_options(self, request: Request) -> dict:
-        params = request.query_params
-        # Its parameters are its query model's fields, and the `token` credential: a misspelt
-        # filter (`?tags=`) must not quietly widen the search.
-        model = SessionSearchQuery if "session" in request.path_params else SearchQuery
-        unknown = sorted(set(params) - set(model.model_fields) - {"token"})
-        if unknown:
-            raise ApiError(
-                400, "invalid_input",
-                f"unknown query parameter {unknown[0]!r}; use {', '.join(model.model_fields)}",
-            )  # fmt: skip
-        query = params.get("q")
-        if not query:
-            raise ApiError(400, "invalid_input", "give the search query as ?q=")
-        # an empty time is refused as any other text that is no time (it is not "unbounded")
-        times = {k: parse_time(params[k]) for k in ("since", "until") if k in params}
-        return {
-            "sections": params.getlist("section") or None,
-            "tags": params.getlist("tag") or None,
-            "top_k": _int_param(request, "top_k", 10),
-            "reader": _reader(request),
-            **times,
-        }
-
     @operation(
         "searchTenant",
         "BM25 search of the tenant's searchable sections; hits leave items.read records",
@@ -95,16 +68,19 @@ class SearchApi(Api):
 
     async def _search(self, request: Request) -> Response:
         p = self.service.principal(request, "read")
-        options = self._search_options(request)
         wanted = request.path_params.get("session")
-        sessions = [wanted] if wanted else request.query_params.getlist("session") or None
+        # Its parameters are its query model's fields: a misspelt filter (`?tags=`) must not
+        # quietly widen the search.
+        query = self._query(request, SessionSearchQuery if wanted else SearchQuery)
+        sessions = [wanted] if wanted else getattr(query, "session", None) or None
         if wanted:
             self._session(p, request)  # 404 for an unknown session
-        query = request.query_params["q"]
+        times = {k: v for k, v in (("since", query.since), ("until", query.until)) if v is not None}
         with self.service.write():  # hits are reads: they append
             hits = await self.memory(p).search_async(
-                query, tenant=p.tenant, sessions=sessions, tenant_observations=bool(wanted),
-                **options,
+                query.q, tenant=p.tenant, sessions=sessions, tenant_observations=bool(wanted),
+                sections=query.section or None, tags=query.tag or None, top_k=query.top_k,
+                reader=query.reader, **times,
             )  # fmt: skip
         return json_response({"hits": [hit.to_json() for hit in hits]})
 
@@ -135,34 +111,26 @@ class SearchApi(Api):
         section); POST /v1/sessions/{s}/observations is `Session.observe`: tenant-wide from
         that session unless {"scope": "session"} (docs/search.md)."""
         p = self.service.principal(request, "write")
-        body = await self._body(request)
         from_session = request.path_params.get("session")
-        # on a session's route the path names the session: a body `session` would be ignored
-        allowed = (
-            (OBSERVATION_FIELDS - {"session"}) | {"scope"} if from_session else OBSERVATION_FIELDS
-        )
-        unknown = set(body) - allowed
-        if unknown:
-            raise InvalidInput(f"unknown observation fields {sorted(unknown)}")
-        fields = (body.get("type"), body.get("title"), body.get("content"))
-        options = {"tags": body.get("tags", ()), "topic_key": body.get("topic_key")}
         memory = self.memory(p)
         if from_session:
+            # on a session's route the path names the session: the body has no `session`
+            mine = await self._parsed(request, SessionObservationRequest)
             session = memory.session(from_session, tenant=p.tenant, create=False)  # 404
             with self.service.write():
                 outcome: Outcome = await session.observe_async(
-                    *fields, scope=body.get("scope", "tenant"), **options
-                )
+                    mine.type, mine.title, mine.content, scope=mine.scope, tags=mine.tags,
+                    topic_key=mine.topic_key,
+                )  # fmt: skip
         else:
-            where = body.get("session")
-            if where is not None:
-                if type(where) is not str:
-                    raise InvalidInput("session must be a string")
-                memory.session(where, tenant=p.tenant, create=False)  # 404 if unknown
+            body = await self._parsed(request, ObservationRequest)
+            if body.session is not None:
+                memory.session(body.session, tenant=p.tenant, create=False)  # 404 if unknown
             with self.service.write():
                 outcome = await memory.observe_async(
-                    *fields, tenant=p.tenant, session=where, **options
-                )
+                    body.type, body.title, body.content, tenant=p.tenant, session=body.session,
+                    tags=body.tags, topic_key=body.topic_key,
+                )  # fmt: skip
         status = 201 if outcome.tier == "inserted" else 200
         return json_response(
             {"id": outcome.id, "session": outcome.session, "tier": outcome.tier,
@@ -179,12 +147,10 @@ class SearchApi(Api):
     )
     async def summaries(self, request: Request) -> Response:
         p = self.service.principal(request, "read")
-        limit = _int_param(request, "limit", 10)
-        if not 1 <= limit <= 1000:  # type: ignore[operator]
-            raise InvalidInput("limit must be from 1 to 1000")
+        query = self._query(request, SummariesQuery)
         with self.service.write():  # summaries quote messages: their reads are traced
             found = await self.memory(p).run_async(
-                specs.READ_SUMMARIES, p.tenant, None, (limit, _reader(request))
+                specs.READ_SUMMARIES, p.tenant, None, (query.limit, query.reader)
             )
         return json_response({"summaries": found})
 
@@ -197,9 +163,10 @@ class SearchApi(Api):
     )
     async def summary(self, request: Request) -> Response:
         session = self._session(self.service.principal(request, "read"), request)
+        reader = self._query(request, SummaryQuery).reader
         with self.service.write():
             found = await session.memory.run_async(
-                specs.READ_SUMMARIES, session.tenant, session.id, (1, _reader(request))
+                specs.READ_SUMMARIES, session.tenant, session.id, (1, reader)
             )
         if not found:
             raise ApiError(404, "not_found", f"session {session.id!r} has not ended yet")

@@ -1,4 +1,5 @@
-"""What search, observations and summaries take and answer over HTTP (streams/routes/search_api.py).
+"""What search, observations and summaries take and answer over HTTP (streams/routes/search_api.py):
+the models that document their queries and bodies parse them.
 
 The memory core judges the values (sections/specs/command_specs.py `search_query`,
 sections/retrieval/observations.py `Observation.of`); these models say the same to a client.
@@ -6,14 +7,15 @@ sections/retrieval/observations.py `Observation.of`); these models say the same 
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from sections.retrieval.observations import TITLE_MAX, TYPES
 from sections.retrieval.views import MAX_TOP_K
 from streams.apidoc.models import (
     NOT_BLANK,
+    WHOLE,
     Absent,
     Count,
     Identifier,
@@ -26,7 +28,7 @@ from streams.apidoc.models import (
 from streams.routes.item_models import ItemView
 
 Text = Annotated[str, Field(pattern=NOT_BLANK)]
-READER = Field(
+READER: Any = Field(
     "agent", description="who reads: `agent` reads count for eviction, `operator` ones do not"
 )
 
@@ -42,7 +44,9 @@ class SessionSearchQuery(Strict):
     tag: list[str] = Field(default_factory=list, description="items with every one of these tags")
     since: Time | Absent = absent("the item's time >= this (µs or ISO-8601)")
     until: Time | Absent = absent("the item's time < this (µs or ISO-8601)")
-    top_k: Annotated[int, Field(ge=1, le=MAX_TOP_K)] = Field(10, description="at most this many")
+    top_k: Annotated[int, Field(ge=1, le=MAX_TOP_K), WHOLE] = Field(
+        10, description="at most this many"
+    )
     reader: Reader = READER
 
 
@@ -63,11 +67,14 @@ class SearchHits(Open):
 
 # ---- observations --------------------------------------------------------------------------
 
-ObservationType = Literal[TYPES]  # type: ignore[valid-type]
+if TYPE_CHECKING:  # a Literal of a constant tuple is beyond mypy: to the checker, a string
+    ObservationType = str
+else:
+    ObservationType = Literal[TYPES]
 
 
 class _Observation(Strict):
-    type: ObservationType  # type: ignore[valid-type]
+    type: ObservationType
     title: Annotated[Text, Field(max_length=TITLE_MAX)]
     content: Text
     tags: list[str] = Field(default_factory=list)
@@ -100,11 +107,17 @@ class ObservationOutcome(Open):
 
 
 class SummariesQuery(Strict):
-    limit: Annotated[int, Field(ge=1, le=1000)] = Field(10, description="the newest this many")
+    model_config = ConfigDict(extra="ignore", strict=True)  # other parameters: ignored, as ever
+
+    limit: Annotated[int, Field(ge=1, le=1000), WHOLE] = Field(
+        10, description="the newest this many"
+    )
     reader: Reader = READER
 
 
 class SummaryQuery(Strict):
+    model_config = ConfigDict(extra="ignore", strict=True)
+
     reader: Reader = READER
 
 

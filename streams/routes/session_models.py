@@ -1,24 +1,25 @@
-"""The session operations of the REST API (streams/routes/api.py) as pydantic models, for /openapi.json.
+"""The session operations of the REST API (streams/routes/sessions_api.py, context_api.py,
+state_api.py) as pydantic models: what /openapi.json says of them, and what parses their bodies
+and queries.
 
-The handlers do not validate with these (the memory core is the judge, docs/openapi.md); the
-models say what the core accepts, as closely as JSON Schema can. What it cannot say is in the
-descriptions (the operations' `description`): a section's settings are checked together with
-the settings they override, and seed items count against their section's budget; both are 422
-refusals of a well-formed body.
+A handler is given its request parsed by these models; the memory core judges what it means.
+What JSON Schema cannot say is in the operations' descriptions: a section's settings are
+checked together with the settings they override, and seed items count against their section's
+budget; both are 422 refusals of a well-formed body.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
-from sections.model.config import LIFETIMES, POLICIES
 from sections.model.tokens import BUILT_IN
 from sections.retrieval.inject import OBSERVATION_CHARS
 from sections.retrieval.views import MAX_TOP_K
 from streams.apidoc import IDEMPOTENCY_KEY, IF_MATCH, Reply
 from streams.apidoc.models import (
+    WHOLE,
     Count,
     ErrorReply,
     JsonObject,
@@ -32,18 +33,24 @@ from streams.apidoc.models import (
     absent,
 )
 from streams.apidoc.operation import ETAG, RETRY_AFTER
-from streams.routes.item_models import SECTION_NAME, ItemToAdd, Positive
+from streams.routes.item_models import SECTION_NAME, ItemToAdd, Lifetime, Policy, Positive
 
 Text = Annotated[str, Field(min_length=1)]
-LIST_MAX = 2**31  # streams/routes/api.py list_sessions: limit and offset
+LIST_MAX = 2**31  # list_sessions: limit and offset
+# A context's token budget unless the body gives one: the Python API's too (sections/runtime/session.py).
+CONTEXT_BUDGET = 8000
+if TYPE_CHECKING:  # a Literal of a constant tuple is beyond mypy: to the checker, a string
+    TokenCounter = str
+else:
+    TokenCounter = Literal[tuple(BUILT_IN)]
 
 
 # ---- requests ----------------------------------------------------------------------------------
 
 
 class SessionListQuery(Strict):
-    limit: Annotated[int, Field(ge=0, le=LIST_MAX)] = absent("at most this many sessions")
-    offset: Annotated[int, Field(ge=0, le=LIST_MAX)] = Field(0, description="skip this many")
+    limit: Annotated[int, Field(ge=0, le=LIST_MAX), WHOLE] = absent("at most this many sessions")
+    offset: Annotated[int, Field(ge=0, le=LIST_MAX), WHOLE] = Field(0, description="skip this many")
     since: Time = absent("last activity at or after this time")
     until: Time = absent("last activity before this time")
 
@@ -64,8 +71,8 @@ class SessionSectionSettings(Strict):
     """A section's settings for this session (sections/model/config.py); a new name adds a section."""
 
     budget_tokens: Positive | None = absent("tokens; null: unbounded")
-    policy: Literal[POLICIES] = absent("what goes first when it is full")  # type: ignore[valid-type]
-    lifetime: Literal[LIFETIMES] = absent()  # type: ignore[valid-type]
+    policy: Policy = absent("what goes first when it is full")
+    lifetime: Lifetime = absent()
     mutable: bool = absent()
     searchable: bool = absent()
     audit_reads: Literal[True] = absent("every read leaves a record: only true")
@@ -81,6 +88,7 @@ class SessionSectionSettings(Strict):
 class SessionCreateRequest(Strict):
     """A new session: its metadata, per-section settings and seeds, its token counter."""
 
+    what: ClassVar[str] = "a new session"
     metadata: JsonValueObject | None = None
     sections: (
         Annotated[
@@ -89,7 +97,7 @@ class SessionCreateRequest(Strict):
         ]
         | None
     ) = Field(None, description="per section name: settings, and seed items")
-    token_counter: Literal[tuple(BUILT_IN)] | None = Field(  # type: ignore[valid-type]
+    token_counter: TokenCounter | None = Field(
         None, description="the counter it counts with for good (docs/tokens.md)"
     )
 
@@ -100,55 +108,58 @@ class SessionTranscriptMessage(Strict):
 
 
 class SessionEndRequest(Strict):
+    what: ClassVar[str] = "the end"
     messages: Annotated[list[SessionTranscriptMessage], Field(min_length=1)] | None = Field(
         None, description="a transcript, recorded as the session's messages before the end"
     )
 
 
 class SessionCommitRequest(Strict):
+    what: ClassVar[str] = "a commit"
     section: Text | None = Field(
         None, description="one section; every commit-lifetime one if absent"
     )
 
 
 class SessionCompactRequest(Strict):
+    what: ClassVar[str] = "a compaction"
     target_bytes: Positive = Field(description="the bytes the rendered context must fit")
     section: Text | None = Field(None, description="the section to compact (messages)")
-    budget: Positive = Field(8000, description="the context's token budget")
+    budget: Positive = Field(CONTEXT_BUDGET, description="the context's token budget")
     sections: list[str] | None = Field(None, description="the context's sections")
 
 
+TopK = Annotated[int, Field(ge=0, le=MAX_TOP_K), WHOLE]
+
+
 class SessionContextRequest(Strict):
-    budget: Positive = Field(8000, description="tokens")
+    what: ClassVar[str] = "the context"
+    budget: Positive = Field(CONTEXT_BUDGET, description="tokens")
     sections: list[str] | None = Field(None, description="these sections, in this order")
     reader: Reader = "agent"
     query: str | None = Field(None, description="the prompt: ranks observations and facts")
-    observations: Annotated[int, Field(ge=0, le=MAX_TOP_K)] = Field(
-        0, description="inject up to this many observations"
-    )
-    summaries: Annotated[int, Field(ge=0, le=MAX_TOP_K)] = Field(
-        0, description="inject the newest session summaries"
-    )
-    observation_chars: Annotated[int, Field(ge=1, le=1 << 20)] = OBSERVATION_CHARS
-    facts: Annotated[int, Field(ge=0, le=MAX_TOP_K)] = Field(
-        0, description="inject up to this many valid facts"
-    )
-    sessions: Annotated[int, Field(ge=0, le=MAX_TOP_K)] = Field(
-        0, description="recent sessions as a <memory:sessions> block"
-    )
+    observations: TopK = Field(0, description="inject up to this many observations")
+    summaries: TopK = Field(0, description="inject the newest session summaries")
+    observation_chars: Annotated[int, Field(ge=1, le=1 << 20), WHOLE] = OBSERVATION_CHARS
+    facts: TopK = Field(0, description="inject up to this many valid facts")
+    sessions: TopK = Field(0, description="recent sessions as a <memory:sessions> block")
 
 
 class SessionStateQuery(Strict):
+    model_config = ConfigDict(extra="ignore", strict=True)  # other parameters: ignored, as ever
+
     at: Count = Field(description="a seq of the log, at most its head")
 
 
 class SessionEraseItems(Strict):
+    what: ClassVar[str] = "an erase"
     reason: Text
     ids: Annotated[list[str], Field(min_length=1)] = Field(description="the items to erase")
     all: Literal[False] = False
 
 
 class SessionEraseAll(Strict):
+    what: ClassVar[str] = "an erase"
     reason: Text
     all: Literal[True] = Field(description="erase the whole session")
 

@@ -16,6 +16,7 @@ on the leader). `/v1/log/checkpoint?partition=N` is that partition's newest chec
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from starlette.requests import Request
@@ -26,6 +27,7 @@ from eventstore.checkpoint import CheckpointError, parse_checkpoint
 from eventstore.jcs import MAX_SAFE_INTEGER
 from streams.apidoc import Reply, operation
 from streams.apidoc.models import ErrorReply
+from streams.routes.query import parse_query
 from streams.routes.status_models import (
     CHECKPOINT_NOTE,
     PartitionQuery,
@@ -36,6 +38,11 @@ from streams.routes.status_models import (
 from streams.server.metrics import CHANNELS
 from streams.server.service import NotLeaderHere, Service
 from streams.web.auth import Principal
+
+if TYPE_CHECKING:
+    from eventstore.pg.schema import StoreInfo
+    from eventstore.store import KeyInfo
+    from streams.cluster.cluster import Cluster
 from streams.web.errors import ApiError, error_response, refusal_code
 from streams.web.responses import json_response
 from streams.web.routing import RawRoute, routes_of
@@ -125,7 +132,8 @@ def routes(service: Service) -> list[RawRoute]:
     async def checkpoint(request: Request) -> Response:
         """The newest signed checkpoint file, as is: mirrors (`ledgermem tail`) anchor with it."""
         principal = service.principal(request, "read")
-        partition = status_partition(service, request, principal)
+        asked = parse_query(PartitionQuery, request.query_params.multi_items()).partition
+        partition = status_partition(service, principal, asked)
         if service.cluster is None:
             log_dir = service.writer.log_dir
         else:
@@ -158,17 +166,14 @@ def parse_count(value: str) -> int | None:
     return number if number <= MAX_SAFE_INTEGER else None
 
 
-def status_partition(service: Service, request: Request, principal) -> int:
-    """`?partition=N` for the operator (0 by default); a tenant's token reads its own.
+def status_partition(service: Service, principal: Principal, number: int | None) -> int:
+    """`?partition=N` (`number`, parsed: PartitionQuery) for the operator (0 by default); a
+    tenant's token reads its own.
 
     Checked without a shared store too (its one partition is 0), so a client's mistake shows
-    there as it would against a store: not a number is 400, a partition beyond the last 404
-    (as under /v1/log/partitions/)."""
+    there as it would against a store: not a number is 400 (the query's model), a partition
+    beyond the last 404 (as under /v1/log/partitions/)."""
     partitions = service.partitions
-    given = request.query_params.get("partition")
-    number = None if given is None else parse_count(given)
-    if given is not None and number is None:
-        raise ApiError(400, "invalid_input", f"give ?partition=N with N in 0..{partitions - 1}")
     if number is not None and number >= partitions:
         raise ApiError(
             404, "not_found", f"no partition {number}: partitions are 0..{partitions - 1}"
@@ -188,13 +193,24 @@ def checkpoint_figures(path, vkey) -> dict:
         return {"size": None, "age_seconds": None, "error": str(exc)}
 
 
+def _store(service: Service) -> tuple[Cluster, StoreInfo, KeyInfo]:
+    """A replica's cluster, the store's info and this replica's key (both read at its start,
+    before any request is served)."""
+    cluster: Cluster | None = service.cluster
+    assert cluster is not None, "a store's figures need the store"
+    info: StoreInfo | None = cluster.info
+    key: KeyInfo | None = cluster.key
+    assert info is not None and key is not None, "the cluster has started"
+    return cluster, info, key
+
+
 def store_status(service: Service) -> dict:
     """The operator's `/v1/log/status` on a replica of a shared store: every partition."""
-    cluster = service.cluster
+    cluster, info, key = _store(service)
     partitions = []
     for entry in cluster.status():
         partition = entry["partition"]
-        vkey = cluster.info.key_for(cluster.key.key, partition).vkey
+        vkey = info.key_for(key.key, partition).vkey
         mirror = cluster.mirror(partition)
         verifier = cluster.verifier(partition)
         partitions.append(
@@ -208,7 +224,7 @@ def store_status(service: Service) -> dict:
         )
     return {
         "scope": "store",
-        "origin": cluster.info.origin,
+        "origin": info.origin,
         "replica": cluster.replica_id,
         "partitions": partitions,
         "subscribers": service.metrics.subscriber_counts(),
@@ -251,9 +267,10 @@ def tenant_figures(service: Service, tenant: str) -> dict:
 
     principal = Principal(tenant, frozenset())
     try:
-        sessions, items, head = service.memory_for(principal).read(own)
+        counts: tuple[int, int, int] | None = service.memory_for(principal).read(own)
     except NotLeaderHere:  # the projection lives on the partition's leader
-        sessions = items = head = None
+        counts = None
+    sessions, items, head = counts if counts is not None else (None, None, None)
     hub = service.hub_for(principal)
     subscribers = dict.fromkeys(CHANNELS, 0)
     for subscription in hub.subscriptions if hub is not None else ():
@@ -273,6 +290,7 @@ def tenant_status(service: Service, tenant: str) -> dict:
     reads both), with the tenant's own figures and null where only a log-wide figure exists."""
     figures = tenant_figures(service, tenant)
     hidden = "a log-wide figure: it needs the admin scope"
+    where: dict[str, int]
     if service.cluster is None:
         verifier, origin, vkey, where = (
             service.verifier,
@@ -281,11 +299,11 @@ def tenant_status(service: Service, tenant: str) -> dict:
             {},
         )
     else:
-        cluster = service.cluster
+        cluster, info, key = _store(service)
         partition = cluster.partition_of(tenant)
         verifier = cluster.verifier(partition)
         origin = cluster.mirror(partition).origin
-        vkey = cluster.info.key_for(cluster.key.key, partition).vkey
+        vkey = info.key_for(key.key, partition).vkey
         where = {"partition": partition}
     verdict = verifier.verdict if verifier else None
     return {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from streams.apidoc import Header, Reply
 from streams.apidoc.models import Absent, Count, Open, Strict, absent
@@ -19,6 +19,8 @@ Subscribers = Annotated[
 
 
 class PartitionQuery(Strict):
+    model_config = ConfigDict(extra="ignore", strict=True)  # other parameters: ignored, as ever
+
     partition: Count | Absent = absent(
         "with a shared store: the operator's partition to read (0 by default; 0..P-1, another "
         "is 404); a tenant's token reads its own. Without a store the one partition is 0"

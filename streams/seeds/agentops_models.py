@@ -1,64 +1,122 @@
-"""The models of AgentOps' memory contract (streams/seeds/agentops_api.py, docs/agentops.md).
+"""The models of AgentOps' memory contract (streams/seeds/agentops_api.py, docs/agentops.md): what
+/openapi.json says of it, and what parses its bodies and queries. The limits are the service's
+(`sections/adapters/agentops.py`, its server.go), and so are the words of a refusal (`refusal`).
 
-They describe; the handlers and sections/adapters/agentops.py judge, with the service's checks and
-messages. The limits below are those (`sections/adapters/agentops.py`, the service's server.go).
-
-Two things differ from the rest of the API, because the service does them so:
+Three things differ from the rest of the API, because the service does them so:
 - its bodies ignore unknown fields (Go's decoder), so they are `Lenient`, not `Strict`; only the
-  PATCH body, which has four fields, refuses others;
-- its refusals are `{"error": "message"}` (`AgentOpsError`). A guard before the handler (a
-  foreign Origin, an unknown Host, a body not sent as JSON) or a store with no leader answers
-  in ledgermem's own shape, `ErrorReply`.
+  PATCH body, which has four fields, refuses others. Its queries ignore unknown parameters, and
+  a count that is no count is the default (`Limit`, the service's queryInt);
+- its refusals are `{"error": "message"}` (`AgentOpsError`), in its words. A guard before the
+  handler (a foreign Origin, an unknown Host, a body not sent as JSON) or a store with no leader
+  answers in ledgermem's own shape, `ErrorReply`;
+- a project and scope must name our holder session (`_agentops:<project>:<scope>`): that is
+  sections/adapters/agentops.py `holder_error`'s judgment, in its words.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError, PydanticUseDefault
 
 from sections.adapters import agentops
 from sections.retrieval.observations import TYPES
 from streams.apidoc import Reply
 from streams.apidoc.models import (
     NOT_BLANK,
+    WHOLE,
     Count,
     ErrorReply,
     Hex64,
     Identifier,
-    JsonValue,
+    Json,
     Open,
     Strict,
 )
 from streams.apidoc.operation import RETRY_AFTER
+from streams.web.errors import Problem, problems, should
 
 # A project or scope names the holder session `_agentops:<project>:<scope>` (an identifier of
 # at most 128 characters); a project has no ':' as it ends at the first one.
 PROJECT_CHARS = "A-Za-z0-9._@/+\\-"  # the '-' escaped: in a class it could make a range
 
+
+def _service_count(value: object) -> object:
+    """A count as the service's queryInt reads it (Python's int() of ASCII text here): one that
+    is not a positive integer is the field's default, one over MAX_LIMIT is MAX_LIMIT."""
+    if not isinstance(value, str):
+        return value
+    try:
+        number = int(value) if value.isascii() else 0
+    except ValueError:
+        number = 0
+    if number <= 0:  # 0 too: the handlers took `or default` of it
+        raise PydanticUseDefault()
+    return min(number, agentops.MAX_LIMIT)
+
+
+def _not_blank(value: str) -> str:
+    if not value.strip():
+        raise PydanticCustomError("blank", "must not be blank")
+    return value
+
+
+def _at_most(limit: int) -> AfterValidator:
+    """The service's own limit of a text field whose pattern is ours (`holder_error`'s)."""
+
+    def check(value: str) -> str:
+        if len(value) > limit:
+            raise PydanticCustomError(
+                "string_too_long", "must be at most {max_length} characters", {"max_length": limit}
+            )
+        return value
+
+    return AfterValidator(check)
+
+
+HOLDER_PROJECT = f"^[{PROJECT_CHARS}]{{1,{agentops.MAX_HOLDER_PROJECT}}}$"
+HOLDER_SCOPE = f"^[{PROJECT_CHARS}:]{{0,{agentops.MAX_SCOPE}}}$"
 Time = Annotated[str, Field(json_schema_extra={"format": "date-time"})]
-Limit = Annotated[
-    int | str,
-    Field(
-        description=f"how many; more than {agentops.MAX_LIMIT} is {agentops.MAX_LIMIT}, and a "
-        "value that is not a positive integer is the default (the service's queryInt)"
-    ),
-]
+if TYPE_CHECKING:  # what a handler is given: the count, read (the service's text or its default)
+    Limit = int
+else:
+    Limit = Annotated[
+        int | str,
+        Field(
+            description=f"how many; more than {agentops.MAX_LIMIT} is {agentops.MAX_LIMIT}, and "
+            "a value that is not a positive integer is the default (the service's queryInt)"
+        ),
+        BeforeValidator(_service_count),
+    ]
 ObservationId = Annotated[
     int,
     Field(
         ge=0, le=10**18 - 1, description="an observation id: the seq of the record that added it"
     ),
+    WHOLE,
 ]
-ObservationType = Literal[TYPES]  # type: ignore[valid-type]
+if TYPE_CHECKING:  # a Literal of a constant tuple is beyond mypy: to the checker, a string
+    ObservationType = str
+else:
+    ObservationType = Literal[TYPES]
 
 
 class Lenient(BaseModel):
     """A body whose unknown fields are ignored, as the service's Go decoder ignores them; they
-    are still parsed, so they are JSON the log takes."""
+    are still parsed, so they are JSON the log takes. Its own fields are strict: a number is no
+    string (Go's decoder refuses it too)."""
 
-    model_config = ConfigDict(extra="allow")
-    __pydantic_extra__: dict[str, JsonValue]  # type: ignore[assignment]
+    model_config = ConfigDict(extra="allow", strict=True)
+    __pydantic_extra__: dict[str, Json]
 
 
 # ---- bodies ---------------------------------------------------------------------------------
@@ -97,16 +155,34 @@ class AgentOpsNewObservation(Lenient):
     type: ObservationType
     title: Title
     content: Content
+    # The patterns say what `holder_error` takes (checked below, in its words), after the
+    # service's own checks of the text.
     project: Annotated[
-        str, Field(pattern=f"^[{PROJECT_CHARS}]{{1,{agentops.MAX_HOLDER_PROJECT}}}$")
+        str,
+        Field(json_schema_extra={"pattern": HOLDER_PROJECT}),
+        AfterValidator(_not_blank),
+        _at_most(agentops.MAX_PROJECT),
     ] = Field(description="kept lowercased")
     scope: (
-        Annotated[str, Field(pattern=f"^[{PROJECT_CHARS}:]{{0,{agentops.MAX_SCOPE}}}$")] | None
+        Annotated[
+            str,
+            Field(json_schema_extra={"pattern": HOLDER_SCOPE}),
+            _at_most(agentops.MAX_SCOPE),  # empty: the default scope
+        ]
+        | None
     ) = Field(None, description=f'default (also when empty) "{agentops.DEFAULT_SCOPE}"')
     tags: Tags | None = None
     topic_key: Annotated[str, Field(max_length=agentops.MAX_TOPIC)] | None = Field(
         None, description="the same key in the same project and scope updates in place"
     )
+
+    @model_validator(mode="after")
+    def _names_a_holder(self) -> Self:
+        project = agentops.project_of(self.project)
+        wrong = agentops.holder_error(project, self.scope or agentops.DEFAULT_SCOPE)
+        if wrong:
+            raise PydanticCustomError("holder", wrong)
+        return self
 
 
 _CHANGES = ("type", "title", "content", "tags")
@@ -129,14 +205,22 @@ class AgentOpsObservationChanges(Strict):
     content: Content | None = None
     tags: Tags | None = None
 
+    @model_validator(mode="after")
+    def _one_or_more(self) -> Self:
+        if all(getattr(self, name) is None for name in _CHANGES):
+            raise PydanticCustomError(
+                "empty_change", "nothing to update: give type, title, content or tags"
+            )
+        return self
+
 
 class AgentOpsImport(Lenient):
-    sessions: list[JsonValue] | None = Field(
+    sessions: list[Json] | None = Field(
         None,
         description="sessions as /export gives them ({id, project}); an entry this import "
         "cannot take is skipped and not counted",
     )
-    observations: list[JsonValue] | None = Field(
+    observations: list[Json] | None = Field(
         None,
         description="observations as POST /observations takes them; an entry this import "
         "cannot take is skipped and not counted",
@@ -149,23 +233,27 @@ Project = Annotated[str, Field(description="one project's (lowercased); every pr
 Scope = Annotated[str, Field(description="one scope's; every scope's if empty")]
 
 
-class AgentOpsProjectQuery(Strict):
+class _ServiceQuery(Strict):
+    model_config = ConfigDict(extra="ignore", strict=True)  # unknown parameters: ignored
+
+
+class AgentOpsProjectQuery(_ServiceQuery):
     project: Project = ""
 
 
-class AgentOpsRecentSessionsQuery(Strict):
+class AgentOpsRecentSessionsQuery(_ServiceQuery):
     project: Project = ""
     limit: Limit = 5
 
 
-class AgentOpsRecentObservationsQuery(Strict):
+class AgentOpsRecentObservationsQuery(_ServiceQuery):
     project: Project = ""
     type: Annotated[str, Field(description="one type's; every type's if empty")] = ""
     scope: Scope = ""
     limit: Limit = 20
 
 
-class AgentOpsSearchQuery(Strict):
+class AgentOpsSearchQuery(_ServiceQuery):
     q: Annotated[str, Field(description="the words (a blank query finds nothing); one holding "
                                         "'/' first matches topic keys")] = ""  # fmt: skip
     project: Project = ""
@@ -174,22 +262,22 @@ class AgentOpsSearchQuery(Strict):
     limit: Limit = 10
 
 
-class AgentOpsContextQuery(Strict):
+class AgentOpsContextQuery(_ServiceQuery):
     project: Project = ""
     query: Annotated[str, Field(description="ranks the observations (BM25)")] = ""
     scope: Scope = ""
     limit: Limit = 5
 
 
-class AgentOpsTimelineQuery(Strict):
-    observation_id: Annotated[int, Field(ge=1, le=10**18 - 1)] = Field(
+class AgentOpsTimelineQuery(_ServiceQuery):
+    observation_id: Annotated[int, Field(ge=1, le=10**18 - 1), WHOLE] = Field(
         description="the observation the timeline is around"
     )
     before: Limit = 3
     after: Limit = 3
 
 
-class AgentOpsDeleteQuery(Strict):
+class AgentOpsDeleteQuery(_ServiceQuery):
     hard: str = Field(
         "", description='"true" erases it from the files too; anything else removes it'
     )
@@ -322,3 +410,44 @@ def replies(ok: dict, appends: bool = False) -> dict:
         out[503] = Reply(GUARDED, "not taking writes now: retry", headers=(RETRY_AFTER,))
         out[507] = Reply(AgentOpsError, "disk_full or file_too_large: the write was not made")
     return out
+
+
+# ---- a refusal in the service's words ---------------------------------------------------------
+
+
+def refusal(error: ValidationError, model: type[BaseModel], prefix: str = "") -> str:
+    """What the service answers a body or query its model refused (server.go's words): each
+    field's problem, after `prefix` ("validation failed: " for the bodies that create), or the
+    whole body's own refusal (a holder it cannot name, an empty change) alone."""
+    found = problems(error)
+    if not found[0].path:
+        return found[0].message
+    return prefix + "; ".join(_said(p, model) for p in found)
+
+
+def _said(problem: Problem, model: type[BaseModel]) -> str:
+    name, kind, context = str(problem.path[0]), problem.kind, problem.context
+    if issubclass(model, _ServiceQuery):
+        return f"{name} required"  # its one required parameter: the timeline's observation_id
+    if len(problem.path) > 1 and isinstance(problem.path[1], int):  # an entry of a list
+        if kind == "string_too_long":
+            return f"{name.removesuffix('s')} exceeds {context['max_length']} chars"
+        if kind == "string_type":
+            return f"{name} must be a list of strings"
+        return f"{problem.field} {should(problem)}"
+    blank = not isinstance(problem.given, str) or not problem.given.strip()
+    required = model.model_fields[name].is_required() if name in model.model_fields else False
+    if kind == "missing" or kind == "blank":
+        return f"{name} is required"
+    if kind in ("string_type", "string_pattern_mismatch", "string_too_short", "literal_error"):
+        if required and blank:
+            return f"{name} is required"
+        if kind == "string_type":
+            return f"{name} must be a string"
+    if kind == "string_too_long":
+        return f"{name} exceeds {context['max_length']} chars"
+    if kind == "too_long":
+        return f"{name} exceed {context['max_length']} items"
+    if kind == "extra_forbidden":
+        return f"unknown field {name!r}: give {', '.join(model.model_fields)}"
+    return f"{problem.field} {should(problem)}"

@@ -18,30 +18,39 @@ from pydantic import Field
 from starlette.requests import Request
 from starlette.responses import Response
 
-from eventstore.identifiers import is_identifier
 from sections.adapters.kaos import LocalMemory
 from streams.apidoc import operation
-from streams.apidoc.models import Absent, Count, Identifier, JsonObject, Open, Strict, absent
-from streams.routes.api import Api, Handler, _int_param
+from streams.apidoc.models import (
+    WHOLE,
+    Absent,
+    Count,
+    Identifier,
+    JsonObject,
+    Open,
+    Strict,
+    absent,
+    refused_as,
+)
+from streams.routes.resource import Api, Handler
 from streams.server.service import Service
-from streams.web.errors import ApiError
 from streams.web.responses import json_response
 from streams.web.routing import RawRoute, routes_of
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000  # KAOS caps `limit` here too
-PARAMETERS = frozenset(("limit", "session_id", "token"))
 
 
 class KaosEventsQuery(Strict):
-    # Any count the service reads as an integer (streams/routes/api.py `_integer`: 18 digits at most);
-    # more than MAX_LIMIT is MAX_LIMIT, as in KAOS.
-    limit: Annotated[int, Field(ge=0, le=10**18 - 1)] = Field(
+    """Also what /memory/sessions takes: no other parameter (and `token`) on either route."""
+
+    # Any count of 18 digits at most (streams/apidoc/models.py `WHOLE`); more than MAX_LIMIT is
+    # MAX_LIMIT, as in KAOS.
+    limit: Annotated[int, Field(ge=0, le=10**18 - 1), WHOLE] = Field(
         DEFAULT_LIMIT, description=f"how many of the newest events; at most {MAX_LIMIT} are given"
     )
-    session_id: Identifier | Literal[""] | Absent = absent(
-        "one session's; all the tenant's if absent or empty"
-    )
+    session_id: Annotated[
+        Identifier | Literal[""] | Absent, refused_as("must be a session id, or empty")
+    ] = absent("one session's; all the tenant's if absent or empty")
 
 
 class KaosEvent(Open):
@@ -67,12 +76,11 @@ class KaosSessions(Open):
 
 
 class KaosApi(Api):
-    def _local(self, request: Request) -> tuple[str, LocalMemory]:
+    def _local(self, request: Request) -> tuple[str, LocalMemory, KaosEventsQuery]:
         p = self.service.principal(request, "read")
-        unknown = set(request.query_params) - PARAMETERS
-        if unknown:
-            raise ApiError(400, "invalid_input", f"unknown query parameters {sorted(unknown)}")
-        return p.tenant, LocalMemory(memory=self.memory(p), tenant=p.tenant, reader="operator")
+        query = self._query(request, KaosEventsQuery)
+        local = LocalMemory(memory=self.memory(p), tenant=p.tenant, reader="operator")
+        return p.tenant, local, query
 
     @operation(
         "kaosRecentEvents",
@@ -82,15 +90,11 @@ class KaosApi(Api):
         tags=("KAOS",),
     )
     async def events(self, request: Request) -> Response:
-        tenant, local = self._local(request)
-        limit = _int_param(request, "limit", DEFAULT_LIMIT)
-        if limit < 0:
-            raise ApiError(400, "invalid_input", "limit must not be negative")
-        session_id = request.query_params.get("session_id") or None
-        if session_id is not None and not is_identifier(session_id):
-            raise ApiError(400, "invalid_input", f"session_id {session_id[:40]!r} is no session id")
+        tenant, local, query = self._local(request)
         with self.service.write():  # reads append their traces
-            events = await local.recent_events(min(limit, MAX_LIMIT), session_id)
+            events = await local.recent_events(
+                min(query.limit, MAX_LIMIT), query.session_id or None
+            )
         found = [e.to_dict() for e in events]
         return json_response({"agent": tenant, "events": found, "total": len(found)})
 
@@ -101,7 +105,7 @@ class KaosApi(Api):
         tags=("KAOS",),
     )
     async def sessions(self, request: Request) -> Response:
-        tenant, local = self._local(request)
+        tenant, local, _ = self._local(request)
         sessions = await local.list_sessions()
         return json_response({"agent": tenant, "sessions": sessions, "total": len(sessions)})
 

@@ -1,8 +1,11 @@
-"""A request body read straight from the ASGI `receive` and parsed once, with orjson when it can.
+"""A request body read, size-limited, parsed once (with orjson when it can), then given to its model.
 
-`read_body` is `read_json`'s size rules (streams/routes/api.py) without a Starlette `Request`: the
-declared length checked against the limit before anything is read, then the running total. The
-leader-forwarding middleware reads the bodies it forwards with it too.
+`read_json` reads a Starlette `Request`'s body; `read_body` is the same size rules without one,
+straight from the ASGI `receive` (the lean item POST, and the leader-forwarding middleware for
+the bodies it forwards): the declared length checked against the limit before anything is
+read, then the running total. `parse_model` hands the parsed object to the pydantic model that
+documents the body (`parse_fields` to its TypedDict form, for the hot item POST); what the model
+refuses is answered by streams/web/errors.py `invalid_input`.
 
 `parse_object` gives exactly what `eventstore.jcs.loads_strict` gives (the same value, or the
 same error), faster: orjson parses the bytes, and one walk over the result confirms that
@@ -22,13 +25,20 @@ same error), faster: orjson parses the bytes, and one walk over the result confi
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import functools
+from collections.abc import Callable, Iterable
+from typing import TypeVar
 
 import orjson
+from pydantic import BaseModel, TypeAdapter, ValidationError
+from starlette.requests import Request
 from starlette.types import Receive, Scope
 
 from eventstore.jcs import MAX_DEPTH, MAX_SAFE_INTEGER, loads_strict
-from streams.web.errors import ApiError
+from streams.apidoc.models import as_typed_dict
+from streams.web.errors import ApiError, invalid_input
+
+M = TypeVar("M", bound=BaseModel)
 
 _TWO_53 = float(2**53)
 
@@ -68,6 +78,59 @@ async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
         message = await receive()
 
 
+async def read_json(request: Request, limit: int, required: bool = True) -> dict:
+    """The request body as a JSON object: size-limited, strictly parsed (no duplicate keys).
+    Without `required`, no body at all is `{}`: the model's defaults."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise ApiError(413, "body_too_large", f"the body is {declared} bytes; the limit is {limit}")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise ApiError(413, "body_too_large", f"the body exceeds the limit of {limit} bytes")
+        chunks.append(chunk)
+    body = b"".join(chunks)
+    request.state.body_bytes = size
+    if not body.strip():
+        if required:
+            raise ApiError(400, "invalid_input", "a JSON object body is required")
+        if body:  # no body is zero bytes; blanks are no JSON text
+            raise ApiError(400, "invalid_input", "a blank body: send a JSON object, or no body")
+        return {}
+    return json_object(body)
+
+
+def json_object(body: bytes) -> dict:
+    value = parse_object(body)  # loads_strict's answer, through orjson when it is the same
+    if type(value) is not dict:
+        raise ApiError(400, "invalid_input", "the body must be a JSON object")
+    return value
+
+
+def parse_model(model: type[M], value: dict) -> M:
+    """`value`, a body's JSON object, as the model that documents it: what the handler is given."""
+    try:
+        return model.model_validate(value)
+    except ValidationError as exc:
+        raise invalid_input(exc, model) from None
+
+
+def parse_fields(model: type[BaseModel], value: dict) -> dict:
+    """`value` as `model` parses it, given as the plain dict of its fields (the model's TypedDict
+    form, streams/apidoc/models.py `as_typed_dict`): for a core that takes dicts, on a hot path."""
+    try:
+        return _plain_validator(model)(value)
+    except ValidationError as exc:
+        raise invalid_input(exc, model) from None
+
+
+@functools.cache
+def _plain_validator(model: type[BaseModel]) -> Callable[[object], dict]:
+    # the adapter's validator itself: without the adapter's own Python call around it
+    return TypeAdapter(as_typed_dict(model)).validator.validate_python
+
+
 def parse_object(body: bytes) -> object:
     """`loads_strict(body)`, through orjson when the result shows it is the same."""
     if b"\\u003" not in body:  # an escaped `:` (\u003a) would upset the colon count
@@ -85,25 +148,29 @@ def parse_object(body: bytes) -> object:
 def _clean(value: object, depth_left: int, counts: list[int]) -> bool:
     """Whether `loads_strict` accepts `value` as it is (see the module's docstring); counts the
     object members and the colons in strings along the way."""
-    kind = type(value)
-    if kind is dict:
+    if type(value) is dict:
         if depth_left == 0:
             return False
-        counts[0] += len(value)  # type: ignore[arg-type]
-        for key in value:  # type: ignore[attr-defined]
+        counts[0] += len(value)
+        for key, item in value.items():  # keys and string values in place (one call fewer)
             if ":" in key:
                 counts[1] += key.count(":")
-        return _clean_all(value.values(), depth_left - 1, counts)  # type: ignore[attr-defined]
-    if kind is list:
-        return depth_left != 0 and _clean_all(value, depth_left - 1, counts)  # type: ignore[arg-type]
-    if kind is str:
-        counts[1] += value.count(":")  # type: ignore[attr-defined]
+            if type(item) is str:
+                if ":" in item:
+                    counts[1] += item.count(":")
+            elif not _clean(item, depth_left - 1, counts):
+                return False
         return True
-    if kind is int:
-        return -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER  # type: ignore[operator]
-    if kind is float:
-        return not (value.is_integer() and abs(value) >= _TWO_53)  # type: ignore[attr-defined]
-    return value is None or kind is bool
+    if type(value) is list:
+        return depth_left != 0 and _clean_all(value, depth_left - 1, counts)
+    if type(value) is str:
+        counts[1] += value.count(":")
+        return True
+    if type(value) is int:
+        return -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER
+    if type(value) is float:
+        return not (value.is_integer() and abs(value) >= _TWO_53)
+    return value is None or type(value) is bool
 
 
 def _clean_all(values: Iterable[object], depth_left: int, counts: list[int]) -> bool:

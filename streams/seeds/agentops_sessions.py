@@ -1,0 +1,93 @@
+"""AgentOps' sessions (docs/agentops.md): create one in a project, end it after its transcript,
+list the recent ones. An AgentOps session is our session of the same id, its project kept in
+its metadata (sections/adapters/agentops.py)."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from sections.adapters import agentops
+from sections.adapters import agentops_specs as reads
+from sections.model.state import MemoryState
+from sections.specs import command_specs as specs
+from streams.apidoc import operation
+from streams.apidoc.models import Identifier
+from streams.seeds import agentops_models as m
+from streams.seeds.agentops_resource import CREATES, TAGS, AgentOpsResource
+from streams.web.responses import json_response
+
+
+class AgentOpsSessions(AgentOpsResource):
+    @operation(
+        "createAgentOpsSession",
+        "AgentOps: create a session in a project (an existing id answers as it is)",
+        body=m.AgentOpsNewSession,
+        replies=m.replies({201: m.AgentOpsSession}, appends=True),
+        writes=True,
+        tags=TAGS,
+    )
+    async def create_session(self, request: Request) -> Response:
+        p = self.service.principal(request, "write")
+        body = await self._parsed(request, m.AgentOpsNewSession, prefix=CREATES)
+        session_id, project = body.id, agentops.project_of(body.project)
+        specs.check_not_reserved(session_id)
+        memory = self.memory(p)
+        with self.service.write():
+            await memory.run_async(
+                specs.GET_OR_CREATE_SESSION, p.tenant, session_id,
+                (memory.config, {agentops.PROJECT_KEY: project}),
+            )  # fmt: skip
+        found = self._read(
+            memory, lambda s: agentops.session_json(s.sessions[(p.tenant, session_id)])
+        )
+        return json_response(found, 201)
+
+    @operation(
+        "endAgentOpsSession",
+        "AgentOps: end a session, its transcript recorded first; answers its summary",
+        body=m.AgentOpsEndSession,
+        body_required=False,
+        path={"id": (Identifier, "the session id")},
+        replies=m.replies({200: m.AgentOpsSessionEnded}, appends=True),
+        writes=True,
+        tags=TAGS,
+    )
+    async def end_session(self, request: Request) -> Response:
+        p = self.service.principal(request, "write")
+        # Not a list: 400, as the Go decoder refuses it (0 or "" was taken as no transcript)
+        body = await self._parsed(request, m.AgentOpsEndSession, required=False)
+        memory = self.memory(p)
+        session = memory.session(request.path_params["id"], tenant=p.tenant, create=False)
+        messages = [message.model_dump() for message in body.messages or ()]
+        args = (specs.transcript_items(messages) if messages else None, None, None)
+        with self.service.write():
+            await memory.run_async(specs.END_SESSION, p.tenant, session.id, args)
+
+        def answer(state: MemoryState) -> dict:
+            ended = state.sessions[(p.tenant, session.id)]
+            return {"session_id": session.id, "summary": agentops.end_summary(ended),
+                    "message_count": ended.messages}  # fmt: skip
+
+        return json_response(self._read(memory, answer))
+
+    @operation(
+        "listRecentAgentOpsSessions",
+        "AgentOps: the sessions, newest started first (their summaries' quotes traced as read)",
+        query=m.AgentOpsRecentSessionsQuery,
+        replies=m.replies({200: list[m.AgentOpsSession]}, appends=True),
+        tags=TAGS,
+    )
+    async def recent_sessions(self, request: Request) -> Response:
+        p = self.service.principal(request, "read")
+        query = self._query(request, m.AgentOpsRecentSessionsQuery)
+        project = agentops.project_of(query.project)
+
+        def select(state: MemoryState) -> list:
+            return agentops.agentops_sessions(state, p.tenant, project)[: query.limit]
+
+        with self.service.write():  # summaries quote messages: their reads are traced
+            found = await reads.read_sessions(
+                self.memory(p), p.tenant, select, agentops.session_json, "agentops.sessions"
+            )
+        return json_response(found)
