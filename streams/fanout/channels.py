@@ -13,7 +13,7 @@ replica has every partition's hub. Stream traces (`stream.opened`/`closed`, long
 they are skipped and counted (`ledgermem_stream_traces_skipped_total`), since a trace must never
 hold up or refuse a stream on a replica that cannot append (docs/scale-out-replicas.md).
 
-Where the server offers a writer to the connection (streams/web/connections.py: `BODY_WRITER`,
+Where the server offers a writer to the connection (streams/web/extensions.py: `BODY_WRITER`,
 `FRAME_WRITER`), the SSE and WebSocket adapters hand their subscription a `LiveWriter`, so the
 hub writes live records to a waiting subscriber at publish time, and a WebSocket batch goes out
 as one transport write of frames encoded once per record, instead of an ASGI message per frame.
@@ -31,7 +31,6 @@ from collections.abc import AsyncIterator, Awaitable
 from typing import NamedTuple
 from urllib.parse import parse_qsl
 
-from sse_starlette import EventSourceResponse
 from starlette.requests import HTTPConnection
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
@@ -56,8 +55,9 @@ from streams.fanout.fanout_errors import FanoutError, HubClosed, TooManySubscrib
 from streams.fanout.hub import Delivery, EncodedRecord, Hub, Slot, Subscription, ws_text_frame
 from streams.server.service import NotLeaderHere
 from streams.web.auth import Principal
-from streams.web.connections import BODY_WRITER, FRAME_WRITER, BodyWriter, FrameWriter
 from streams.web.errors import ApiError, error_response
+from streams.web.extensions import BODY_WRITER, FRAME_WRITER, BodyWriter, FrameWriter
+from streams.web.library_overrides import EventStream
 from streams.web.responses import dumps
 from streams.web.routing import RawRoute
 
@@ -307,18 +307,6 @@ def parse_subscribe_frame(text: str | None) -> tuple[int, dict[str, list[str]], 
 
 
 # ---- writing -----------------------------------------------------------------------------------
-
-
-class EventStream(EventSourceResponse):
-    """sse-starlette's response. A send without a timeout skips the `move_on_after(None)`
-    cancel scope sse-starlette opens around each send, which cancels nothing and was about a
-    seventh of an SSE delivery's CPU (docs/benchmarks.md, "Where the time goes")."""
-
-    async def _send_with_timeout(self, send: Send, message) -> None:  # type: ignore[override]
-        if self.send_timeout is None:
-            await send(message)
-        else:
-            await super()._send_with_timeout(send, message)
 
 
 class _SseLive:

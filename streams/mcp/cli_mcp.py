@@ -118,6 +118,8 @@ async def _serve_http(server, host: str, port: int) -> None:
 
     import uvicorn
 
+    from streams.web.library_overrides import QuietExitServer
+
     app = server.streamable_http_app(host=host)
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -126,14 +128,8 @@ async def _serve_http(server, host: str, port: int) -> None:
     bound = sock.getsockname()[1]
     name = f"[{host}]" if ":" in host else host
 
-    class Server(uvicorn.Server):
-        def handle_exit(self, sig, frame) -> None:
-            # SIGTERM/SIGINT stop serving; the signal is not raised again afterwards (uvicorn's
-            # default), so the memory still closes its log and the exit code is 0.
-            if self.should_exit:
-                self.force_exit = True
-            self.should_exit = True
-
     config = uvicorn.Config(app, log_level="warning", access_log=False)
     print(f"listening on http://{name}:{bound}/mcp", file=sys.stderr, flush=True)
-    await Server(config).serve(sockets=[sock])
+    # SIGTERM/SIGINT stop serving; the signal is not raised again afterwards (uvicorn's default),
+    # so the memory still closes its log and the exit code is 0.
+    await QuietExitServer(config).serve(sockets=[sock])

@@ -85,11 +85,11 @@ def run(args: argparse.Namespace) -> int:
     from streams.server.settings import load_settings
     from streams.server.telemetry import Telemetry
     from streams.web.app import create_app
-    from streams.web.coalesce import coalesced
-    from streams.web.connections import (
-        ConnectionBudget,
+    from streams.web.connections import ConnectionBudget
+    from streams.web.library_overrides import (
+        QuietExitServer,
         framed_websocket_protocol,
-        guarded_protocol,
+        http_protocol,
     )
 
     if args.log_level not in LOG_LEVELS:  # a bad LEDGERMEM_LOG_LEVEL; argparse checks the flag
@@ -145,15 +145,6 @@ def run(args: argparse.Namespace) -> int:
         service.tracing = telemetry.tracing
         app = telemetry.instrument(app)
 
-    class Server(uvicorn.Server):
-        def handle_exit(self, sig, frame) -> None:
-            # End the streams before uvicorn waits for connections to close. The signal is not
-            # handed back after shutdown (uvicorn's default), so a clean stop exits with 0.
-            service.begin_shutdown_threadsafe()
-            if self.should_exit:
-                self.force_exit = True
-            self.should_exit = True
-
     config = uvicorn.Config(
         app,
         log_level=args.log_level,
@@ -164,15 +155,18 @@ def run(args: argparse.Namespace) -> int:
         ws_ping_interval=settings.heartbeat_seconds,
         ws_ping_timeout=settings.heartbeat_seconds * 2,
         timeout_graceful_shutdown=10,
-        # A response's head and body leave in one write (streams/web/coalesce.py).
-        http=coalesced(guarded_protocol(budget, settings.header_timeout, settings.body_timeout)),
+        # Read deadlines and the connection budget (streams/web/connections.py); a response's
+        # head and body leave in one write (streams/web/coalesce.py).
+        http=http_protocol(budget, settings.header_timeout, settings.body_timeout),
         ws=framed_websocket_protocol(),
         backlog=budget.backlog,
         # The service starts and stops around uvicorn (below), not in a lifespan: a failed
         # start-up then reaches us as the exception it is, not as uvicorn's traceback and exit 3.
         lifespan="off",
     )
-    server = Server(config)
+    # End the streams before uvicorn waits for connections to close; a clean stop exits with 0
+    # (streams/web/library_overrides.py).
+    server = QuietExitServer(config, on_exit=service.begin_shutdown_threadsafe)
 
     phase = ["start"]
 
