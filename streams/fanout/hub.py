@@ -6,7 +6,7 @@ waits for a subscriber. On the loop the hub wraps each record once in an `Encode
 channel encodings are built at most once per record and shared by every subscriber, and offers
 the batch to each subscriber's `Cursor` (streams/fanout/cursor.py). A `Subscription` drives its cursor:
 it reads the log in a worker thread when the cursor asks, and hands the channel adapters
-(streams/fanout/channels.py) batches of encoded records. An adapter that can write to its connection
+(streams/fanout/channels/) batches of encoded records. An adapter that can write to its connection
 without waiting gives its subscription a `LiveWriter`: then a subscriber that sits waiting is not
 woken at all; the hub writes what it got to its connection, in one callback right after the
 publishes that are ready on the loop (so that when publishes arrive faster than they are written,
@@ -113,7 +113,7 @@ class EncodedRecord:
 
     def ws_frame(self) -> bytes:
         """The whole WebSocket text frame (header and record), for connections that write
-        frames themselves (streams/web/connections.py)."""
+        frames themselves (streams/web/library_overrides.py)."""
         if self._frame is None:
             self._frame = ws_text_frame(self.line)
         return self._frame
