@@ -28,9 +28,10 @@ import secrets
 import socket
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 from eventstore.layout import DataDir
 from eventstore.partitions import partition_of, partition_origin
@@ -68,6 +69,22 @@ def tick_for(lease_seconds: float) -> float:
 def new_replica_id() -> str:
     """Unique per process start: a restarted replica is a new one (its old leases just expire)."""
     return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+class PartitionStatus(TypedDict):
+    """One partition as this replica sees it (`Cluster.status`, /v1/log/status)."""
+
+    partition: int
+    head: int  # the seq of the mirror's newest record
+    leader: str | None  # the replica holding an unexpired lease, if any
+    epoch: int | None
+    leading: bool  # this replica leads it
+    lease_until: str | None  # ISO 8601
+
+
+def _head_of(mirror: Mirror) -> Callable[[], int]:
+    """The seq of `mirror`'s newest record, read each time (a verifier's target)."""
+    return lambda: mirror.size - 1
 
 
 class Cluster:
@@ -176,10 +193,10 @@ class Cluster:
         with self._lock:
             return sorted(p for p, route in self._routes.items() if isinstance(route, Local))
 
-    def status(self) -> list[dict[str, object]]:
+    def status(self) -> list[PartitionStatus]:
         """Per partition: head, leader, epoch, whether this replica leads it, lease expiry."""
         heads = {head.partition: head for head in self._heads}
-        out = []
+        out: list[PartitionStatus] = []
         for partition in range(self.partitions):
             head = heads.get(partition)
             route = self.route(partition)
@@ -308,7 +325,7 @@ class Cluster:
             if partition in self._verifiers or mirror.size == 0:
                 continue
             vkey = self.info.key_for(self.key.key, partition).vkey
-            verifier = BackgroundVerifier(mirror.log_dir, vkey, lambda m=mirror: m.size - 1)
+            verifier = BackgroundVerifier(mirror.log_dir, vkey, _head_of(mirror))
             verifier.start()
             self._verifiers[partition] = verifier
 

@@ -13,8 +13,15 @@ import gc
 import os
 import socket
 import sys
+from typing import TYPE_CHECKING, Any
 
 from eventstore.errors import LedgerError
+
+if TYPE_CHECKING:
+    from starlette.types import ASGIApp
+
+    from streams.cluster import Cluster
+    from streams.server.service import Service
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 
@@ -120,16 +127,18 @@ def run(args: argparse.Namespace) -> int:
 
     def announce(service: Service) -> None:
         if service.cluster is not None:
-            announce_replica(service, url)
+            announce_replica(service.cluster, url)
             return
-        key = service.memory.key
+        memory = service.own_memory
+        key = memory.key
+        assert key is not None, "a memory opened on its data directory holds its key"
         created = " (created now, mode 0600)" if key.created else ""
         if settings.unsafe_no_fsync:
             print(
                 "WARNING: --unsafe-no-fsync: writes are acknowledged before they are durable",
                 flush=True,
             )
-        print(f"data directory  {service.memory.data.root}", flush=True)
+        print(f"data directory  {memory.data.root}", flush=True)
         print(f"signing key     {key.path}{created}", flush=True)
         print(f"vkey            {key.key.vkey}", flush=True)
         print(f"connections     {budget.describe()}", flush=True)
@@ -140,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         return _refuse(str(exc))
     service = Service(settings, announce, url)
-    app = create_app(settings, service)
+    app: ASGIApp = create_app(settings, service)
     if telemetry is not None:
         service.tracing = telemetry.tracing
         app = telemetry.instrument(app)
@@ -226,7 +235,7 @@ def _listen(host: str, port: int, backlog: int) -> socket.socket:
     return sock
 
 
-def _log_config() -> dict:
+def _log_config() -> dict[str, Any]:
     """uvicorn's logging, with the access lines on stderr beside its other lines: stdout holds
     only what start-up announces (the URL last), which scripts and tests read."""
     import copy
@@ -243,11 +252,10 @@ def _refuse(message: str, code: int = 2) -> int:
     return code
 
 
-def announce_replica(service, url: str) -> None:
+def announce_replica(cluster: Cluster, url: str) -> None:
     """What a replica of a shared store prints once it serves (tests read the last line)."""
     from eventstore.pg.schema import redact_url
 
-    cluster = service.cluster
     print(f"store           {redact_url(cluster.store_url)}", flush=True)
     print(f"replica         {cluster.replica_id} (advertised as {cluster.url})", flush=True)
     print(f"partitions      {cluster.partitions}", flush=True)
@@ -290,7 +298,7 @@ def startup_problem(exc: BaseException, data: str, store: str | None = None) -> 
     return str(exc)
 
 
-def final_checkpoint_problem(service) -> str | None:
+def final_checkpoint_problem(service: Service) -> str | None:
     """Whether the shutdown left a signed checkpoint covering every record, `log.close` included.
 
     The writer stops quietly when the final checkpoint cannot be written; the process must then
@@ -300,7 +308,7 @@ def final_checkpoint_problem(service) -> str | None:
     from eventstore.layout import CHECKPOINT
 
     memory = service.memory
-    if memory is None:
+    if memory is None or memory.key is None:
         return None
     path = memory.data.log / CHECKPOINT
     try:

@@ -17,6 +17,7 @@ pass each other.
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 
 class TurnTransport:
@@ -60,6 +61,8 @@ class TurnTransport:
     def is_closing(self) -> bool:
         return self._transport.is_closing()
 
-    def __getattr__(self, name: str):  # anything else: the connection's own transport, flushed
+    def __getattr__(
+        self, name: str
+    ) -> Any:  # anything else: the connection's own transport, flushed
         self.flush()
         return getattr(self._transport, name)

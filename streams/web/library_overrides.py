@@ -56,7 +56,7 @@ import asyncio
 import weakref
 from collections.abc import Callable
 from types import FrameType
-from typing import Any
+from typing import Any, cast
 
 import uvicorn
 from sse_starlette import EventSourceResponse
@@ -103,6 +103,12 @@ class EventStream(EventSourceResponse):
 # ---- 2, 3, 4. uvicorn's HTTP protocol: deadlines, the budget, the body writer, one write --------
 
 
+def _stream_transport(transport: asyncio.BaseTransport) -> asyncio.Transport:
+    """The transport an event loop gives a stream protocol, typed as asyncio documents it (a
+    read-write `Transport`); uvicorn's protocols take it so."""
+    return cast(asyncio.Transport, transport)
+
+
 def http_protocol(
     budget: ConnectionBudget, header_timeout: float, body_timeout: float
 ) -> type[HttpToolsProtocol]:
@@ -114,7 +120,8 @@ def http_protocol(
         _deadline: asyncio.TimerHandle | None = None
         _refused = False
 
-        def connection_made(self, transport: asyncio.Transport) -> None:
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            transport = _stream_transport(transport)
             super().connection_made(transport)
             if len(self.connections) > budget.max_connections:
                 self._refused = True
@@ -176,10 +183,10 @@ def http_protocol(
         upgrade hands its protocol the connection's own transport (what was held is written
         first)."""
 
-        def connection_made(self, transport: asyncio.Transport) -> None:
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
             super().connection_made(transport)
             if not transport.is_closing():  # not refused at once
-                turn = TurnTransport(transport, self.loop)
+                turn = TurnTransport(_stream_transport(transport), self.loop)
                 self.transport = turn  # type: ignore[assignment]  # why: a TurnTransport stands in for the transport, forwarding what it does not define itself
 
         def on_headers_complete(self) -> None:

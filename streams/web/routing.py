@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from urllib.parse import unquote
 
+from starlette.datastructures import URLPath
 from starlette.routing import BaseRoute, Match, request_response
 from starlette.types import Receive, Scope, Send
 
@@ -127,8 +128,8 @@ class RawRoute(BaseRoute):
         """What a 405 lists in `Allow` (RFC 9110 15.5.6): exactly the methods routed here."""
         return sorted(self.endpoints)
 
-    def url_path_for(self, name: str, /, **path_params: str):  # pragma: no cover - unused
-        raise NotImplementedError
+    def url_path_for(self, name: str, /, **path_params: str) -> URLPath:  # pragma: no cover
+        raise NotImplementedError  # no route is found by name
 
 
 def is_lean(endpoint: Callable) -> bool:
@@ -225,8 +226,8 @@ class RouteTable(BaseRoute):
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         await scope[ROUTE].handle(scope, receive, send)
 
-    def url_path_for(self, name: str, /, **path_params: str):  # pragma: no cover - unused
-        raise NotImplementedError
+    def url_path_for(self, name: str, /, **path_params: str) -> URLPath:  # pragma: no cover
+        raise NotImplementedError  # no route is found by name
 
 
 ROUTE = "ledgermem.route"  # scope key: the RawRoute a RouteTable matched
