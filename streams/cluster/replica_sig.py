@@ -22,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import re
-from collections.abc import Container
 from dataclasses import dataclass
 
 PRINCIPAL_HEADER = "x-ledgermem-forwarded-principal"
@@ -124,8 +123,3 @@ def verify(
             f"at most {max_age:g} s either way is accepted"
         )
     return decode_principal(principal)
-
-
-def carries_forwarding(header_names: Container[str]) -> bool:
-    """Whether any of the forwarding headers is present (then it must verify)."""
-    return any(name in header_names for name in HEADERS)

@@ -36,10 +36,6 @@ def _media_type(name: str) -> str:
     return _MEDIA[suffix]
 
 
-def swagger_ui_version() -> str:
-    return metadata.version("swagger-ui-py")
-
-
 def load_assets() -> dict[str, tuple[bytes, str]]:
     """name -> (bytes, media type): Swagger UI's files and our own page and initializer."""
     distribution = metadata.distribution("swagger-ui-py")
