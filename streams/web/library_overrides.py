@@ -6,48 +6,53 @@ pyproject.toml pins as bounds; tests/test_library_overrides.py has one test per 
 fails, naming what moved, when a library changes under it. Before raising a bound, re-read the
 library's code each override names and run those tests.
 
-1. `EventStream._send_with_timeout` (sse-starlette, a private method; speed). sse-starlette
-   opens an `anyio.move_on_after(send_timeout)` cancel scope around every send, also when there
-   is no timeout, where it cancels nothing and was about a seventh of an SSE delivery's CPU
-   (docs/benchmarks.md, "Where the time goes"). Without a timeout we send directly, marking an
-   interrupted send exactly as the library does (`_send_interrupted`, read by its `__call__`).
+1. `EventStream._send_with_timeout` (sse-starlette >=3.7.1,<3.8, read on 3.7.1: a private
+   method; speed). sse-starlette opens an `anyio.move_on_after(send_timeout)` cancel scope
+   around every send, also when there is no timeout, where it cancels nothing and was about a
+   seventh of an SSE delivery's CPU (docs/benchmarks.md, "Where the time goes"). Without a
+   timeout we send directly, marking an interrupted send exactly as the library does
+   (`_send_interrupted`, which its `__call__` reads; 3.5.0 had no such flag).
 
-2. `GuardedHttpProtocol`, made by `http_protocol` (uvicorn's httptools `HttpToolsProtocol`: its callbacks
-   `connection_made`, `data_received`, `on_message_begin`, `on_headers_complete`,
-   `on_message_complete`, `handle_websocket_upgrade`, `connection_lost`, and its `connections`,
-   `loop`, `transport`, `cycle`, `scope`; behaviour). uvicorn has no deadline for a request's
-   headers or body and accepts connections until the process runs out of descriptors: the
-   connection budget and the two read deadlines of streams/web/connections.py live here.
+2. `GuardedHttpProtocol`, made by `http_protocol` (uvicorn >=0.52.1,<0.56, read on 0.54.0 and
+   0.55.0: `HttpToolsProtocol`'s callbacks `connection_made`, `data_received`,
+   `on_message_begin`, `on_headers_complete`, `on_message_complete`,
+   `handle_websocket_upgrade`, `connection_lost`, and its `connections`, `loop`, `transport`,
+   `cycle`, `scope`; behaviour). uvicorn has no deadline for a request's headers or body and
+   accepts connections until the process runs out of descriptors: the connection budget and
+   the two read deadlines of streams/web/connections.py live here.
 
-3. `CycleBodyWriter` (uvicorn's `RequestResponseCycle`: `response_started`,
+3. `CycleBodyWriter` (uvicorn, as 2: `RequestResponseCycle`'s `response_started`,
    `response_complete`, `chunked_encoding`, `disconnected`, `flow.write_paused`, `transport`,
    and its chunk framing `%x\\r\\n<body>\\r\\n`; speed). The fan-out writes a stream's chunks
    straight to the transport (streams/web/extensions.py `BODY_WRITER`), framed as uvicorn frames
    an `http.response.body`, instead of an ASGI message per record.
 
-4. `CoalescingHttpProtocol`, the class `http_protocol` returns (uvicorn's `HttpToolsProtocol.transport`, which each request's
-   cycle takes at `on_headers_complete`; speed). A `TurnTransport` (streams/web/coalesce.py) in
-   its place holds a response's head until its body, so a small answer is one write.
+4. `CoalescingHttpProtocol`, the class `http_protocol` returns (uvicorn, as 2:
+   `HttpToolsProtocol.transport`, which each request's cycle takes at `on_headers_complete`;
+   speed). A `TurnTransport` (streams/web/coalesce.py) in its place holds a response's head
+   until its body, so a small answer is one write.
 
-5. `FramedWebSocketProtocol` and `ProtocolFrameWriter` (uvicorn's `WebSocketsSansIOProtocol`:
-   `handle_connect`, `scope`, `conn`, `handshake_complete`, `close_sent`, `disconnected`,
-   `initial_response`, `writable`, `transport`; speed). The fan-out writes a batch of text
-   frames in one transport write (`FRAME_WRITER`), frames the hub encoded once for every
-   subscriber (streams/fanout/hub.py `ws_text_frame`, the bytes websockets' `Frame.serialize`
-   gives a server's unmasked text frame) when no extension was negotiated.
+5. `FramedWebSocketProtocol` and `ProtocolFrameWriter` (uvicorn, as 2:
+   `WebSocketsSansIOProtocol`'s `handle_connect`, `scope`, `conn`, `handshake_complete`,
+   `close_sent`, `disconnected`, `initial_response`, `writable`, `transport`; speed). The
+   fan-out writes a batch of text frames in one transport write (`FRAME_WRITER`), frames the
+   hub encoded once for every subscriber (streams/fanout/hub.py `ws_text_frame`, the bytes
+   websockets' `Frame.serialize` gives a server's unmasked text frame) when no extension was
+   negotiated.
 
-6. `QuietExitServer.handle_exit` (`uvicorn.Server`; behaviour). On SIGTERM/SIGINT uvicorn
-   records the signal and raises it again once the server has stopped, so a clean stop would
-   exit by the signal rather than with 0, after the log's final checkpoint; and the service must
-   end its streams before uvicorn waits for connections to close (`on_exit`).
+6. `QuietExitServer.handle_exit` (uvicorn, as 2: `Server.handle_exit`; behaviour). On SIGTERM
+   or SIGINT uvicorn records the signal and raises it again once the server has stopped, so a
+   clean stop would exit by the signal rather than with 0, after the log's final checkpoint;
+   and the service must end its streams before uvicorn waits for connections to close
+   (`on_exit`).
 
-7. `TableRoutedStarlette` and `TableRouter` (Starlette: `Starlette.router`, which its
-   constructor makes and its middleware stack, built at the first call, ends in; `Router.app`;
-   speed). Starlette tries its routes one after the other; `TableRouter` finds the route with one
-   `RouteTable` lookup (streams/web/routing.py) and otherwise takes Starlette's own path (the
-   trailing-slash redirect, then the 404). Starlette takes no router from outside, so the
-   constructor puts this one in place of its own, before the app can be called. `routes` stays
-   the list of routes, as `app.routes` shows them.
+7. `TableRoutedStarlette` and `TableRouter` (Starlette >=1.7,<1.11, read on 1.7.0 and 1.10.0:
+   `Starlette.router`, which its constructor makes and its middleware stack, built at the first
+   call, ends in; `Router.app`; speed). Starlette tries its routes one after the other;
+   `TableRouter` finds the route with one `RouteTable` lookup (streams/web/routing.py) and
+   otherwise takes Starlette's own path (the trailing-slash redirect, then the 404). Starlette
+   takes no router from outside, so the constructor puts this one in place of its own, before
+   the app can be called. `routes` stays the list of routes, as `app.routes` shows them.
 """
 
 from __future__ import annotations
