@@ -27,6 +27,7 @@ from sections.model.item import Item
 from sections.model.names import HOLDER_PREFIX
 from sections.model.state import MemoryState, SessionState
 from sections.retrieval.observations import SECTION, normalize
+from sections.retrieval.views import ItemView
 
 PROJECT_KEY = "agentops_project"  # session metadata: the project an AgentOps session belongs to
 DEFAULT_SCOPE = "project"
@@ -178,7 +179,7 @@ def normalized_hash(content: str) -> str:
     return hashlib.sha256(normalize(content).encode()).hexdigest()
 
 
-def observation_json(holder_id: str, item: Item, content: object) -> dict:
+def observation_json(holder_id: str, item: Item | ItemView, content: object) -> dict:
     """An observation in the service's shape. Its counts start at 1, as the service's do."""
     project, scope = parse_holder(holder_id) or ("", "")
     meta = item.metadata

@@ -114,4 +114,4 @@ class AgentOpsResource:
 
 def observation_answer(holder: str, view: ItemView) -> dict:
     """An observation a read found, in the service's shape."""
-    return agentops.observation_json(holder, view, view.content)  # type: ignore[arg-type]  # why: it reads only what an ItemView shares with an Item (id, kind, tags, metadata, ts), but sections/adapters/agentops.py annotates Item
+    return agentops.observation_json(holder, view, view.content)
