@@ -10,8 +10,9 @@ imports, for type checkers and editors; tests/test_public_api.py keeps the three
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from .lazy import lazy_names
 
 __all__ = [
     # writing
@@ -169,15 +170,4 @@ _MODULE_OF = {
     "LogWriter": ".writer",
 }
 
-
-def __getattr__(name: str) -> object:
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value  # later lookups find it without this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_names(__name__, _MODULE_OF, globals())

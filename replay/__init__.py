@@ -10,8 +10,9 @@ names for type checkers and editors. What changed between two points of a log is
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from eventstore.lazy import lazy_names
 
 __all__ = [
     "Bundle",
@@ -52,15 +53,4 @@ _MODULE_OF = {
     "open_history": ".options",
 }
 
-
-def __getattr__(name: str) -> object:
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value  # later lookups find it without this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_names(__name__, _MODULE_OF, globals())

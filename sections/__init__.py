@@ -14,8 +14,9 @@ until then; type checkers read the imports under TYPE_CHECKING.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from eventstore.lazy import lazy_names
 
 __all__ = [
     # the memory, and one session of it
@@ -99,15 +100,4 @@ if TYPE_CHECKING:
     from sections.runtime.session import Session
     from sections.runtime.store_memory import StoreBusy, StoreMemory
 
-
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'sections' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups find it without coming here
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_names(__name__, _WHERE, globals())

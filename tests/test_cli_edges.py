@@ -24,7 +24,7 @@ from server import Server
 
 from sections.model.commands import EXTRA_FIELDS
 from sections.runtime.memory import Memory
-from streams.fanout.channels import DEFAULT_WAIT
+from streams.fanout.channels.longpoll import DEFAULT_WAIT
 from streams.server.settings import Settings
 
 

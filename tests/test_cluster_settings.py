@@ -8,7 +8,7 @@ import pytest
 from eventstore.errors import InvalidInput
 from eventstore.filters import RecordFilter
 from eventstore.partitions import partition_of
-from streams.fanout.channels import parse_partition, parse_subscribe_frame, stream_partition
+from streams.fanout.channels.query import parse_partition, parse_subscribe_frame, stream_partition
 from streams.server.settings import load_settings
 from streams.web.auth import Principal
 from streams.web.errors import ApiError

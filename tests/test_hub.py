@@ -17,7 +17,7 @@ from eventstore.checkpoint import SigningKey
 from eventstore.filters import MATCH_ALL, RecordFilter
 from eventstore.reader import LogReader
 from eventstore.writer import Durability, LogWriter
-from streams.fanout.channels import REFUSALS, api_error
+from streams.fanout.channels.context import REFUSALS, api_error
 from streams.fanout.fanout_errors import FanoutError, HubClosed, TooManySubscribers
 from streams.fanout.hub import EncodedRecord, Hub
 from streams.server.settings import Settings

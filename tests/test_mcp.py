@@ -26,6 +26,8 @@ import pytest
 from server import ROOT, Server
 from stream_clients import sse_records
 
+from tests.helpers.child import readline_within
+
 mcp = pytest.importorskip("mcp")
 httpx2 = pytest.importorskip("httpx2")
 
@@ -216,7 +218,7 @@ def test_the_commands_http_transport(tmp_path: Path) -> None:
         env={**os.environ, **ENV},
     )
     try:
-        line = proc.stderr.readline()  # type: ignore[union-attr]
+        line = readline_within(proc.stderr, 60, "ledgermem mcp --transport http")
         assert line.startswith("listening on http://127.0.0.1:"), line
         url = line.split()[-1]
 

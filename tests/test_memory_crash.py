@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from sections.runtime.memory import Memory
+from tests.helpers.child import readline_within
 
 HELPERS = Path(__file__).parent / "helpers"
 ROOT = Path(__file__).parent.parent
@@ -24,7 +25,7 @@ def _run_and_kill(data_dir: Path, rng: random.Random) -> list[tuple[str, str, st
         stdout=subprocess.PIPE,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
-    assert proc.stdout.readline().strip() == b"ready"
+    assert readline_within(proc.stdout, 60, "the memory worker").strip() == b"ready"
     time.sleep(rng.uniform(0.05, 0.4))
     os.kill(proc.pid, signal.SIGKILL)
     out, _ = proc.communicate()

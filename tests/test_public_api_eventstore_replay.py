@@ -61,12 +61,14 @@ def test_no_public_name_hides_a_module_of_the_package(package):
 
 @pytest.mark.parametrize("package", PACKAGES)
 def test_importing_the_package_imports_none_of_its_modules_until_a_name_is_used(package):
+    # eventstore.lazy, which makes every face's __getattr__, is the one module a face loads.
+    own = f"sorted(m for m in sys.modules if m.startswith('{package}.') and m != 'eventstore.lazy')"
     code = (
         "import sys\n"
         f"import {package}\n"
-        f"print(sorted(m for m in sys.modules if m.startswith('{package}.')))\n"
+        f"print({own})\n"
         f"{package}.{_faces(package)[0].pop()}\n"
-        f"print(any(m.startswith('{package}.') for m in sys.modules))\n"
+        f"print(bool({own}))\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120

@@ -15,6 +15,7 @@ from eventstore.checkpoint import SigningKey, parse_checkpoint
 from eventstore.filters import RecordFilter
 from eventstore.reader import LogReader
 from eventstore.writer import LogWriter
+from tests.helpers.child import readline_within
 
 HELPERS = Path(__file__).parent / "helpers"
 SEED = bytes(range(32))
@@ -112,7 +113,7 @@ def test_follow_tails_a_writer_in_another_process_exactly_once_in_order(tmp_path
         env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)},
     )
     try:
-        assert proc.stdout.readline().strip() == b"ready"
+        assert readline_within(proc.stdout, 60, "the slow writer").strip() == b"ready"
         seen = []
         for record in LogReader(log_dir).follow(poll=0.01, stop=lambda: proc.poll() is not None):
             if not record.is_control:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from helpers.child import readline_within
 from helpers.cli import ledgermem
 
 from sections.model.config import MemoryConfig, SectionConfig
@@ -221,7 +222,7 @@ def test_replay_follow_tails_a_live_writer(tmp_path):
         stdout=subprocess.PIPE,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
-    assert writer.stdout.readline().strip() == b"ready"
+    assert readline_within(writer.stdout, 60, "the slow writer").strip() == b"ready"
     follower = subprocess.Popen(
         [
             sys.executable,
@@ -237,7 +238,10 @@ def test_replay_follow_tails_a_live_writer(tmp_path):
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     try:
-        got = [json.loads(follower.stdout.readline())["payload"]["i"] for _ in range(60)]
+        got = [
+            json.loads(readline_within(follower.stdout, 60, "replay --follow"))["payload"]["i"]
+            for _ in range(60)
+        ]
     finally:
         follower.kill()
         writer.wait(30)

@@ -12,6 +12,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from helpers.child import readline_within
 from helpers.crashlog import (
     CRASH_WRITER,
     KEY,
@@ -102,7 +103,7 @@ def test_a_writer_process_holds_the_lock_until_it_dies_even_by_kill9(tmp_path):
         stdout=subprocess.PIPE,
     )
     try:
-        assert proc.stdout.readline().startswith(b"ready ")  # type: ignore[union-attr]
+        assert readline_within(proc.stdout, 60, "the lock holder").startswith(b"ready ")
         with pytest.raises(LockHeld) as refused:
             LogWriter.open(log, KEY)
         assert f"pid={proc.pid}" in str(refused.value)

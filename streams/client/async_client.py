@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 
 import httpx
 from websockets.asyncio.client import connect as ws_connect
@@ -144,7 +144,7 @@ class AsyncSubscription:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-    async def _follow(self) -> AsyncIterator[StreamRecord]:
+    async def _follow(self) -> AsyncGenerator[StreamRecord, None]:
         attempts = Attempts(self.retry, self.client.rng)
         once = self._sse if self.transport == "sse" else self._ws
         while True:

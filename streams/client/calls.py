@@ -328,11 +328,3 @@ def stats(session: str | None = None) -> Call:
 
 def log_status() -> Call:
     return Call("GET", "/v1/log/status")
-
-
-# The calls both clients offer as methods, in the order docs/client.md lists them.
-CALLS: tuple[Callable[..., Call], ...] = (
-    create_session, get_session, list_sessions, end_session, end_turn, delete_session,
-    add_item, add_items, get_items, get_item, update_item, remove_item,
-    context, search, observe, stats, log_status,
-)  # fmt: skip

@@ -257,7 +257,7 @@ BY_CODE: dict[str, type[ApiError]] = {
 }
 
 BY_STATUS: dict[int, type[ApiError]] = {
-    cls.status_code: cls  # type: ignore[misc]
+    cls.status_code: cls
     for cls in (
         BadRequest,
         Unauthorized,

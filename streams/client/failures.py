@@ -8,6 +8,8 @@ policy names (503 by default). A failed record check (`ChainBroken`) is never re
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import httpx
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 
@@ -49,7 +51,7 @@ def final_close(exc: ConnectionClosed | None, code: int | None, reason: str | No
         raise StreamClosed(code, reason or "") from exc
 
 
-def lower_headers(headers) -> dict[str, str]:
+def lower_headers(headers: Mapping[str, str]) -> dict[str, str]:
     return {k.lower(): v for k, v in headers.items()}
 
 

@@ -10,14 +10,19 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from typing import Any, Concatenate, ParamSpec
 
 from streams.client import calls
 from streams.client.calls import Call
 
+P = ParamSpec("P")
 
-def _method(build: Callable[..., Call]) -> Callable:
+
+def _method(build: Callable[P, Call]) -> Callable[Concatenate[Methods, P], Any]:
+    """A method taking `build`'s parameters (a type checker sees them) that answers its call."""
+
     @functools.wraps(build)
-    def method(self, *args, **kwargs):
+    def method(self: Methods, *args: P.args, **kwargs: P.kwargs) -> Any:
         return self._call(build(*args, **kwargs))
 
     return method
@@ -26,7 +31,7 @@ def _method(build: Callable[..., Call]) -> Callable:
 class Methods:
     """The REST API: sessions, items, context, search, observations, stats."""
 
-    def _call(self, call: Call):  # pragma: no cover - each client defines it
+    def _call(self, call: Call) -> Any:  # pragma: no cover - each client defines it
         raise NotImplementedError
 
     create_session = _method(calls.create_session)

@@ -40,9 +40,6 @@ class Retry:
         return wait
 
 
-NEVER = Retry(tries=1)
-
-
 class Attempts:
     """One logical call's tries: each failure answers the delay before the next, or None when
     the tries are spent (then the caller raises what the last try got)."""

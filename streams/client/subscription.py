@@ -90,7 +90,7 @@ class SubscriptionState:
 
     # -- requests
 
-    def sse_request(self) -> tuple[str, list[tuple[str, str]], dict[str, str]]:
+    def sse_request(self) -> tuple[str, tuple[tuple[str, str], ...], dict[str, str]]:
         """(path, query parameters, headers) of the SSE request that resumes at the cursor."""
         params = [("after", str(self.cursor))]
         params += [(name, v) for name, values in self.filters.items() for v in values]
@@ -99,7 +99,7 @@ class SubscriptionState:
         headers = {"Accept": "text/event-stream"}
         if self.cursor >= 0:
             headers["Last-Event-ID"] = str(self.cursor)
-        return "/v1/stream/sse", params, headers
+        return "/v1/stream/sse", tuple(params), headers
 
     def ws_first_frame(self) -> str:
         """The WebSocket's subscription frame, resuming at the cursor."""

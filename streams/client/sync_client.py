@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 
 import httpx
 from websockets.exceptions import ConnectionClosed, InvalidStatus
@@ -143,7 +143,7 @@ class Subscription:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _follow(self) -> Iterator[StreamRecord]:
+    def _follow(self) -> Generator[StreamRecord, None, None]:
         attempts = Attempts(self.retry, self.client.rng)
         once = self._sse if self.transport == "sse" else self._ws
         while True:

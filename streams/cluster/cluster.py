@@ -28,18 +28,33 @@ import secrets
 import socket
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING, TypedDict
 
 from eventstore.layout import DataDir
 from eventstore.partitions import partition_of, partition_origin
 from eventstore.store import load_or_create_key
 from streams.cluster import balance, registry
 from streams.cluster.mirror_reader import MirrorReader
-from streams.cluster.partition_leader import PartitionLeader
+from streams.cluster.partition_leader import PartitionLeader, partition_dir
 from streams.cluster.routes import Local, NoLeader, Remote, Route
 from streams.fanout.hub import Hub
 from streams.server.verifier import BackgroundVerifier
+
+if TYPE_CHECKING:
+    from psycopg import Connection
+
+    from eventstore.mirror import Mirror
+    from eventstore.pg.lease import Head, Lease
+    from eventstore.pg.schema import StoreInfo
+    from eventstore.pg.tail import StoreTail
+    from eventstore.store import KeyInfo
+    from sections.runtime.tracing import Tracing
+    from streams.cluster.registry import Replica
+    from streams.server.metrics import Metrics
+    from streams.server.settings import Settings
 
 log = logging.getLogger("ledgermem.cluster")
 
@@ -56,38 +71,67 @@ def new_replica_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
 
 
-def partition_dir(data: str | os.PathLike[str], partition: int) -> Path:
-    return Path(data) / "partitions" / f"p{partition}"
+class PartitionStatus(TypedDict):
+    """One partition as this replica sees it (`Cluster.status`, /v1/log/status)."""
+
+    partition: int
+    head: int  # the seq of the mirror's newest record
+    leader: str | None  # the replica holding an unexpired lease, if any
+    epoch: int | None
+    leading: bool  # this replica leads it
+    lease_until: str | None  # ISO 8601
+
+
+def _head_of(mirror: Mirror) -> Callable[[], int]:
+    """The seq of `mirror`'s newest record, read each time (a verifier's target)."""
+    return lambda: mirror.size - 1
 
 
 class Cluster:
-    def __init__(self, settings, url: str, metrics=None) -> None:
+    def __init__(self, settings: Settings, url: str, metrics: Metrics | None = None) -> None:
+        if settings.store is None:
+            raise ValueError("a cluster needs a shared store: settings.store is not set")
         self.settings = settings
         self.store_url: str = settings.store
         self.url = url
         self.metrics = metrics
-        self.tracing = None  # the partitions' memories' tracing hook (streams/server/telemetry.py)
+        # The partitions' memories' tracing hook (streams/server/telemetry.py); None: untraced.
+        self.tracing: Tracing | None = None
         self.replica_id = new_replica_id()
         self.lease_seconds: float = settings.lease_seconds
         self.tick = tick_for(self.lease_seconds)
-        self.info = None  # StoreInfo, read at start
-        self.key = None  # KeyInfo of this replica's data directory
-        self._mirrors: dict = {}
+        self._info: StoreInfo | None = None  # read at start
+        self._key: KeyInfo | None = None  # this replica's data directory's, checked at start
+        self._mirrors: dict[int, Mirror] = {}
         self._hubs: dict[int, Hub] = {}
         self._verifiers: dict[int, BackgroundVerifier] = {}
-        self._tail = None
+        self._tail: StoreTail | None = None
         self._lock = threading.Lock()
         self._routes: dict[int, Route] = {}
         self._leaders: dict[int, PartitionLeader] = {}  # partitions this replica holds a lease on
         self._released: dict[int, float] = {}  # partition -> monotonic time it was given up
         self._free_since: dict[int, float] = {}
-        self._heads: list = []
+        self._heads: list[Head] = []
         self._stop = threading.Event()
         self._last_look = time.monotonic()  # the last tick that reached the store
         self._thread: threading.Thread | None = None
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="ledgermem-takeover")
 
     # ---- what requests use (cheap: no I/O) ----------------------------------------------------
+
+    @property
+    def info(self) -> StoreInfo:
+        """The store's description (partitions, origin, keys), read at start."""
+        if self._info is None:
+            raise RuntimeError("the cluster has not started: the store's description is unread")
+        return self._info
+
+    @property
+    def key(self) -> KeyInfo:
+        """This replica's signing key, checked against the store's at start."""
+        if self._key is None:
+            raise RuntimeError("the cluster has not started: its key is not loaded")
+        return self._key
 
     @property
     def partitions(self) -> int:
@@ -129,8 +173,18 @@ class Cluster:
     def hub(self, partition: int) -> Hub:
         return self._hubs[partition]
 
-    def mirror(self, partition: int):
+    def mirror(self, partition: int) -> Mirror:
         return self._mirrors[partition]
+
+    def sync_mirror(self, partition: int) -> None:
+        """Bring partition `partition`'s mirror up to every row committed in the store (blocking:
+        a takeover's first step, streams/cluster/partition_leader.py)."""
+        self._started_tail().sync(partition)
+
+    def _started_tail(self) -> StoreTail:
+        if self._tail is None:
+            raise RuntimeError("the cluster has not started: no store tail feeds the mirrors")
+        return self._tail
 
     def verifier(self, partition: int) -> BackgroundVerifier | None:
         return self._verifiers.get(partition)
@@ -139,10 +193,10 @@ class Cluster:
         with self._lock:
             return sorted(p for p, route in self._routes.items() if isinstance(route, Local))
 
-    def status(self) -> list[dict]:
+    def status(self) -> list[PartitionStatus]:
         """Per partition: head, leader, epoch, whether this replica leads it, lease expiry."""
         heads = {head.partition: head for head in self._heads}
-        out = []
+        out: list[PartitionStatus] = []
         for partition in range(self.partitions):
             head = heads.get(partition)
             route = self.route(partition)
@@ -169,7 +223,7 @@ class Cluster:
             hub = Hub(mirror, reader, self.settings, self.metrics)
             await hub.start()
             self._hubs[partition] = hub
-        self._tail.start()
+        self._started_tail().start()
         self._thread = threading.Thread(target=self._run, name="ledgermem-leadership", daemon=True)
         self._thread.start()
 
@@ -185,18 +239,18 @@ class Cluster:
 
         conn = connect(self.store_url)
         try:
-            self.info = read_store(conn)
+            info = self._info = read_store(conn)
         finally:
             conn.close()
         # A replica with another key would sign checkpoints no auditor accepts: refuse to start.
-        self.key = load_or_create_key(DataDir(self.data), create=False)
-        for partition in range(self.info.partitions):
-            self.info.key_for(self.key.key, partition)
-        for partition in range(self.info.partitions):
+        key = self._key = load_or_create_key(DataDir(self.data), create=False)
+        for partition in range(info.partitions):
+            info.key_for(key.key, partition)
+        for partition in range(info.partitions):
             self._mirrors[partition] = Mirror.open(
                 partition_dir(self.data, partition) / "log",
-                partition_origin(self.info.origin, partition),
-                self.info.seg_bits,
+                partition_origin(info.origin, partition),
+                info.seg_bits,
             )
         self._tail = StoreTail(self.store_url, self._mirrors)
 
@@ -271,11 +325,11 @@ class Cluster:
             if partition in self._verifiers or mirror.size == 0:
                 continue
             vkey = self.info.key_for(self.key.key, partition).vkey
-            verifier = BackgroundVerifier(mirror.log_dir, vkey, lambda m=mirror: m.size - 1)
+            verifier = BackgroundVerifier(mirror.log_dir, vkey, _head_of(mirror))
             verifier.start()
             self._verifiers[partition] = verifier
 
-    def _tick(self, conn) -> None:
+    def _tick(self, conn: Connection) -> None:
         from eventstore.pg import lease as leases
 
         self._start_verifiers()
@@ -301,7 +355,7 @@ class Cluster:
             elif not leader.lease.valid():
                 self._step_down(leader, "its lease ran out on the local clock")
 
-    def _refresh_routes(self, heads, replicas) -> None:
+    def _refresh_routes(self, heads: list[Head], replicas: list[Replica]) -> None:
         urls = {replica.id: replica.url for replica in replicas}
         with self._lock:
             for head in heads:
@@ -323,7 +377,7 @@ class Cluster:
                 gauge = self.metrics.partition_leading.labels(str(partition))
                 gauge.set(1 if isinstance(route, Local) else 0)
 
-    def _balance(self, conn, heads, replicas) -> None:
+    def _balance(self, conn: Connection, heads: list[Head], replicas: list[Replica]) -> None:
         from eventstore.pg import lease as leases
 
         now = time.monotonic()
@@ -364,7 +418,7 @@ class Cluster:
 
     # ---- taking over, stepping down, giving up --------------------------------------------------
 
-    def _begin_takeover(self, partition: int, lease) -> None:
+    def _begin_takeover(self, partition: int, lease: Lease) -> None:
         leader = PartitionLeader(self, partition, lease)
         with self._lock:
             self._leaders[partition] = leader

@@ -37,6 +37,8 @@ import logging
 import math
 import time
 from collections.abc import Iterable
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from starlette.requests import HTTPConnection
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -47,6 +49,13 @@ from streams.web.auth import authenticate, is_forwarded
 from streams.web.errors import ApiError, error_response
 from streams.web.json_body import read_body
 from streams.web.routing import RawRoute, RouteTable
+
+if TYPE_CHECKING:
+    import httpx
+
+    from streams.cluster.cluster import Cluster
+    from streams.server.service import Service
+    from streams.web.auth import Principal
 
 log = logging.getLogger("ledgermem.forwarding")
 
@@ -106,7 +115,7 @@ class LeaderRoutes:
         return bool(self._table.candidates(scope))
 
 
-def leader_route_list(service) -> list:
+def leader_route_list(service: Service) -> list[RawRoute]:
     """The routes that need the partition's leader (store mode forwards them to it): every
     route that reads or writes a tenant's memory. The app serves these very routes."""
     from streams.mcp import mcp_mount
@@ -125,7 +134,7 @@ def leader_route_list(service) -> list:
     )
 
 
-def leader_routes(service) -> LeaderRoutes:
+def leader_routes(service: Service) -> LeaderRoutes:
     return LeaderRoutes(leader_route_list(service))
 
 
@@ -142,11 +151,11 @@ class ForwardToLeader:
     """The middleware. `service` gives `cluster` (None in file mode: nothing is forwarded),
     `settings` and `replica_secret`, read on each request (both are set at startup)."""
 
-    def __init__(self, app: ASGIApp, service, routes: LeaderRoutes) -> None:
+    def __init__(self, app: ASGIApp, service: Service, routes: LeaderRoutes) -> None:
         self.app = app
         self.service = service
         self.routes = routes
-        self._client = None  # an httpx.AsyncClient, made on the first forwarded request
+        self._client: httpx.AsyncClient | None = None  # made on the first forwarded request
         self.forwarded = 0  # requests proxied (for tests and metrics)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -170,7 +179,8 @@ class ForwardToLeader:
             return
         try:
             httpx = _httpx()
-            if self.service.replica_secret is None:
+            secret = self.service.replica_secret
+            if secret is None:
                 raise ApiError(
                     503,
                     "no_replica_secret",
@@ -191,7 +201,7 @@ class ForwardToLeader:
                 await self.app(scope, _replay(body, receive), send)
                 return
             try:
-                upstream = await self._send(route.url, scope, body, principal)
+                upstream = await self._send(route.url, scope, body, principal, secret)
             except (httpx.ConnectError, httpx.ConnectTimeout):
                 upstream = None  # nothing was sent: safe to try the refreshed route
             except httpx.TransportError as exc:
@@ -228,7 +238,7 @@ class ForwardToLeader:
         if metrics is not None:
             metrics.forwarded.labels(outcome).inc()
 
-    def client(self):
+    def client(self) -> httpx.AsyncClient:
         """One httpx.AsyncClient (a keep-alive pool) for every forwarded request."""
         httpx = _httpx()
         if self._client is None:
@@ -244,7 +254,9 @@ class ForwardToLeader:
             await self._client.aclose()
             self._client = None
 
-    async def _send(self, base_url: str, scope: Scope, body: bytes, principal):
+    async def _send(
+        self, base_url: str, scope: Scope, body: bytes, principal: Principal, secret: bytes
+    ) -> httpx.Response:
         raw_path = scope.get("raw_path") or scope["path"].encode()
         query = scope.get("query_string", b"")
         target = request_target(raw_path, query)
@@ -255,7 +267,7 @@ class ForwardToLeader:
             if name.decode("latin-1").lower() not in _NOT_FORWARDED
         ]
         signed = sign(
-            self.service.replica_secret,
+            secret,
             method,
             target,
             principal.tenant,
@@ -275,7 +287,7 @@ class ForwardToLeader:
         self.forwarded += 1
         return await self.client().send(request, stream=True)
 
-    async def _relay_read(self, upstream, send: Send) -> None:
+    async def _relay_read(self, upstream: httpx.Response, send: Send) -> None:
         """An answer already read whole (its body is `upstream.content`)."""
         body = upstream.content
         headers = [
@@ -289,7 +301,7 @@ class ForwardToLeader:
         )
         await send({"type": "http.response.body", "body": body, "more_body": False})
 
-    async def _relay(self, upstream, send: Send) -> None:
+    async def _relay(self, upstream: httpx.Response, send: Send) -> None:
         headers = [
             (name, value)
             for name, value in upstream.headers.raw
@@ -314,7 +326,7 @@ def _error_code(body: bytes) -> str | None:
         return None
 
 
-def _httpx():
+def _httpx() -> ModuleType:
     """httpx, imported on the first forwarded request: file mode never needs it (it is in the
     `postgresql` extra with the driver)."""
     try:
@@ -343,7 +355,7 @@ def _replay(body: bytes, receive: Receive) -> Receive:
     return replay
 
 
-async def _refreshed(cluster, partition: int, stale: Route) -> Route:
+async def _refreshed(cluster: Cluster, partition: int, stale: Route) -> Route:
     """The route once the cluster has looked at lm_head again.
 
     `Cluster.refresh()` reads lm_head and lm_replica now (on a worker thread: it blocks). Without
@@ -368,7 +380,7 @@ async def _refreshed(cluster, partition: int, stale: Route) -> Route:
         await asyncio.sleep(REFRESH_POLL)
 
 
-async def _no_leader(route, scope: Scope, receive: Receive, send: Send) -> None:
+async def _no_leader(route: Route, scope: Scope, receive: Receive, send: Send) -> None:
     seconds = max(1, math.ceil(getattr(route, "retry_after", NO_LEADER_RETRY_AFTER)))
     await error_response(
         503,
@@ -378,7 +390,9 @@ async def _no_leader(route, scope: Scope, receive: Receive, send: Send) -> None:
     )(scope, receive, send)
 
 
-async def _unreachable(url: str, exc: Exception, scope: Scope, receive: Receive, send: Send):
+async def _unreachable(
+    url: str, exc: Exception, scope: Scope, receive: Receive, send: Send
+) -> None:
     await error_response(
         503,
         "leader_unreachable",

@@ -11,12 +11,16 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from eventstore.reader import LogReader
 
+if TYPE_CHECKING:
+    from eventstore.mirror import Mirror
+
 
 class MirrorReader:
-    def __init__(self, mirror, index_dir: Path) -> None:
+    def __init__(self, mirror: Mirror, index_dir: Path) -> None:
         self.mirror = mirror
         self.index_dir = index_dir
         self._reader: LogReader | None = None

@@ -22,16 +22,59 @@ it at once.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 from sections.runtime.memory import Memory
+
+if TYPE_CHECKING:
+    from psycopg import Connection
+
+    from eventstore.mirror import Mirror
+    from eventstore.pg.lease import Lease
+    from eventstore.pg.schema import StoreInfo
+    from eventstore.store import KeyInfo
+    from sections.runtime.tracing import Tracing
+    from streams.server.settings import Settings
 
 log = logging.getLogger("ledgermem.cluster")
 
 
+def partition_dir(data: str | os.PathLike[str], partition: int) -> Path:
+    """DATA/partitions/p<N>: where a replica keeps partition N's mirror, index and memory."""
+    return Path(data) / "partitions" / f"p{partition}"
+
+
+class LeaderHost(Protocol):
+    """What a `PartitionLeader` needs of the replica it runs on (streams/cluster/cluster.py
+    `Cluster`): the store and its description, this replica's key, settings and tracing hook,
+    and each partition's mirror, brought up to date with the store before a takeover."""
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def store_url(self) -> str: ...
+
+    @property
+    def info(self) -> StoreInfo: ...
+
+    @property
+    def key(self) -> KeyInfo: ...
+
+    @property
+    def tracing(self) -> Tracing | None: ...
+
+    def mirror(self, partition: int) -> Mirror: ...
+
+    def sync_mirror(self, partition: int) -> None: ...
+
+
 class PartitionLeader:
-    def __init__(self, cluster, partition: int, lease) -> None:
+    def __init__(self, cluster: LeaderHost, partition: int, lease: Lease) -> None:
         self.cluster = cluster
         self.partition = partition
         self.lease = lease
@@ -51,7 +94,7 @@ class PartitionLeader:
         cluster, partition = self.cluster, self.partition
         settings = cluster.settings
         mirror = cluster.mirror(partition)
-        cluster._tail.sync(partition)
+        cluster.sync_mirror(partition)
         writer = open_partition_writer(
             cluster.store_url,
             cluster.info,
@@ -61,8 +104,6 @@ class PartitionLeader:
             mirror,
             checkpoint_interval=settings.checkpoint_interval,
         )
-        from streams.cluster.cluster import partition_dir
-
         memory = Memory.open_on(
             writer,
             mirror.log_dir,
@@ -106,7 +147,7 @@ class PartitionLeader:
         # another replica holds the partition already.
         self.release_quietly()
 
-    def close_and_release(self, conn) -> None:
+    def close_and_release(self, conn: Connection | None) -> None:
         """Hand over cleanly: log.close and the final checkpoint, then release the lease."""
         memory = self.memory
         if memory is not None:
@@ -116,13 +157,13 @@ class PartitionLeader:
                 log.warning("partition %d: closing the memory failed: %s", self.partition, exc)
         self.release_quietly(conn)
 
-    def release_quietly(self, conn=None) -> None:
+    def release_quietly(self, conn: Connection | None = None) -> None:
         from eventstore.pg import lease as leases
         from eventstore.pg.schema import connect
 
         own = conn is None
         try:
-            if own:
+            if conn is None:
                 conn = connect(self.cluster.store_url)
             leases.release(conn, self.lease)
         except Exception as exc:  # it expires by itself

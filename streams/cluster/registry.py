@@ -9,6 +9,10 @@ row. Times are the database's clock, never a replica's.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from psycopg import Connection
 
 STALE_ROWS = "1 hour"  # rows of replicas long gone are deleted by whoever beats next
 
@@ -20,7 +24,7 @@ class Replica:
     live: bool
 
 
-def heartbeat(conn, replica_id: str, url: str) -> None:
+def heartbeat(conn: Connection, replica_id: str, url: str) -> None:
     conn.execute(
         "INSERT INTO lm_replica (id, url, seen_at) VALUES (%s, %s, now()) "
         "ON CONFLICT (id) DO UPDATE SET url = excluded.url, seen_at = now()",
@@ -28,7 +32,7 @@ def heartbeat(conn, replica_id: str, url: str) -> None:
     )
 
 
-def replicas(conn, live_seconds: float) -> list[Replica]:
+def replicas(conn: Connection, live_seconds: float) -> list[Replica]:
     """Every replica row, with whether its heartbeat is fresher than `live_seconds`."""
     rows = conn.execute(
         "SELECT id, url, seen_at > now() - make_interval(secs => %s) FROM lm_replica",
@@ -37,9 +41,9 @@ def replicas(conn, live_seconds: float) -> list[Replica]:
     return [Replica(id_, url, live) for id_, url, live in rows]
 
 
-def leave(conn, replica_id: str) -> None:
+def leave(conn: Connection, replica_id: str) -> None:
     conn.execute("DELETE FROM lm_replica WHERE id = %s", (replica_id,))
 
 
-def prune(conn) -> None:
+def prune(conn: Connection) -> None:
     conn.execute(f"DELETE FROM lm_replica WHERE seen_at < now() - interval '{STALE_ROWS}'")

@@ -123,8 +123,3 @@ def verify(
             f"at most {max_age:g} s either way is accepted"
         )
     return decode_principal(principal)
-
-
-def carries_forwarding(header_names) -> bool:
-    """Whether any of the forwarding headers is present (then it must verify)."""
-    return any(name in header_names for name in HEADERS)

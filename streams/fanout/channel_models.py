@@ -1,4 +1,4 @@
-"""What the HTTP fan-out channels take and give (streams/fanout/channels.py, docs/wire.md).
+"""What the HTTP fan-out channels take and give (streams/fanout/channels/, docs/wire.md).
 
 The query models describe; the channels parse their query themselves (`query_params`), as
 before. A parameter left out has no default in the schema: its absence is the meaning (no
@@ -24,7 +24,7 @@ from streams.apidoc.models import (
     absent,
 )
 
-# A seq, or -1 for the start of the log (streams/fanout/channels.py parse_cursor).
+# A seq, or -1 for the start of the log (streams/fanout/channels/query.py parse_cursor).
 Cursor = Annotated[int, Field(ge=-1, le=MAX_SAFE_INTEGER)]
 Values = list[Identifier] | Absent
 CACHE_CONTROL = Header("Cache-Control", "no-store: a stream is never cached")
@@ -34,7 +34,7 @@ LAST_EVENT_ID = Header(
     "the seq of the last event seen, as its `id:` gave it; wins over `after` (empty: none)",
     Cursor | Literal[""],
 )
-# The hub's refusals (streams/fanout/channels.py REFUSALS), besides the 4XX every route has.
+# The hub's refusals (streams/fanout/channels/context.py REFUSALS), besides the 4XX every route has.
 REFUSED = {
     429: Reply(ErrorReply, "too_many_subscribers: this client address has too many streams open"),
     503: Reply(ErrorReply, "the service is shutting down: resume with the cursor elsewhere"),
@@ -73,7 +73,7 @@ class LongPollQuery(StreamQuery):
     after: Cursor = Field(
         -1, description="the seq of the last record seen (`next` of the previous answer)"
     )
-    # Any count: the service caps it rather than refusing it (streams/fanout/channels.py `_number`).
+    # Any count: the service caps it rather than refusing it (streams/fanout/channels/query.py `number`).
     limit: Annotated[int, Field(ge=1)] = Field(
         100, description="at most this many records (larger values are capped at max_batch_items)"
     )

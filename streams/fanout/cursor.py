@@ -110,6 +110,7 @@ class Cursor:
         self.max_bytes = max_bytes
         self.batch = max_records if batch is None else max(1, batch)
         self.overflows = 0
+        self.live_from: int | None = None
         self._buffer: deque = deque()
         self._buffered_bytes = 0
         self._outbox: list = []
@@ -132,10 +133,11 @@ class Cursor:
     def buffered_bytes(self) -> int:
         return self._buffered_bytes + self._outbox_bytes
 
-    def _arm(self, head: int) -> None:
-        self.live_from: int | None = head + 1
+    def _arm(self, head: int) -> int:
+        live_from = self.live_from = head + 1
         self._offered = head  # the last seq offered since live_from was set
         self._announce = True
+        return live_from
 
     def _drop_live(self) -> None:
         self.live_from = None
@@ -197,9 +199,10 @@ class Cursor:
         stop = self.stop_after
         if stop is not None and self.position >= stop:
             return DONE
-        if self.live_from is None:
-            self._arm(head)  # offers from here on are seq > head: buffer them while reading
-        live_from: int = self.live_from  # type: ignore[assignment]
+        live_from = self.live_from
+        if live_from is None:
+            # Offers from here on are seq > head: buffer them while reading.
+            live_from = self._arm(head)
         if self.position + 1 < live_from:
             until = live_from if stop is None else min(live_from, stop + 1)
             return ReadLog(self.position, until, min(self.max_records, self.batch), self.max_bytes)

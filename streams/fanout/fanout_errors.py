@@ -1,8 +1,8 @@
 """Why the fan-out refuses a subscriber, free of any transport.
 
 The hub raises these; whoever serves the subscriber decides how the refusal reaches its client
-(streams/fanout/channels.py maps each to an HTTP status and a WebSocket close code). So anything on an
-event loop, not only the HTTP service, can subscribe to the hub.
+(streams/fanout/channels/context.py maps each to an HTTP status and a WebSocket close code). So
+anything on an event loop, not only the HTTP service, can subscribe to the hub.
 """
 
 from __future__ import annotations

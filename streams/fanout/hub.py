@@ -6,7 +6,7 @@ waits for a subscriber. On the loop the hub wraps each record once in an `Encode
 channel encodings are built at most once per record and shared by every subscriber, and offers
 the batch to each subscriber's `Cursor` (streams/fanout/cursor.py). A `Subscription` drives its cursor:
 it reads the log in a worker thread when the cursor asks, and hands the channel adapters
-(streams/fanout/channels.py) batches of encoded records. An adapter that can write to its connection
+(streams/fanout/channels/) batches of encoded records. An adapter that can write to its connection
 without waiting gives its subscription a `LiveWriter`: then a subscriber that sits waiting is not
 woken at all; the hub writes what it got to its connection, in one callback right after the
 publishes that are ready on the loop (so that when publishes arrive faster than they are written,
@@ -18,21 +18,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple, Protocol
 
 import orjson
 
 from eventstore.filters import MATCH_ALL, RecordFilter
-from eventstore.reader import LogReader
 from eventstore.record import Record
 from streams.fanout.cursor import DONE, WAIT, CaughtUp, Cursor, ReadLog, Send
 from streams.fanout.fanout_errors import HubClosed, TooManySubscribers
 
 log = logging.getLogger("ledgermem.fanout")
 
-DEFAULT_BUFFER_BYTES = 1 << 20  # per subscriber; until Settings carries subscriber_buffer_bytes
 READ_THREADS = 4
 METRICS_SECONDS = 1.0  # how often subscribers' served counts and lag reach the metrics
 SCAN_LIMIT = 16384  # lines examined per log read, so a selective filter still yields often
@@ -113,7 +111,7 @@ class EncodedRecord:
 
     def ws_frame(self) -> bytes:
         """The whole WebSocket text frame (header and record), for connections that write
-        frames themselves (streams/web/connections.py)."""
+        frames themselves (streams/web/library_overrides.py)."""
         if self._frame is None:
             self._frame = ws_text_frame(self.line)
         return self._frame
@@ -136,6 +134,48 @@ class LiveWriter(Protocol):
         ...
 
     def write(self, items: list[EncodedRecord]) -> None: ...
+
+
+class Published(Protocol):
+    """What the hub publishes: a log's writer, or a replica's mirror of one (eventstore/mirror.py),
+    which calls its listeners after each durable batch."""
+
+    @property
+    def size(self) -> int:
+        """Records durable so far."""
+        ...
+
+    def add_listener(self, listener: Callable[[list[Record]], None]) -> None: ...
+
+    def remove_listener(self, listener: Callable[[list[Record]], None]) -> None: ...
+
+
+class LogLines(Protocol):
+    """What the hub reads a falling-behind subscriber's records from (a `LogReader`)."""
+
+    def lines(self, after: int = -1, until: int | None = None) -> Iterator[tuple[int, bytes]]: ...
+
+
+class HubSettings(Protocol):
+    """The settings the hub reads (streams/server/settings.py `Settings`)."""
+
+    @property
+    def subscriber_buffer(self) -> int: ...
+
+    @property
+    def subscriber_buffer_bytes(self) -> int: ...
+
+    @property
+    def max_subscribers_per_client(self) -> int: ...
+
+
+class HubMetrics(Protocol):
+    """Where the hub counts its subscribers and what they were sent (streams/server/metrics.py)."""
+
+    def subscriber_added(self, channel: str) -> None: ...
+    def subscriber_removed(self, channel: str) -> None: ...
+    def served(self, channel: str, source: str, n: int) -> None: ...
+    def lag(self, channel: str, records: int) -> None: ...
 
 
 class _NullMetrics:
@@ -168,7 +208,7 @@ class Subscription:
         self.cursor = cursor
         self.channel = channel
         self._slot = slot
-        self._waiter: asyncio.Future | None = None  # set while next() waits for an offer
+        self._waiter: asyncio.Future[None] | None = None  # set while next() waits for an offer
         self._ended = False  # the hub closed
         self._closed = False
         # Counted here and handed to the metrics once a second (Hub._report): a Prometheus
@@ -256,14 +296,13 @@ class Subscription:
         hub, cursor = self.hub, self.cursor
         while not self.closed:
             action = cursor.next_action(hub.head)
-            kind = type(action)
-            if kind is Send:
+            if type(action) is Send:
                 self._handed(action)
                 return Delivery(action.items, action.source)
-            if kind is ReadLog:
+            if type(action) is ReadLog:
                 await self._read(action)
                 continue
-            if kind is CaughtUp:
+            if type(action) is CaughtUp:
                 return Delivery([], "", action.seq)
             if action is DONE:
                 return None
@@ -315,14 +354,20 @@ class Subscription:
 class Hub:
     """Publishes every durable record once; subscribers catch up from the log, then go live."""
 
-    def __init__(self, writer, reader: LogReader, settings, metrics=None) -> None:
+    def __init__(
+        self,
+        writer: Published,
+        reader: LogLines,
+        settings: HubSettings,
+        metrics: HubMetrics | None = None,
+    ) -> None:
         self.writer = writer
         self.reader = reader
         self.settings = settings
-        self.metrics = metrics if metrics is not None else _NullMetrics()
-        self.max_records: int = settings.subscriber_buffer
-        self.max_bytes: int = getattr(settings, "subscriber_buffer_bytes", DEFAULT_BUFFER_BYTES)
-        self.per_client: int = settings.max_subscribers_per_client
+        self.metrics: HubMetrics = metrics if metrics is not None else _NullMetrics()
+        self.max_records = settings.subscriber_buffer
+        self.max_bytes = settings.subscriber_buffer_bytes
+        self.per_client = settings.max_subscribers_per_client
         self.head = -1
         self._subscriptions: dict[Subscription, None] = {}  # insertion-ordered set
         self._clients: dict[str, int] = {}
@@ -401,7 +446,8 @@ class Hub:
         if self._flushing is None:
             # call_soon runs after every callback already ready, publishes included: those
             # that queued up while the loop was busy reach each subscriber as one write.
-            self._flushing = self._loop.call_soon(self._flush)  # type: ignore[union-attr]
+            assert self._loop is not None, "a hub publishes only once started"
+            self._flushing = self._loop.call_soon(self._flush)
 
     def _flush(self) -> None:
         self._flushing = None
@@ -414,8 +460,8 @@ class Hub:
         for subscription in self._subscriptions:
             subscription._report(served)
         self._count(served)
-        if not self._closed:
-            self._reporting = self._loop.call_later(METRICS_SECONDS, self._report)  # type: ignore[union-attr]
+        if not self._closed and self._loop is not None:
+            self._reporting = self._loop.call_later(METRICS_SECONDS, self._report)
 
     def _count(self, served: dict[tuple[str, str], int]) -> None:
         for (channel, source), n in served.items():
@@ -511,7 +557,7 @@ class Hub:
         for seq, line in self.reader.lines(action.after, action.until):
             reached = seq
             item = EncodedRecord.from_line(seq, line)
-            if match_all or where.matches(item):  # type: ignore[arg-type]
+            if match_all or where.matches(item):
                 items.append(item)
                 size += len(line)
                 if len(items) >= action.limit or size >= action.max_bytes:

@@ -10,9 +10,16 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from eventstore.errors import InvalidInput, LedgerError
 from streams.server.settings import DEFAULT_TENANT
+
+if TYPE_CHECKING:
+    from mcp.server import MCPServer
+    from mcp.server.mcpserver import Context
+
+    from streams.mcp.mcp_tools import Backend
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -96,12 +103,12 @@ async def _serve_url(args: argparse.Namespace, url: str, token: str | None, sess
     return 0
 
 
-async def _serve(args: argparse.Namespace, backend, session: str) -> None:
+async def _serve(args: argparse.Namespace, backend: Backend, session: str) -> None:
     from streams.mcp.mcp_server import Caller, build_server
 
     caller = Caller(backend, session)
 
-    async def resolve(_ctx, _need: str) -> Caller:
+    async def resolve(_ctx: Context, _need: str) -> Caller:
         return caller  # one caller for the process: its tenant was chosen at start
 
     server = build_server(resolve)
@@ -111,12 +118,14 @@ async def _serve(args: argparse.Namespace, backend, session: str) -> None:
     await _serve_http(server, args.host, args.port)
 
 
-async def _serve_http(server, host: str, port: int) -> None:
+async def _serve_http(server: MCPServer, host: str, port: int) -> None:
     """Streamable HTTP at /mcp on loopback, with the SDK's Host and Origin checks; the port
     is printed on stderr once bound (`--port 0` picks a free one)."""
     import socket
 
     import uvicorn
+
+    from streams.web.library_overrides import QuietExitServer
 
     app = server.streamable_http_app(host=host)
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
@@ -126,14 +135,8 @@ async def _serve_http(server, host: str, port: int) -> None:
     bound = sock.getsockname()[1]
     name = f"[{host}]" if ":" in host else host
 
-    class Server(uvicorn.Server):
-        def handle_exit(self, sig, frame) -> None:
-            # SIGTERM/SIGINT stop serving; the signal is not raised again afterwards (uvicorn's
-            # default), so the memory still closes its log and the exit code is 0.
-            if self.should_exit:
-                self.force_exit = True
-            self.should_exit = True
-
     config = uvicorn.Config(app, log_level="warning", access_log=False)
     print(f"listening on http://{name}:{bound}/mcp", file=sys.stderr, flush=True)
-    await Server(config).serve(sockets=[sock])
+    # SIGTERM/SIGINT stop serving; the signal is not raised again afterwards (uvicorn's default),
+    # so the memory still closes its log and the exit code is 0.
+    await QuietExitServer(config).serve(sockets=[sock])

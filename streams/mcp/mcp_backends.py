@@ -7,7 +7,8 @@ answers), so both give the same records and the same JSON; refusals come back as
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 from urllib.parse import quote
 
 import orjson
@@ -22,13 +23,13 @@ from streams.mcp.mcp_tools import CONTEXT_BUDGET, Refusal, refusal_of
 from streams.web.errors import ApiError
 
 
-def _plain(value: object) -> object:
+def _plain(value: object) -> Any:
     """As JSON would carry it (tuples as lists, ...): what the HTTP backend gets too."""
     return orjson.loads(orjson.dumps(value))
 
 
 @contextlib.contextmanager
-def _refusals():
+def _refusals() -> Iterator[None]:
     try:
         yield
     except LedgerError as exc:
@@ -73,20 +74,20 @@ class EmbeddedBackend:
     async def search(self, query: str, top_k: int) -> list[dict]:
         with _refusals(), self.writing():  # hits are reads: they append
             hits = await self.memory.search_async(query, tenant=self.tenant, top_k=top_k)
-        return _plain([hit.to_json() for hit in hits])  # type: ignore[return-value]
+        return _plain([hit.to_json() for hit in hits])
 
     async def context(self, session: str, extra: Extra) -> list[dict]:
         with _refusals(), self.writing():
             _record, messages = await self.memory.run_async(
                 specs.ASSEMBLE_CONTEXT, self.tenant, session, (CONTEXT_BUDGET, [], "agent", extra)
             )
-        return _plain(messages)  # type: ignore[return-value]
+        return _plain(messages)
 
     async def session_info(self, session: str) -> dict:
         with _refusals():
             info = self.memory.session_info(self.tenant, session)
             info["sections"] = self.memory.session_sections(self.tenant, session)
-        return _plain(info)  # type: ignore[return-value]
+        return _plain(info)
 
     async def section_items(self, session: str, section: str) -> list[dict]:
         with _refusals(), self.writing():
@@ -94,7 +95,7 @@ class EmbeddedBackend:
             views = await self.memory.run_async(
                 specs.READ_ITEMS, self.tenant, session, (section, None, "agent", NO_FILTER)
             )
-        return _plain([view.to_json() for view in views])  # type: ignore[return-value]
+        return _plain([view.to_json() for view in views])
 
 
 class HttpBackend:
@@ -112,7 +113,7 @@ class HttpBackend:
     async def aclose(self) -> None:
         await self.client.aclose()
 
-    async def _call(self, method: str, path: str, **kwargs) -> dict:
+    async def _call(self, method: str, path: str, **kwargs: Any) -> dict:
         try:
             response = await self.client.request(method, path, **kwargs)
         except self._transport_error as exc:

@@ -24,6 +24,7 @@ import contextlib
 import importlib
 import importlib.util
 import logging
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qs
 
 from starlette.types import Message, Receive, Scope, Send
@@ -34,6 +35,12 @@ from streams.server.service import Service
 from streams.web.auth import authenticate_scope
 from streams.web.errors import ApiError, error_response
 from streams.web.routing import RawRoute
+
+if TYPE_CHECKING:
+    from mcp.server.mcpserver import Context
+    from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+
+    from streams.mcp.mcp_server import Caller
 
 log = logging.getLogger("ledgermem.mcp")
 
@@ -71,13 +78,14 @@ class McpMount:
 
     def __init__(self, service: Service) -> None:
         self.service = service
-        self.manager = None  # the SDK's StreamableHTTPSessionManager, made by the first request
-        self._started: asyncio.Future | None = None
+        # The SDK's session manager, made by the first request (`_run`).
+        self.manager: StreamableHTTPSessionManager | None = None
+        self._started: asyncio.Future[None] | None = None
         self._inflight = 0
         self._idle = asyncio.Event()
         self._idle.set()
 
-    def _build(self) -> None:
+    def _build(self) -> StreamableHTTPSessionManager:
         from mcp.server.transport_security import TransportSecuritySettings
 
         from streams.mcp.mcp_server import build_server
@@ -91,6 +99,7 @@ class McpMount:
             max_request_body_size=self.service.settings.max_body_bytes,
         )
         self.manager = server.session_manager
+        return self.manager
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         service = self.service
@@ -116,40 +125,44 @@ class McpMount:
         self._inflight += 1  # counted from here: the manager stops only once none is left
         self._idle.clear()
         try:
-            await self._ensure_running()
-            await self.manager.handle_request(scope, receive, _with_headers(send))
+            manager = await self._ensure_running()
+            await manager.handle_request(scope, receive, _with_headers(send))
         finally:
             self._inflight -= 1
             if self._inflight == 0:
                 self._idle.set()
 
-    async def _ensure_running(self) -> None:
+    async def _ensure_running(self) -> StreamableHTTPSessionManager:
         if self._started is None:
             self._started = asyncio.get_running_loop().create_future()
             asyncio.create_task(self._run(self._started))  # noqa: RUF006 - ends at shutdown
         await asyncio.shield(self._started)
+        assert self.manager is not None, "built before the start is announced"
+        return self.manager
 
     async def _run(self, started: asyncio.Future) -> None:
         """Import the SDK off the event loop (seconds), build the server, then own the session
         manager's task group until shutdown."""
         try:
             await asyncio.to_thread(importlib.import_module, "streams.mcp.mcp_server")
-            self._build()
+            manager = self._build()
         except BaseException as exc:
             started.set_exception(exc)
             raise
-        async with self.manager.run():
+        async with manager.run():
             started.set_result(None)
             await self.service.closing.wait()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._idle.wait(), timeout=30)
 
-    async def _resolve(self, ctx, need: str):
+    async def _resolve(self, ctx: Context, need: str) -> Caller:
         from streams.mcp.mcp_backends import EmbeddedBackend
         from streams.mcp.mcp_server import Caller
         from streams.mcp.mcp_tools import Refusal
 
-        scope = ctx.request_context.request.scope
+        request = ctx.request_context.request
+        assert request is not None, "a tool call over HTTP carries its request"
+        scope = request.scope
         principal = scope[PRINCIPAL]
         try:
             principal.require(need)

@@ -43,8 +43,9 @@ class Caller:
 
 Resolve = Callable[[Context, str], Awaitable[Caller]]
 
-ObservationType = Literal[TYPES]  # type: ignore[valid-type]
-Scope = Literal[SCOPES]  # type: ignore[valid-type]
+# Built from the memory's own lists, so the tools' schemas cannot drift from what it accepts.
+ObservationType = Literal[TYPES]  # type: ignore[valid-type]  # why: a Literal of a tuple named at run time, which only the interpreter expands
+Scope = Literal[SCOPES]  # type: ignore[valid-type]  # why: as ObservationType
 
 
 def _text(value: dict) -> str:

@@ -14,7 +14,7 @@ Nothing here imports the MCP SDK: streams/mcp/mcp_server.py registers these func
 from __future__ import annotations
 
 from typing import Protocol
-from urllib.parse import quote, unquote
+from urllib.parse import unquote
 
 from eventstore.errors import InvalidInput, LedgerError
 from eventstore.identifiers import check_identifier
@@ -22,7 +22,6 @@ from sections.retrieval.observations import SCOPES, Observation
 from sections.retrieval.views import MAX_TOP_K, Extra
 from sections.specs import command_specs
 
-URI_SCHEME = "ledgermem"
 SESSION_URI = "ledgermem://sessions/{session}"
 SECTION_URI = "ledgermem://sessions/{session}/sections/{section}"
 CONTEXT_BUDGET = 8000  # tokens of injected context mem_context asks for: limits, not a budget
@@ -163,8 +162,3 @@ async def section(backend: Backend, session: str, section: str) -> dict:
     session, section = ids["session"], ids["section"]
     items = await backend.section_items(session, section)
     return {"session": session, "section": section, "items": items}
-
-
-def section_uri(session: str, section: str) -> str:
-    """The resource URI of a section; ids are percent-encoded (a `/` in one stays one part)."""
-    return f"{URI_SCHEME}://sessions/{quote(session, safe='')}/sections/{quote(section, safe='')}"

@@ -136,6 +136,7 @@ def routes(service: Service) -> list[RawRoute]:
         partition = status_partition(service, principal, asked)
         if service.cluster is None:
             log_dir = service.writer.log_dir
+            assert log_dir is not None  # a service without a store writes a log directory
         else:
             log_dir = service.cluster.mirror(partition).log_dir
         try:
@@ -236,6 +237,7 @@ def log_status_of(service: Service) -> dict:
     if service.cluster is not None:
         return store_status(service)
     writer = service.writer
+    assert writer.log_dir is not None  # a service without a store writes a log directory
     path = writer.log_dir / layout.CHECKPOINT
     checkpoint: dict | None = None
     try:

@@ -13,8 +13,15 @@ import gc
 import os
 import socket
 import sys
+from typing import TYPE_CHECKING, Any
 
 from eventstore.errors import LedgerError
+
+if TYPE_CHECKING:
+    from starlette.types import ASGIApp
+
+    from streams.cluster import Cluster
+    from streams.server.service import Service
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 
@@ -85,11 +92,11 @@ def run(args: argparse.Namespace) -> int:
     from streams.server.settings import load_settings
     from streams.server.telemetry import Telemetry
     from streams.web.app import create_app
-    from streams.web.coalesce import coalesced
-    from streams.web.connections import (
-        ConnectionBudget,
+    from streams.web.connections import ConnectionBudget
+    from streams.web.library_overrides import (
+        QuietExitServer,
         framed_websocket_protocol,
-        guarded_protocol,
+        http_protocol,
     )
 
     if args.log_level not in LOG_LEVELS:  # a bad LEDGERMEM_LOG_LEVEL; argparse checks the flag
@@ -120,16 +127,18 @@ def run(args: argparse.Namespace) -> int:
 
     def announce(service: Service) -> None:
         if service.cluster is not None:
-            announce_replica(service, url)
+            announce_replica(service.cluster, url)
             return
-        key = service.memory.key
+        memory = service.own_memory
+        key = memory.key
+        assert key is not None, "a memory opened on its data directory holds its key"
         created = " (created now, mode 0600)" if key.created else ""
         if settings.unsafe_no_fsync:
             print(
                 "WARNING: --unsafe-no-fsync: writes are acknowledged before they are durable",
                 flush=True,
             )
-        print(f"data directory  {service.memory.data.root}", flush=True)
+        print(f"data directory  {memory.data.root}", flush=True)
         print(f"signing key     {key.path}{created}", flush=True)
         print(f"vkey            {key.key.vkey}", flush=True)
         print(f"connections     {budget.describe()}", flush=True)
@@ -140,19 +149,10 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         return _refuse(str(exc))
     service = Service(settings, announce, url)
-    app = create_app(settings, service)
+    app: ASGIApp = create_app(settings, service)
     if telemetry is not None:
         service.tracing = telemetry.tracing
         app = telemetry.instrument(app)
-
-    class Server(uvicorn.Server):
-        def handle_exit(self, sig, frame) -> None:
-            # End the streams before uvicorn waits for connections to close. The signal is not
-            # handed back after shutdown (uvicorn's default), so a clean stop exits with 0.
-            service.begin_shutdown_threadsafe()
-            if self.should_exit:
-                self.force_exit = True
-            self.should_exit = True
 
     config = uvicorn.Config(
         app,
@@ -164,15 +164,18 @@ def run(args: argparse.Namespace) -> int:
         ws_ping_interval=settings.heartbeat_seconds,
         ws_ping_timeout=settings.heartbeat_seconds * 2,
         timeout_graceful_shutdown=10,
-        # A response's head and body leave in one write (streams/web/coalesce.py).
-        http=coalesced(guarded_protocol(budget, settings.header_timeout, settings.body_timeout)),
+        # Read deadlines and the connection budget (streams/web/connections.py); a response's
+        # head and body leave in one write (streams/web/coalesce.py).
+        http=http_protocol(budget, settings.header_timeout, settings.body_timeout),
         ws=framed_websocket_protocol(),
         backlog=budget.backlog,
         # The service starts and stops around uvicorn (below), not in a lifespan: a failed
         # start-up then reaches us as the exception it is, not as uvicorn's traceback and exit 3.
         lifespan="off",
     )
-    server = Server(config)
+    # End the streams before uvicorn waits for connections to close; a clean stop exits with 0
+    # (streams/web/library_overrides.py).
+    server = QuietExitServer(config, on_exit=service.begin_shutdown_threadsafe)
 
     phase = ["start"]
 
@@ -232,7 +235,7 @@ def _listen(host: str, port: int, backlog: int) -> socket.socket:
     return sock
 
 
-def _log_config() -> dict:
+def _log_config() -> dict[str, Any]:
     """uvicorn's logging, with the access lines on stderr beside its other lines: stdout holds
     only what start-up announces (the URL last), which scripts and tests read."""
     import copy
@@ -249,11 +252,10 @@ def _refuse(message: str, code: int = 2) -> int:
     return code
 
 
-def announce_replica(service, url: str) -> None:
+def announce_replica(cluster: Cluster, url: str) -> None:
     """What a replica of a shared store prints once it serves (tests read the last line)."""
     from eventstore.pg.schema import redact_url
 
-    cluster = service.cluster
     print(f"store           {redact_url(cluster.store_url)}", flush=True)
     print(f"replica         {cluster.replica_id} (advertised as {cluster.url})", flush=True)
     print(f"partitions      {cluster.partitions}", flush=True)
@@ -296,7 +298,7 @@ def startup_problem(exc: BaseException, data: str, store: str | None = None) -> 
     return str(exc)
 
 
-def final_checkpoint_problem(service) -> str | None:
+def final_checkpoint_problem(service: Service) -> str | None:
     """Whether the shutdown left a signed checkpoint covering every record, `log.close` included.
 
     The writer stops quietly when the final checkpoint cannot be written; the process must then
@@ -306,7 +308,7 @@ def final_checkpoint_problem(service) -> str | None:
     from eventstore.layout import CHECKPOINT
 
     memory = service.memory
-    if memory is None:
+    if memory is None or memory.key is None:
         return None
     path = memory.data.log / CHECKPOINT
     try:

@@ -127,9 +127,14 @@ class Metrics:
         self.subscriber_lag.labels(channel).observe(records)
 
     def subscriber_counts(self) -> dict[str, int]:
-        return {c: int(self.subscribers.labels(c)._value.get()) for c in CHANNELS}
+        """Open subscribers by channel, read through the gauge's public `collect()`."""
+        counts = dict.fromkeys(CHANNELS, 0)
+        for metric in self.subscribers.collect():
+            for sample in metric.samples:
+                counts[sample.labels["channel"]] = int(sample.value)
+        return counts
 
-    def fsync_summary(self) -> dict:
+    def fsync_summary(self) -> dict[str, int | float | None]:
         count = sum_ = 0.0
         for metric in self.fsync.collect():
             for sample in metric.samples:

@@ -25,11 +25,13 @@ import contextlib
 import logging
 import math
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from starlette.requests import HTTPConnection
 from starlette.types import Scope
 
-from eventstore.writer import Durability
+from eventstore.reader import LogReader
+from eventstore.writer import Durability, LogWriter
 from sections.model.config import MemoryConfig, load_config, warm_counter
 from sections.runtime.memory import Memory
 from streams.cluster.replica_secret import load_replica_secret
@@ -38,6 +40,11 @@ from streams.server.settings import Settings
 from streams.server.verifier import BackgroundVerifier
 from streams.web.auth import Principal, authenticate, authenticate_scope
 from streams.web.errors import ApiError
+
+if TYPE_CHECKING:
+    from sections.runtime.tracing import Tracing
+    from streams.cluster import Cluster, NoLeader, Remote
+    from streams.fanout.hub import Hub
 
 log = logging.getLogger("ledgermem.service")
 
@@ -49,7 +56,7 @@ HEAL_MAX_DELAY = 0.5  # keeps recovery within a second of the cause going away
 class NotLeaderHere(ApiError):
     """The principal's partition is led by another replica (421), or by none right now (503)."""
 
-    def __init__(self, partition: int, route) -> None:
+    def __init__(self, partition: int, route: Remote | NoLeader) -> None:
         from streams.cluster import Remote
 
         self.partition = partition
@@ -79,55 +86,69 @@ class Service:
     ) -> None:
         self.settings = settings
         self.url = settings.advertise_url or url  # where other replicas reach this one
-        self.cluster = None  # store mode: streams.cluster.Cluster
+        self.cluster: Cluster | None = None  # store mode
         self.metrics = Metrics()
         self.announce = announce
-        self.memory: Memory = None  # type: ignore[assignment]
-        self.hub = None
+        self.memory: Memory | None = None  # file mode, once started
+        self.hub: Hub | None = None  # file mode, once started
         self.verifier: BackgroundVerifier | None = None
-        self.closing: asyncio.Event = None  # type: ignore[assignment]
+        # Set once shutdown begins; made anew by each startup, on its event loop.
+        self.closing = asyncio.Event()
         self.accepting = False
         self.ready = False
         self._inflight = 0
-        self._idle: asyncio.Event = None  # type: ignore[assignment]
+        self._idle = asyncio.Event()  # no write in flight
+        self._idle.set()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._healer: asyncio.Task | None = None
-        self._expirer: asyncio.Task | None = None  # the TTL's loop, when configured
+        self._healer: asyncio.Task[None] | None = None
+        self._expirer: asyncio.Task[None] | None = None  # the TTL's loop, when configured
         # What signs and checks forwarded requests (streams/cluster/replica_secret.py); None: none.
         self.replica_secret: bytes | None = None  # loaded at startup
         self._in_flight_write = InFlightWrite(self)
         # The memory's tracing hook (streams/server/telemetry.py), set before startup; None: untraced.
-        self.tracing = None
+        self.tracing: Tracing | None = None
 
     @property
-    def writer(self):
-        return self.memory.writer
+    def own_memory(self) -> Memory:
+        """The service's own memory (file mode, once started)."""
+        memory = self.memory
+        if memory is None:
+            raise RuntimeError("the service has no memory of its own: not started, or store mode")
+        return memory
 
     @property
-    def reader(self):
-        return self.memory.reader
+    def writer(self) -> LogWriter:
+        return self.own_memory.writer
+
+    @property
+    def reader(self) -> LogReader:
+        return self.own_memory.reader
 
     def memory_for(self, principal: Principal) -> Memory:
         """The memory holding the principal's tenant: the service's own in file mode; in store
         mode the tenant's partition's, when this replica leads it (else NotLeaderHere)."""
-        if self.cluster is None:
-            return self.memory
+        cluster = self.cluster
+        if cluster is None:
+            return self.own_memory
         from streams.cluster import Local
 
-        partition = self.cluster.partition_of(principal.tenant)
-        route = self.cluster.route(partition)
+        partition = cluster.partition_of(principal.tenant)
+        route = cluster.route(partition)
         if isinstance(route, Local):
             return route.memory
         raise NotLeaderHere(partition, route)
 
-    def hub_for(self, principal: Principal, partition: int | None = None):
+    def hub_for(self, principal: Principal, partition: int | None = None) -> Hub:
         """The hub of the partition a stream reads: `partition` when given (an operator's
         unscoped stream), else the principal's tenant's. Every replica has every hub."""
-        if self.cluster is None:
+        cluster = self.cluster
+        if cluster is None:
+            if self.hub is None:
+                raise RuntimeError("the service has no hub: it has not started")
             return self.hub
         if partition is None:
-            partition = self.cluster.partition_of(principal.tenant)
-        return self.cluster.hub(partition)
+            partition = cluster.partition_of(principal.tenant)
+        return cluster.hub(partition)
 
     @property
     def partitions(self) -> int:
@@ -157,12 +178,12 @@ class Service:
 
         path = self.settings.memory_config  # each partition leader's memory reads the same file
         config = await asyncio.to_thread(load_config, path) if path else MemoryConfig()
-        self.cluster = Cluster(self.settings, self.url or "", self.metrics)
-        self.cluster.tracing = self.tracing
+        cluster = self.cluster = Cluster(self.settings, self.url or "", self.metrics)
+        cluster.tracing = self.tracing
         try:
-            await self.cluster.start()
+            await cluster.start()
         except BaseException:
-            await self.cluster.stop()
+            await cluster.stop()
             raise
         self._start_ttl(config)
 
@@ -171,7 +192,7 @@ class Service:
 
         s = self.settings
         durability = Durability.UNSAFE_NO_FSYNC if s.unsafe_no_fsync else Durability.FSYNC
-        self.memory = await asyncio.to_thread(
+        memory = self.memory = await asyncio.to_thread(
             Memory.open,
             s.data,
             config=s.memory_config,
@@ -180,18 +201,20 @@ class Service:
             checkpoint_interval=s.checkpoint_interval,
             dedup_window_us=s.dedup_window_us,
         )
-        self.memory.tracing = self.tracing
-        self.writer.add_listener(self.metrics.on_records)
-        self.writer.fsync_observer = self.metrics.on_fsync
-        self.metrics.head.set(self.writer.size - 1)
-        self.hub = Hub(self.writer, self.reader, s, self.metrics)
-        await self.hub.start()
-        self.verifier = BackgroundVerifier(
-            self.memory.data.log, self.memory.key.key.vkey, lambda: self.writer.size - 1
+        memory.tracing = self.tracing
+        writer = memory.writer
+        writer.add_listener(self.metrics.on_records)
+        writer.fsync_observer = self.metrics.on_fsync
+        self.metrics.head.set(writer.size - 1)
+        hub = self.hub = Hub(writer, memory.reader, s, self.metrics)
+        await hub.start()
+        assert memory.key is not None, "a memory opened on its data directory holds its key"
+        verifier = self.verifier = BackgroundVerifier(
+            memory.data.log, memory.key.key.vkey, lambda: self.writer.size - 1
         )
-        self.verifier.start()
+        verifier.start()
         self._healer = asyncio.create_task(self._heal_loop())
-        self._start_ttl(self.memory.config)
+        self._start_ttl(memory.config)
 
     def begin_shutdown_threadsafe(self) -> None:
         """From a signal handler: refuse new writes and end the streams, right away."""
@@ -201,8 +224,7 @@ class Service:
     def _begin_shutdown(self) -> None:
         self.accepting = False
         self.ready = False
-        if self.closing is not None:
-            self.closing.set()
+        self.closing.set()
 
     @property
     def refusal(self) -> BaseException | None:
@@ -214,7 +236,7 @@ class Service:
         delay = HEAL_FIRST_DELAY
         failing = False
         while not self.closing.is_set():
-            failure = self.memory.failure
+            failure = self.own_memory.failure
             if failure is None:
                 failing, delay = False, HEAL_FIRST_DELAY
                 await asyncio.sleep(HEAL_POLL)
@@ -225,7 +247,7 @@ class Service:
                 log.error("a write failed, writes are refused until the log reopens: %s", failure)
             self.metrics.writes_refused.set(1)
             try:
-                await asyncio.to_thread(self.memory.heal)
+                await asyncio.to_thread(self.own_memory.heal)
             except Exception as exc:  # the cause lasts: try again later
                 self.metrics.reopen_failures.inc()
                 log.warning("reopening the log failed (next try in %.2f s): %s", delay, exc)
@@ -239,18 +261,19 @@ class Service:
 
     def _start_ttl(self, config: MemoryConfig) -> None:
         if config.session_ttl_seconds is not None:
-            self._expirer = asyncio.create_task(self._ttl_loop(config))
+            self._expirer = asyncio.create_task(self._ttl_loop(config, config.session_ttl_seconds))
 
     def _led_memories(self) -> list[Memory]:
         """The memories this service writes: its own, or those of the partitions it leads."""
-        if self.cluster is None:
-            return [self.memory]
+        cluster = self.cluster
+        if cluster is None:
+            return [self.own_memory]
         from streams.cluster import Local
 
-        routes = [self.cluster.route(p) for p in range(self.cluster.partitions)]
+        routes = [cluster.route(p) for p in range(cluster.partitions)]
         return [route.memory for route in routes if isinstance(route, Local)]
 
-    async def _ttl_loop(self, config: MemoryConfig) -> None:
+    async def _ttl_loop(self, config: MemoryConfig, ttl: float) -> None:
         """Retention's TTL (docs/service.md, "Retention"): at start and then every
         `ttl_interval_seconds`, remove the sessions of every tenant idle longer than
         `session_ttl_seconds` (reason `ttl`), in every memory this service writes. A run is a
@@ -262,7 +285,7 @@ class Service:
                     continue
                 try:
                     with self.write():
-                        removed = await memory.expire_sessions_async(config.session_ttl_seconds)
+                        removed = await memory.expire_sessions_async(ttl)
                 except ApiError:  # shutting down
                     return
                 except Exception as exc:  # a failed write, a lost lease: the next run retries

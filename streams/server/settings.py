@@ -32,8 +32,10 @@ from __future__ import annotations
 import ipaddress
 import os
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from typing import Any
 
 from eventstore.errors import InvalidInput
 from eventstore.identifiers import is_identifier
@@ -68,15 +70,15 @@ class Settings:
     checkpoint_interval: float = 1.0
     unsafe_no_fsync: bool = False  # tests and benchmarks only: acknowledges before fsync
     dedup_window_us: int = 15 * 60 * 1_000_000  # observations: identical content within it is one
-    allowed_hosts: tuple = ()  # Host names accepted besides loopback and the bound host
-    allowed_origins: tuple = ()  # foreign origins allowed to call (and answered with CORS)
+    allowed_hosts: tuple[str, ...] = ()  # Host names accepted besides loopback and the bound host
+    allowed_origins: tuple[str, ...] = ()  # foreign origins allowed to call (answered with CORS)
     header_timeout: float = 10.0  # a request's headers must arrive within it
     body_timeout: float = 60.0  # and its body within it (a response may stream for ever)
     fd_reserve: int = 64  # descriptors no connection may take, so the log can always open files
     store: str | None = None  # a shared store's postgresql:// URL; None: the file log in `data`
     lease_seconds: float = 5.0  # a partition leader's lease (store mode)
     advertise_url: str | None = None  # this replica's URL for the others; None: the bound one
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, object] = field(default_factory=dict)
 
     def check(self) -> Settings:
         if self.store is not None and not self.store.startswith(("postgresql://", "postgres://")):
@@ -114,7 +116,7 @@ def _is_loopback(host: str) -> bool:
 def _parse_tokens(raw: object) -> tuple[Token, ...]:
     if not isinstance(raw, list):
         raise InvalidInput("tokens must be a list of {token, tenant, scopes} tables")
-    tokens = []
+    tokens: list[Token] = []
     for entry in raw:
         if (
             not isinstance(entry, dict)
@@ -139,9 +141,9 @@ def _parse_tokens(raw: object) -> tuple[Token, ...]:
     return tuple(tokens)
 
 
-def _tokens_from_env(text: str) -> list[dict]:
+def _tokens_from_env(text: str) -> list[dict[str, str | list[str]]]:
     """`token:tenant:scope+scope,...`; an entry is never echoed, it holds a secret."""
-    entries = []
+    entries: list[dict[str, str | list[str]]] = []
     for number, item in enumerate(text.split(","), 1):
         if not item:
             continue
@@ -156,9 +158,11 @@ def _tokens_from_env(text: str) -> list[dict]:
     return entries
 
 
-def _coerce(name: str, value: object) -> object:
+def _coerce(name: str, value: Any) -> Any:
+    """A setting's value from TOML or the environment, as its field's type wants it (checked by
+    `Settings.check` after)."""
     kind = {f.name: f.type for f in fields(Settings)}[name]
-    if kind == "tuple":
+    if kind == "tuple[str, ...]":
         if isinstance(value, str):  # from the environment: comma-separated
             return tuple(part.strip() for part in value.split(",") if part.strip())
         if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
@@ -168,20 +172,22 @@ def _coerce(name: str, value: object) -> object:
         if kind == "bool" and isinstance(value, str):
             return value.lower() in ("1", "true", "yes", "on")
         if kind == "int":
-            return int(value)  # type: ignore[arg-type]
+            return int(value)
         if kind == "float":
-            return float(value)  # type: ignore[arg-type]
+            return float(value)
     except ValueError:
         raise InvalidInput(f"setting {name} must be a number, not {value!r}") from None
     return value
 
 
 def load_settings(
-    config_file: str | None = None, env: dict | None = None, **flags: object
+    config_file: str | None = None, env: Mapping[str, str] | None = None, **flags: object
 ) -> Settings:
-    env = os.environ if env is None else env
-    values: dict = {}
-    path = config_file or env.get("LEDGERMEM_CONFIG")
+    """The settings from a TOML file (or LEDGERMEM_CONFIG), then the environment's LEDGERMEM_*,
+    then `flags` (the command line's), each over the one before; checked."""
+    environ: Mapping[str, str] = os.environ if env is None else env
+    values: dict[str, Any] = {}
+    path = config_file or environ.get("LEDGERMEM_CONFIG")
     if path:
         try:
             data = tomllib.loads(Path(path).read_text("utf-8"))
@@ -191,10 +197,10 @@ def load_settings(
     names = {f.name for f in fields(Settings)} - {"tokens", "extra"}
     for name in names:
         key = "LEDGERMEM_" + name.upper()
-        if key in env:
-            values[name] = env[key]
-    if "LEDGERMEM_TOKENS" in env:
-        values["tokens"] = _tokens_from_env(env["LEDGERMEM_TOKENS"])
+        if key in environ:
+            values[name] = environ[key]
+    if "LEDGERMEM_TOKENS" in environ:
+        values["tokens"] = _tokens_from_env(environ["LEDGERMEM_TOKENS"])
     values.update({k: v for k, v in flags.items() if v is not None})
     unknown = set(values) - names - {"tokens"}
     if unknown:

@@ -26,9 +26,16 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Mapping
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
 
 from eventstore.record import Record
 from sections.runtime.tracing import append_attributes, describe
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.trace import Span, Tracer
+    from starlette.types import ASGIApp
 
 _ON_ENDPOINTS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 SERVICE_NAME = "ledgermem"  # unless OTEL_SERVICE_NAME or OTEL_RESOURCE_ATTRIBUTES names one
@@ -55,7 +62,7 @@ def _exporter_names(environ: Mapping[str, str]) -> list[str] | None:
 class Telemetry:
     """A tracer provider and what the service hooks into it."""
 
-    def __init__(self, provider) -> None:
+    def __init__(self, provider: TracerProvider) -> None:
         from opentelemetry import trace
 
         self.provider = provider
@@ -90,7 +97,7 @@ class Telemetry:
             provider.add_span_processor(BatchSpanProcessor(exporter))
         return cls(provider)
 
-    def instrument(self, app) -> Callable:
+    def instrument(self, app: ASGIApp) -> ASGIApp:
         """`app` inside the ASGI server-span middleware."""
         from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
         from opentelemetry.util.http import get_excluded_urls
@@ -143,12 +150,12 @@ def _exporters(names: list[str], environ: Mapping[str, str]) -> list:
     return out
 
 
-def route_details(app) -> Callable[[dict], tuple[str, dict]]:
+def route_details(app: object) -> Callable[[dict[str, Any]], tuple[str, dict[str, str]]]:
     """The server span's name and `http.route` from the app's route table (streams/web/routing.py:
     the raw path's route, as the router will find it), so that a span is named by its pattern,
     never by ids in the path. A path no route matches gets the method alone."""
 
-    def details(scope: dict) -> tuple[str, dict]:
+    def details(scope: dict[str, Any]) -> tuple[str, dict[str, str]]:
         method = scope.get("method", "")
         table = getattr(getattr(app, "router", None), "table", None)
         if table is not None:
@@ -165,7 +172,7 @@ def route_details(app) -> Callable[[dict], tuple[str, dict]]:
 class OtelTracing:
     """The memory's tracing hook (sections/runtime/tracing.py `Tracing`) on an OpenTelemetry tracer."""
 
-    def __init__(self, tracer) -> None:
+    def __init__(self, tracer: Tracer) -> None:
         from opentelemetry import context, trace
         from opentelemetry.trace import Status, StatusCode
 
@@ -194,7 +201,7 @@ class OtelTracing:
 
         return end
 
-    def failed(self, span, error: BaseException) -> None:
+    def failed(self, span: Span, error: BaseException) -> None:
         span.record_exception(error)
         span.set_status(self._error)
 
@@ -226,7 +233,12 @@ class _CommandScope:
         for name, event in events:
             span.add_event(name, event)
 
-    def __exit__(self, kind, error, _traceback) -> None:
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        _traceback: TracebackType | None,
+    ) -> None:
         if error is not None:
             self._owner.failed(self._span, error)
         self._owner._context.detach(self._token)

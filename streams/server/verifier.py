@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from eventstore import layout
-from eventstore.checkpoint import CheckpointError, VerifierKey, parse_checkpoint
+from eventstore.checkpoint import Checkpoint, CheckpointError, VerifierKey, parse_checkpoint
 from eventstore.linecheck import LineError, check_line
 from eventstore.merkle import CompactRange
 from eventstore.reader import LogReader
@@ -31,7 +32,7 @@ class Verdict:
     error: str | None = None
     checked_at: float = field(default_factory=time.time)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, object]:
         return {
             "state": self.state,
             "verified_through": self.verified_through,
@@ -42,7 +43,7 @@ class Verdict:
 
 class BackgroundVerifier:
     def __init__(
-        self, log_dir: Path, vkey: VerifierKey, head: callable, interval: float = 0.5
+        self, log_dir: Path, vkey: VerifierKey, head: Callable[[], int], interval: float = 0.5
     ) -> None:
         self.log_dir = log_dir
         self.vkey = vkey
@@ -101,14 +102,14 @@ class BackgroundVerifier:
                 self.verdict.error = f"reading the files: {exc} (retrying)"
             self._stop.wait(self.interval)
 
-    def _checkpoint(self):
+    def _checkpoint(self) -> Checkpoint | None:
         try:
             text = (self.log_dir / layout.CHECKPOINT).read_text("utf-8")
         except FileNotFoundError:
             return None
         return parse_checkpoint(text, self.vkey)
 
-    def _check_root(self, checkpoint, tree: CompactRange) -> None:
+    def _check_root(self, checkpoint: Checkpoint, tree: CompactRange) -> None:
         if tree.root() != checkpoint.root:
             raise ValueError(
                 f"checkpoint of size {checkpoint.size} does not match the records' Merkle root"

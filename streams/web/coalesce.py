@@ -8,14 +8,16 @@ until the next write (or until the turn ends, `loop.call_soon`) joins them with 
 could see: a streamed response's head still leaves in the turn that wrote it, and its later
 chunks are written as they come, untouched (the fan-out's writes pay nothing here).
 
-`coalesced(protocol_class)` is the HTTP protocol class with a `TurnTransport` in front of each
-connection's transport, told when a request's headers are in. Closing, or anything else asked of
-the transport, first writes what is held, so bytes never pass each other.
+The server's HTTP protocol (streams/web/library_overrides.py, `http_protocol`) puts a
+`TurnTransport` in front of each connection's transport and tells it when a request's headers are
+in. Closing, or anything else asked of the transport, first writes what is held, so bytes never
+pass each other.
 """
 
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 
 class TurnTransport:
@@ -59,32 +61,8 @@ class TurnTransport:
     def is_closing(self) -> bool:
         return self._transport.is_closing()
 
-    def __getattr__(self, name: str):  # anything else: the connection's own transport, flushed
+    def __getattr__(
+        self, name: str
+    ) -> Any:  # anything else: the connection's own transport, flushed
         self.flush()
         return getattr(self._transport, name)
-
-
-def coalesced(protocol_class: type) -> type:
-    """`protocol_class` (uvicorn's httptools protocol or a subclass) writing through a
-    `TurnTransport`: the connection's every write, the protocol's own (a 400, a 408) as well as
-    its requests' responses, so they stay in order. A WebSocket upgrade hands its protocol the
-    connection's own transport (what was held is written first): frames are the fan-out's
-    business (streams/fanout/channels.py), not this module's."""
-
-    class CoalescingHttpProtocol(protocol_class):  # type: ignore[misc, valid-type]
-        def connection_made(self, transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
-            if not transport.is_closing():  # not refused at once
-                self.transport = TurnTransport(transport, self.loop)
-
-        def on_headers_complete(self) -> None:
-            super().on_headers_complete()
-            if isinstance(self.transport, TurnTransport):
-                self.transport.hold_next = True
-
-        def handle_websocket_upgrade(self) -> None:
-            if isinstance(self.transport, TurnTransport):
-                self.transport = self.transport.detach()
-            super().handle_websocket_upgrade()
-
-    return CoalescingHttpProtocol

@@ -12,6 +12,7 @@ name, as the dashboard's assets are: no path from a request reaches the file sys
 from __future__ import annotations
 
 from importlib import metadata, resources
+from pathlib import Path
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -35,16 +36,12 @@ def _media_type(name: str) -> str:
     return _MEDIA[suffix]
 
 
-def swagger_ui_version() -> str:
-    return metadata.version("swagger-ui-py")
-
-
 def load_assets() -> dict[str, tuple[bytes, str]]:
     """name -> (bytes, media type): Swagger UI's files and our own page and initializer."""
     distribution = metadata.distribution("swagger-ui-py")
     assets = {}
     for name in SWAGGER_FILES:
-        path = distribution.locate_file(f"swagger_ui/static/{name}")
+        path = Path(str(distribution.locate_file(f"swagger_ui/static/{name}")))
         assets[name] = (path.read_bytes(), _media_type(name))
     own = resources.files(__package__).joinpath("explorer")
     for name in OWN_FILES:

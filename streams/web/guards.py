@@ -25,10 +25,14 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from streams.web.errors import error_response
+
+if TYPE_CHECKING:
+    from streams.server.settings import Settings
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -45,7 +49,7 @@ class GuardPolicy:
     _host_verdicts: dict = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
-    def from_settings(cls, settings) -> GuardPolicy:
+    def from_settings(cls, settings: Settings) -> GuardPolicy:
         configured = {host_name(h) for h in settings.allowed_hosts}
         if "*" in configured or (_is_wildcard(settings.host) and not configured):
             hosts = None

@@ -8,7 +8,8 @@ Route once per request: `path_segments` splits and decodes the raw path once and
 in the scope (the leader-forwarding middleware and the router share it), and `RouteTable` picks
 the route by segment count and literal segments with dict lookups instead of trying every route
 in turn. It answers exactly as trying the routes in order would: the first route whose shape and
-method match; else the first whose shape matches (its 405 with `Allow`); else none (404).
+method match; else the first whose shape matches (its 405 with `Allow`); else none (404). The
+app's router looks routes up in it (streams/web/library_overrides.py `TableRouter`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from urllib.parse import unquote
 
-from starlette.routing import BaseRoute, Match, Router, request_response
+from starlette.datastructures import URLPath
+from starlette.routing import BaseRoute, Match, request_response
 from starlette.types import Receive, Scope, Send
 
 from streams.apidoc import keep_operation
@@ -126,8 +128,8 @@ class RawRoute(BaseRoute):
         """What a 405 lists in `Allow` (RFC 9110 15.5.6): exactly the methods routed here."""
         return sorted(self.endpoints)
 
-    def url_path_for(self, name: str, /, **path_params: str):  # pragma: no cover - unused
-        raise NotImplementedError
+    def url_path_for(self, name: str, /, **path_params: str) -> URLPath:  # pragma: no cover
+        raise NotImplementedError  # no route is found by name
 
 
 def is_lean(endpoint: Callable) -> bool:
@@ -224,32 +226,8 @@ class RouteTable(BaseRoute):
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         await scope[ROUTE].handle(scope, receive, send)
 
-    def url_path_for(self, name: str, /, **path_params: str):  # pragma: no cover - unused
-        raise NotImplementedError
+    def url_path_for(self, name: str, /, **path_params: str) -> URLPath:  # pragma: no cover
+        raise NotImplementedError  # no route is found by name
 
 
 ROUTE = "ledgermem.route"  # scope key: the RawRoute a RouteTable matched
-
-
-class TableRouter(Router):
-    """Starlette's router over `RawRoute`s that finds the route by one `RouteTable` lookup.
-
-    `routes` stays the list of routes (what `app.routes` shows). A request no route matches
-    takes Starlette's own path (its trailing-slash redirect, then the 404), unchanged."""
-
-    def __init__(self, routes: list[RawRoute], **kwargs) -> None:
-        super().__init__(routes, **kwargs)
-        self.table = RouteTable(routes)
-
-    async def app(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "lifespan":
-            match, child = self.table.matches(scope)
-            if match is not Match.NONE:
-                if "router" not in scope:
-                    scope["router"] = self
-                route = child[ROUTE]
-                scope["route"] = route
-                scope.update(child)
-                await route.handle(scope, receive, send)
-                return
-        await super().app(scope, receive, send)
