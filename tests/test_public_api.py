@@ -1,4 +1,4 @@
-"""The public face of `sections` (sections/__init__.py, docs/api-sections.md): every name of
+"""The public face of `sections` (sections/__init__.py, docs/api.md): every name of
 `__all__` resolves to the object its module defines, type checkers see the same names, and
 importing the package loads none of its modules until a name is used."""
 
@@ -64,8 +64,9 @@ def test_importing_the_package_loads_none_of_its_modules():
 
 
 def test_the_example_of_the_api_page_runs(tmp_path):
-    page = (ROOT / "docs" / "api-sections.md").read_text(encoding="utf-8")
-    example = page.split("```python\n", 1)[1].split("```", 1)[0]
+    page = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
+    section = page.split("\n## `sections`\n", 1)[1].split("\n## ", 1)[0]
+    example = section.split("```python\n", 1)[1].split("```", 1)[0]
     env = {**os.environ, "TMPDIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
     ran = subprocess.run(
         [sys.executable, "-c", example], cwd=tmp_path, env=env, capture_output=True, text=True

@@ -1,4 +1,4 @@
-"""The public faces of `eventstore` and `replay` (their `__init__.py`, docs/api-eventstore.md):
+"""The public faces of `eventstore` and `replay` (their `__init__.py`, docs/api.md):
 every name they list resolves, type checkers see the same names, and importing a package
 costs nothing until a name is used."""
 
@@ -84,9 +84,14 @@ def test_an_unknown_name_is_an_attribute_error_naming_it():
         eventstore.NoSuchThing  # noqa: B018
 
 
-def test_the_example_of_docs_api_eventstore_runs_and_verifies():
-    page = (ROOT / "docs" / "api-eventstore.md").read_text(encoding="utf-8")
-    (example,) = re.findall(r"```python\n(.*?)```", page, re.S)
+def _api_section(package: str) -> str:
+    """The section of docs/api.md headed `## `package``, up to the next section."""
+    page = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
+    return page.split(f"\n## `{package}`\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_example_of_the_eventstore_api_runs_and_verifies():
+    (example,) = re.findall(r"```python\n(.*?)```", _api_section("eventstore"), re.S)
     done = subprocess.run(
         [sys.executable, "-c", example], cwd=ROOT, capture_output=True, text=True, timeout=120
     )
@@ -95,7 +100,7 @@ def test_the_example_of_docs_api_eventstore_runs_and_verifies():
 
 
 def test_the_page_names_every_public_name():
-    page = (ROOT / "docs" / "api-eventstore.md").read_text(encoding="utf-8")
     for package in PACKAGES:
+        section = _api_section(package)
         for name in _faces(package)[0]:
-            assert f"`{name}" in page, f"docs/api-eventstore.md does not name {package}.{name}"
+            assert f"`{name}" in section, f"docs/api.md, `{package}`, does not name {name}"

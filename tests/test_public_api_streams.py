@@ -1,6 +1,6 @@
 """The public faces of `streams` (the service an embedder builds) and `streams.client`: every
 name `__all__` promises is there, and `import streams` loads nothing of the service until a name
-is used (docs/api-streams.md)."""
+is used (docs/api.md)."""
 
 from __future__ import annotations
 
