@@ -1,11 +1,11 @@
 """The event store: a signed, hash-chained log of records (docs/format.md), its single writer,
-its readers, the offline verifier, and the storage behind the writer (docs/api-eventstore.md).
+its readers, the offline verifier, and the storage behind the writer (docs/api.md).
 
 The names below are the package's public face; import them from here. Importing `eventstore`
 imports none of its modules: each name is imported the first time it is used (the module
 `__getattr__` below, as websockets' `__init__` does), so `ledgermem verify` and the other
 commands load only what they run. The `TYPE_CHECKING` block lists the same names as plain
-imports, for type checkers and editors; tests/test_public_api.py keeps the three lists in step.
+imports, for type checkers and editors; tests/test_public_api_eventstore_replay.py keeps the three lists in step.
 """
 
 from __future__ import annotations

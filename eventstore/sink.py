@@ -17,7 +17,7 @@ sink_contract.py states the whole protocol as tests every sink passes.
 
 Any answer but COMMITTED, and any exception, stops the writer: it refuses further appends with
 a typed error and settles every waiter with it, until the log is reopened: `LogWriter.reopen()`
-(writer_failure.py) recovers a log directory in place, and the service retries it with backoff.
+(writer.py) recovers a log directory in place, and the service retries it with backoff.
 """
 
 from __future__ import annotations

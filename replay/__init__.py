@@ -1,6 +1,6 @@
 """Offline tools over a log: session bundles that prove a session's records without the log,
 a mirror fed by a record stream, and the history behind the `ledgermem` replay commands
-(docs/replay.md, docs/api-eventstore.md).
+(docs/replay.md, docs/api.md).
 
 As in `eventstore`, importing `replay` imports none of its modules: each public name is imported
 on first use (the module `__getattr__` below), and the `TYPE_CHECKING` block lists the same

@@ -1,5 +1,5 @@
 """ledgermem's memory for agents: sessions of typed, budgeted sections, kept as a projection of a
-signed, hash-chained log (docs/sections.md; the public names, one line each: docs/api-sections.md).
+signed, hash-chained log (docs/sections.md; the public names, one line each: docs/api.md).
 
     from sections import Memory
 

@@ -2,7 +2,7 @@
 
 An embedder builds the ASGI app with `create_app(Settings(...))` and serves it with any ASGI
 server (the app's lifespan starts and stops the `Service`); `ledgermem serve` does the same with
-its own uvicorn setup (streams/server/cli_serve.py). docs/api-streams.md has the names and
+its own uvicorn setup (streams/server/cli_serve.py). docs/api.md has the names and
 examples. The Python client is its own face, `streams.client`, which loads none of the service.
 
 The names load on first use (as the websockets package does), so importing `streams.client`

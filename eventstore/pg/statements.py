@@ -1,4 +1,4 @@
-"""Every statement that writes the log's tables, in one place (issue 14: the service writes the
+"""Every statement that writes the log's tables, in one place (docs/scale-out-log.md: the service writes the
 log only through the append, takeover, renew and redaction statements, never ad hoc).
 
 A reviewer who wants to know how a replica can change the store reads this module and nothing

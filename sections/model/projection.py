@@ -16,7 +16,7 @@ from eventstore.record import CONTROL_TENANT, Record
 from sections.model.config import SectionConfig
 from sections.model.item import Item, item_id, parse_item_id
 from sections.model.names import CONVERSATION
-from sections.model.state import INLINE_CONTENT_BYTES, MemoryState, SectionState, SessionState
+from sections.model.state import INLINE_CONTENT_LIMIT, MemoryState, SectionState, SessionState
 
 IDEMPOTENCY_WINDOW_US = 24 * 3600 * 1_000_000  # a retry within a day is recognised
 IDEMPOTENCY_MAX_KEYS = 10_000  # per session; the oldest go first
@@ -134,7 +134,7 @@ def _make_item(seq: int, k: int, h: str, ts: int, data: dict) -> Item:
     get = data.get
     content = get("content")
     if type(content) is str:
-        if len(content) > INLINE_CONTENT_BYTES:
+        if len(content) > INLINE_CONTENT_LIMIT:
             content = None
     else:
         content = _inline(content)
@@ -161,10 +161,10 @@ def _make_item(seq: int, k: int, h: str, ts: int, data: dict) -> Item:
 def _inline(content: object) -> object:
     """Keep small contents in memory; large ones are read back from the log when needed."""
     if isinstance(content, str):
-        return content if len(content) <= INLINE_CONTENT_BYTES else None
+        return content if len(content) <= INLINE_CONTENT_LIMIT else None
     if content is None:
         return None
-    return content if len(orjson.dumps(content)) <= INLINE_CONTENT_BYTES else None
+    return content if len(orjson.dumps(content)) <= INLINE_CONTENT_LIMIT else None
 
 
 def _evict(session: SessionState, section: SectionState, evicted: list[dict]) -> None:

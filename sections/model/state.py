@@ -13,8 +13,10 @@ from sections.model.eviction_order import EvictionOrder
 from sections.model.item import Item
 
 # Contents larger than this stay in the log and are read back by their record's seq, so memory
-# grows with the number of live items rather than with their size.
-INLINE_CONTENT_BYTES = 4096
+# grows with the number of live items rather than with their size. A string is measured in
+# characters (what `len` gives without encoding it again); any other JSON content in bytes of
+# its compact JSON (sections/model/projection.py `_inline`).
+INLINE_CONTENT_LIMIT = 4096
 
 
 @dataclass(slots=True)

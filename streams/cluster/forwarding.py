@@ -1,4 +1,4 @@
-"""Requests that need a partition's leader reach it from any replica (issue 14, "Replicas").
+"""Requests that need a partition's leader reach it from any replica (docs/scale-out-forwarding.md).
 
 Every replica answers every request. A request whose route reads or writes a session's
 projection (the leader routes: the tables of streams/routes/api.py and streams/routes/search_api.py) needs the

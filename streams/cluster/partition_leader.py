@@ -1,6 +1,6 @@
 """One partition this replica holds a lease on: the takeover sequence, stepping down, handing over.
 
-Takeover, in order (issue 14, "Leadership"):
+Takeover, in order (docs/scale-out-replicas.md):
 1. the lease is taken (by the leadership loop, before this object exists);
 2. `StoreTail.sync(p)`: the mirror holds every committed row, so the memory reads the whole log;
 3. `open_partition_writer`: recovery from the table (the Merkle state rebuilt from segment roots,
