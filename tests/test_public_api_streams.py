@@ -5,6 +5,8 @@ is used (docs/api.md)."""
 from __future__ import annotations
 
 import importlib
+import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +16,7 @@ import pytest
 import streams
 import streams.client
 from streams.client import errors
+from tests.server import Server
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -64,3 +67,57 @@ def test_importing_streams_loads_none_of_the_service_until_a_name_is_used():
         [sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=ROOT
     )
     assert out.stdout.strip() == "[]"
+
+
+def _examples() -> dict[str, str]:
+    """docs/api.md's `streams` examples, by the title of their heading."""
+    page = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
+    section = page.split("\n## `streams`\n", 1)[1].split("\n## ", 1)[0]
+    found = {}
+    for part in section.split("\n### Example: ")[1:]:
+        title, rest = part.split("\n", 1)
+        found[title] = rest.split("```python\n", 1)[1].split("```", 1)[0]
+    return found
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _run(example: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [sys.executable, "-c", example],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_the_serve_example_of_the_api_page_serves_and_a_client_sees_its_records(tmp_path):
+    example = _examples()["serve a data directory in-process"]
+    assert "8765" in example
+    ran = _run(example.replace("8765", str(_free_port())), tmp_path)
+
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.splitlines()[:2] == ["1 session.created", "2 item.added"]
+    assert (tmp_path / "data" / "log").is_dir()
+
+
+def test_the_websocket_example_of_the_api_page_follows_a_running_service(tmp_path):
+    example = _examples()["a client subscribing (asyncio, over WebSocket)"]
+    with Server(tmp_path / "data").start() as server:
+        with streams.client.Client(server.url) as client:
+            client.create_session("s1")
+            client.add_item("s1", "messages", "hello", role="user")
+        ran = _run(example.replace("http://127.0.0.1:8765", server.url), tmp_path)
+
+    assert ran.returncode == 0, ran.stderr
+    lines = ran.stdout.splitlines()
+    assert lines[:2] == ["1 session.created", "2 item.added"]
+    cursor, last_h = lines[2].split()
+    assert cursor == "2" and len(last_h) == 64
