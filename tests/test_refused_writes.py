@@ -3,6 +3,7 @@ byte-identical before and after."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import decimal
 import enum
@@ -84,6 +85,10 @@ def test_a_payload_that_is_not_i_json_is_refused_and_nothing_is_written(writer, 
         InvalidPayload,
         lambda: writer.append_batch([(*event, {"ok": 1}), (*event, bad), (*event, {"ok": 2})]),
     )
+    # The asyncio way in is refused the same, in the caller, before anything is queued.
+    _assert_refused(
+        writer, InvalidPayload, lambda: asyncio.run(writer.submit([(*event, bad)]).wait_async())
+    )
 
 
 @pytest.mark.parametrize("position", range(4))
@@ -121,6 +126,11 @@ def test_a_stale_expected_size_raises_stale_position_and_nothing_is_written(writ
         )
         _assert_refused(
             writer, StalePosition, lambda s=stale: writer.append_batch([event], expected_size=s)
+        )
+        _assert_refused(
+            writer,
+            StalePosition,
+            lambda s=stale: asyncio.run(writer.submit([event], expected_size=s).wait_async()),
         )
     with pytest.raises(StalePosition) as refused:
         writer.append(*event, expected_size=size - 1)

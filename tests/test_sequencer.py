@@ -18,6 +18,7 @@ from eventstore import layout
 from eventstore.checkpoint import SigningKey, parse_checkpoint
 from eventstore.entry import Entry
 from eventstore.memory_sink import MemorySink
+from eventstore.merkle import CompactRange, root
 from eventstore.record import genesis, payload_digest, record_hash
 from eventstore.sequencer import AppendLines, Sequencer, SequencerState, StartSegment
 from eventstore.verify import INTACT_UNANCHORED, VALID_LOCAL, verify_log
@@ -236,3 +237,66 @@ def test_golden_bytes_do_not_depend_on_the_salts_being_random(key):
     _through_writer(writer)
     assert b"".join(sink.lines) != with_fixed
     assert len(sink.lines) == with_fixed.count(b"\n")
+
+
+# ---- one Merkle range: the roots the format names ----------------------------------------------
+
+BATCH_EVENT = ("acme", "s-1", "messages", "item.added")
+
+
+def test_the_tail_of_a_compact_range_is_the_range_of_its_last_leaves():
+    leaves = [hashlib.sha256(b"%d" % n).digest() for n in range(70)]
+    for bits in (2, 3, 4):
+        size_s = 1 << bits
+        tree = CompactRange()
+        for n, leaf in enumerate(leaves):
+            tree.append(leaf)
+            start = (n + 1 - 1) // size_s * size_s  # the segment the last leaf is in
+            if (n + 1) % size_s:  # the segment is not full: its leaves are a tail of the range
+                tail = tree.tail(start)
+                assert tail.size == n + 1 - start
+                assert tail.root() == root(leaves[start : n + 1])
+    with pytest.raises(ValueError):
+        tree.tail(3)  # not where one of its subtrees begins
+
+
+def _sealed_state(key, seg_bits: int, segments: int):
+    """A sequencer's lines up to the seal of segment `segments - 1`, and the state recovery
+    builds when the crash came before the next segment.open (the last segment full)."""
+    sequencer = Sequencer(
+        key,
+        SequencerState.empty(key.origin, seg_bits),
+        clock=lambda: FIXED_NS,
+        salts=CountingSalts(),
+    )
+    lines = [sequencer.header(sequencer.now()).line]
+    size_s = 1 << seg_bits
+    for op in sequencer.assign(
+        [Entry(*BATCH_EVENT, {"n": n}) for n in range(segments * size_s)], sequencer.now()
+    )[0]:
+        lines += [op.line] if isinstance(op, StartSegment) else op.lines
+    lines = lines[: segments * size_s]  # through the last seal: its open is lost
+    assert b'"segment.seal"' in lines[-1]
+    leaves = [bytes.fromhex(orjson.loads(line)["h"]) for line in lines]
+    tree, segment_tree = CompactRange(), CompactRange()
+    for leaf in leaves:
+        tree.append(leaf)
+    for leaf in leaves[-size_s:]:
+        segment_tree.append(leaf)
+    state = SequencerState(seg_bits, len(leaves), leaves[-1], segments - 1, tree, segment_tree)
+    return state, leaves
+
+
+@pytest.mark.parametrize("segments", [1, 2, 3, 4])
+def test_resuming_after_a_full_sealed_segment_opens_the_next_with_its_root(key, segments):
+    seg_bits = 2
+    state, leaves = _sealed_state(key, seg_bits, segments)
+    sequencer = Sequencer(key, state, clock=lambda: FIXED_NS, salts=CountingSalts())
+    last = (segments - 1) << seg_bits
+    assert sequencer.state().segment_tree.root() == root(leaves[last:])
+    ops, _ = sequencer.resume(sequencer.now(), {"clean": False}, None)
+    opened = orjson.loads(ops[0].line)["payload"]
+    assert base64.b64decode(opened["prev_segment_root"]) == root(leaves[last:])
+    assert parse_checkpoint(opened["checkpoint"], key.vkey).root == root(leaves)
+    # From here on the segment tree is the tail of the log's range again.
+    assert sequencer.state().segment_tree.size == 2  # the open and log.resume
