@@ -33,6 +33,9 @@ from sections.model.state import SectionState, SessionState
 from sections.model.tokens import TokenCounter
 
 RENDERER = "ledgermem.render/2"
+# The tokens a context is assembled within when the caller names no budget: the default of the
+# Python API, of HTTP and of MCP alike.
+DEFAULT_CONTEXT_BUDGET = 8000
 ON_REQUEST = frozenset(("documents", "observations"))  # assembled only when named
 
 ContentOf = Callable[[Item], object]

@@ -19,6 +19,7 @@ from sections.model.compaction import Summarizer, checked_summarizer
 from sections.model.config import MemoryConfig
 from sections.model.item_filter import ItemFilter
 from sections.model.names import OBSERVATION_SCOPES, TENANT_SESSION
+from sections.model.render import DEFAULT_CONTEXT_BUDGET
 from sections.model.state import MemoryState
 from sections.retrieval.facts import Fact
 from sections.retrieval.observations import Outcome
@@ -206,7 +207,7 @@ class Session(Generic[M]):
         return await self._run_async(specs.DELETE_SESSION, ((), idempotency_key, expected_version))
 
     def compact_for_payload_error(
-        self, target_bytes: int, *, section: str = "messages", budget: int = 8000,
+        self, target_bytes: int, *, section: str = "messages", budget: int = DEFAULT_CONTEXT_BUDGET,
         sections: list[str] | None = None, summarizer: Summarizer | None = None,
         idempotency_key: str | None = None, expected_version: int | None = None,
     ) -> dict:  # fmt: skip
@@ -221,7 +222,7 @@ class Session(Generic[M]):
         return self._run(specs.COMPACT_FOR_PAYLOAD, made)
 
     async def compact_for_payload_error_async(
-        self, target_bytes: int, *, section: str = "messages", budget: int = 8000,
+        self, target_bytes: int, *, section: str = "messages", budget: int = DEFAULT_CONTEXT_BUDGET,
         sections: list[str] | None = None, summarizer: Summarizer | None = None,
         idempotency_key: str | None = None, expected_version: int | None = None,
     ) -> dict:  # fmt: skip
@@ -255,7 +256,7 @@ class Session(Generic[M]):
                            **filters: object) -> list[ItemView]:  # fmt: skip
         return await self._run_async(specs.READ_ITEMS, _events(types, reader, filters))
 
-    def assemble(self, budget: int = 8000, sections: list[str] | None = None, *,
+    def assemble(self, budget: int = DEFAULT_CONTEXT_BUDGET, sections: list[str] | None = None, *,
                  reader: str = "agent", **extra: Any) -> tuple[Record, list[dict]]:  # fmt: skip
         """The `context.assembled` record and the messages: OpenAI-style, within `budget`
         tokens. `query=`, `observations=N`, `summaries=M`, `observation_chars=C`, `facts=K`,
@@ -263,18 +264,18 @@ class Session(Generic[M]):
         made = ((budget, sections, reader, Extra.of(**extra)), None, None)
         return self._run(specs.ASSEMBLE_CONTEXT, made)
 
-    async def assemble_async(self, budget: int = 8000, sections: list[str] | None = None, *,
+    async def assemble_async(self, budget: int = DEFAULT_CONTEXT_BUDGET, sections: list[str] | None = None, *,
                              reader: str = "agent",
                              **extra: Any) -> tuple[Record, list[dict]]:  # fmt: skip
         made = ((budget, sections, reader, Extra.of(**extra)), None, None)
         return await self._run_async(specs.ASSEMBLE_CONTEXT, made)
 
-    def context(self, budget: int = 8000, sections: list[str] | None = None, *,
+    def context(self, budget: int = DEFAULT_CONTEXT_BUDGET, sections: list[str] | None = None, *,
                 reader: str = "agent", **extra: Any) -> list[dict]:  # fmt: skip
         """The messages of `assemble` (its record is in the log)."""
         return self.assemble(budget, sections, reader=reader, **extra)[1]
 
-    async def context_async(self, budget: int = 8000, sections: list[str] | None = None, *,
+    async def context_async(self, budget: int = DEFAULT_CONTEXT_BUDGET, sections: list[str] | None = None, *,
                             reader: str = "agent", **extra: Any) -> list[dict]:  # fmt: skip
         return (await self.assemble_async(budget, sections, reader=reader, **extra))[1]
 

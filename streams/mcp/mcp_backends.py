@@ -15,11 +15,12 @@ import orjson
 
 from eventstore.errors import LedgerError
 from sections.model.item_filter import NO_FILTER
+from sections.model.render import DEFAULT_CONTEXT_BUDGET
 from sections.retrieval.observations import Observation
 from sections.retrieval.views import Extra
 from sections.runtime.memory import Memory
 from sections.specs import command_specs as specs
-from streams.mcp.mcp_tools import CONTEXT_BUDGET, Refusal, refusal_of
+from streams.mcp.mcp_tools import Refusal, refusal_of
 from streams.web.errors import ApiError
 
 
@@ -79,7 +80,10 @@ class EmbeddedBackend:
     async def context(self, session: str, extra: Extra) -> list[dict]:
         with _refusals(), self.writing():
             _record, messages = await self.memory.run_async(
-                specs.ASSEMBLE_CONTEXT, self.tenant, session, (CONTEXT_BUDGET, [], "agent", extra)
+                specs.ASSEMBLE_CONTEXT,
+                self.tenant,
+                session,
+                (DEFAULT_CONTEXT_BUDGET, [], "agent", extra),
             )
         return _plain(messages)
 
@@ -150,7 +154,7 @@ class HttpBackend:
         return (await self._call("GET", "/v1/search", params={"q": query, "top_k": top_k}))["hits"]
 
     async def context(self, session: str, extra: Extra) -> list[dict]:
-        body = {"budget": CONTEXT_BUDGET, "sections": [], "observations": extra.observations,
+        body = {"budget": DEFAULT_CONTEXT_BUDGET, "sections": [], "observations": extra.observations,
                 "summaries": extra.summaries}  # fmt: skip
         found = await self._call("POST", self._session(session) + "/context", json=body)
         return found["messages"]

@@ -24,7 +24,6 @@ from sections.specs import command_specs
 
 SESSION_URI = "ledgermem://sessions/{session}"
 SECTION_URI = "ledgermem://sessions/{session}/sections/{section}"
-CONTEXT_BUDGET = 8000  # tokens of injected context mem_context asks for: limits, not a budget
 DEFAULT_SESSION = "mcp"  # the session of a connection that names none
 
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import ConfigDict, Field
 
+from sections.model.render import DEFAULT_CONTEXT_BUDGET
 from sections.model.tokens import BUILT_IN
 from sections.retrieval.inject import OBSERVATION_CHARS
 from sections.retrieval.views import MAX_TOP_K
@@ -37,8 +38,6 @@ from streams.routes.item_models import SECTION_NAME, ItemToAdd, Lifetime, Policy
 
 Text = Annotated[str, Field(min_length=1)]
 LIST_MAX = 2**31  # list_sessions: limit and offset
-# A context's token budget unless the body gives one: the Python API's too (sections/runtime/session.py).
-CONTEXT_BUDGET = 8000
 if TYPE_CHECKING:  # a Literal of a constant tuple is beyond mypy: to the checker, a string
     TokenCounter = str
 else:
@@ -125,7 +124,7 @@ class SessionCompactRequest(Strict):
     what: ClassVar[str] = "a compaction"
     target_bytes: Positive = Field(description="the bytes the rendered context must fit")
     section: Text | None = Field(None, description="the section to compact (messages)")
-    budget: Positive = Field(CONTEXT_BUDGET, description="the context's token budget")
+    budget: Positive = Field(DEFAULT_CONTEXT_BUDGET, description="the context's token budget")
     sections: list[str] | None = Field(None, description="the context's sections")
 
 
@@ -134,7 +133,7 @@ TopK = Annotated[int, Field(ge=0, le=MAX_TOP_K), WHOLE]
 
 class SessionContextRequest(Strict):
     what: ClassVar[str] = "the context"
-    budget: Positive = Field(CONTEXT_BUDGET, description="tokens")
+    budget: Positive = Field(DEFAULT_CONTEXT_BUDGET, description="tokens")
     sections: list[str] | None = Field(None, description="these sections, in this order")
     reader: Reader = "agent"
     query: str | None = Field(None, description="the prompt: ranks observations and facts")
