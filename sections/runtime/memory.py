@@ -295,6 +295,14 @@ class Memory:
     def session_info(self, tenant: str, session_id: str) -> dict:
         return Session(self, tenant, session_id).info()
 
+    def session_version(self, tenant: str, session_id: str) -> int:
+        """The seq of the last record that changed the session (what `expected_version` names)."""
+        return Session(self, tenant, session_id).version
+
+    def session_summary(self, tenant: str, session_id: str) -> dict | None:
+        """The summary appended when the session last ended, or None. A read: traced."""
+        return Session(self, tenant, session_id).summary()
+
     def session_sections(self, tenant: str, session_id: str) -> dict:
         """Each section's config with its tokens, item count and evictions."""
         return self.read(
