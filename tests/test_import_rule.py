@@ -155,7 +155,7 @@ def test_the_checker_reports_each_violation_with_its_file_line_and_import(tmp_pa
         "streams/fanout/cursor.py": "from eventstore.filters import MATCH_ALL\n",
         "streams/fanout/hub.py": (
             "from . import cursor\nfrom .fanout_errors import HubClosed\n"
-            "from .errors import ApiError\nimport uvicorn\n"
+            "from ..web.errors import ApiError\nimport uvicorn\n"
         ),
         "ledgermem_cli.py": "import importlib\nimport streams.web.app\n\n\ndef run():\n"
         "    from eventstore.errors import LedgerError\n",
@@ -175,8 +175,8 @@ def test_the_checker_reports_each_violation_with_its_file_line_and_import(tmp_pa
         "the client imports streams.errors.ApiError, outside streams.client",
         "streams/client/calls.py:2: import starlette: "
         "the client imports the service's stack (starlette)",
-        "streams/fanout/hub.py:3: from .errors import ApiError: "
-        "the fan-out core imports streams.fanout.errors.ApiError, outside the transport-free core",
+        "streams/fanout/hub.py:3: from ..web.errors import ApiError: "
+        "the fan-out core imports streams.web.errors.ApiError, outside the transport-free core",
         "streams/fanout/hub.py:4: import uvicorn: the fan-out core imports the web stack (uvicorn)",
         "streams/routes/api.py:1: from replay import diff: "
         "streams imports replay (it may import: eventstore, sections)",

@@ -149,7 +149,7 @@ class ChannelContext:
             return [service.hub] if service.hub is not None else []
         return [service.cluster.hub(p) for p in range(service.partitions)]
 
-    # -- traces: one record when a stream opens, one when it closes (sections/runtime/read_traces.py)
+    # -- traces: one record when a stream opens, one when it closes (sections/retrieval/read_traces.py)
 
     async def trace(self, principal: Principal, event: str, stream: dict[str, Any]) -> None:
         try:
