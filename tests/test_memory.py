@@ -85,6 +85,16 @@ def test_reads_do_not_advance_the_session_version(mem):
     assert s.version == version
 
 
+def test_the_memory_reads_a_session_s_version_and_summary_as_its_session_does(mem):
+    s = mem.session("s")
+    added = s.add("findings", "x")
+    assert mem.session_version(mem.tenant, "s") == s.version == added.seq
+    assert mem.session_summary(mem.tenant, "s") is None  # not ended yet
+    s.end()
+    summary = mem.session_summary(mem.tenant, "s")
+    assert summary is not None and summary == s.summary()
+
+
 def test_immutable_sections_refuse_writes_and_append_nothing(tmp_path):
     config_file = tmp_path / "memory.toml"
     config_file.write_text(
