@@ -205,6 +205,13 @@ def check_seconds(
     return value
 
 
+def check_share(value: object, error: type[Exception]) -> float:
+    """A share of a budget: a number from 0 to 1 (not a boolean). Returns it."""
+    if (type(value) is not int and type(value) is not float) or not 0 <= value <= 1:
+        raise error("the recall share must be a number from 0 to 1")
+    return float(value)
+
+
 @dataclass(frozen=True)
 class MemoryConfig:
     """The sections a new session gets, and the content of its immutable sections."""
@@ -221,6 +228,12 @@ class MemoryConfig:
     retention_erase: bool = False  # also erase what retention removes from the log's files
     session_ttl_seconds: int | float | None = None  # the service's periodic cleanup (`ttl`)
     ttl_interval_seconds: int | float = DEFAULT_TTL_INTERVAL  # how often the service runs it
+    # Recall (docs/recall.md): the share of a context's budget kept for the user's past when the
+    # conversation would take it, and whether recall may cross users (everywhere, or in the
+    # tenants named). It never crosses tenants.
+    recall_share: float = 0.5
+    recall_across_users: bool = False
+    recall_across_users_tenants: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         _check_limit("max_sessions", self.max_sessions)
@@ -239,6 +252,13 @@ class MemoryConfig:
             check_seconds("session_ttl_seconds", ttl, ConfigError, positive=True)
         check_seconds("ttl_interval_seconds", self.ttl_interval_seconds, ConfigError,
                       positive=True)  # fmt: skip
+        check_share(self.recall_share, ConfigError)
+        if type(self.recall_across_users) is not bool:
+            raise ConfigError("recall across_users must be true or false")
+
+    def recall_crosses_users(self, tenant: str) -> bool:
+        """Whether recall in `tenant` may bring one user's past into another user's context."""
+        return self.recall_across_users or tenant in self.recall_across_users_tenants
 
     def max_sessions_for(self, tenant: str) -> int | None:
         """The tenant's bound on live sessions (its own value, else `max_sessions`)."""
@@ -302,7 +322,8 @@ def load_config(path: str | Path) -> MemoryConfig:
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"cannot read config {path}: {exc}") from None
     sections = data.get("sections", {})
-    unknown = set(data) - {"sections", "retention", "token_counter", SAVE_KEY, INJECT_KEY}
+    unknown = set(data) - {"sections", "retention", "recall", "token_counter", SAVE_KEY,
+                           INJECT_KEY}  # fmt: skip
     if unknown:
         raise ConfigError(f"{path}: unknown top-level keys {sorted(unknown)}")
     token_counter = data.get("token_counter")
@@ -313,7 +334,36 @@ def load_config(path: str | Path) -> MemoryConfig:
         capture = load_capture_rules(data)
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
-    return replace(config, capture=capture, **_retention(path, data.get("retention", {})))
+    return replace(config, capture=capture, **_retention(path, data.get("retention", {})),
+                   **_recall(path, data.get("recall", {})))  # fmt: skip
+
+
+def _recall(path: str | Path, table: object) -> dict:
+    """The `[recall]` table as MemoryConfig fields (docs/recall.md):
+
+    ```toml
+    [recall]
+    share = 0.5                 # of the budget kept for recall when the conversation wants it
+    across_users = false        # recall stays within the session's user
+    across_users_tenants = ["team-wiki"]  # tenants whose sessions recall each other's past
+    ```
+    """
+    if type(table) is not dict:
+        raise ConfigError(f"{path}: [recall] must be a table")
+    unknown = set(table) - {"share", "across_users", "across_users_tenants"}
+    if unknown:
+        raise ConfigError(f"{path}: unknown [recall] keys {sorted(unknown)}")
+    fields: dict = {}
+    if "share" in table:
+        fields["recall_share"] = table["share"]
+    if "across_users" in table:
+        fields["recall_across_users"] = table["across_users"]
+    tenants = table.get("across_users_tenants", [])
+    if type(tenants) is not list or not all(type(t) is str and is_identifier(t) for t in tenants):
+        raise ConfigError(f"{path}: [recall] across_users_tenants must be a list of tenant ids")
+    if tenants:
+        fields["recall_across_users_tenants"] = frozenset(tenants)
+    return fields
 
 
 def _retention(path: str | Path, table: object) -> dict:

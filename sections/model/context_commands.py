@@ -36,10 +36,13 @@ def assemble_context(
     counter: TokenCounter,
     reader: str = "agent",
     injection: Injection | None = None,
+    recall: render.RecallRequest | None = None,
 ) -> tuple[Command, list[dict]]:
     """The `context.assembled` record and the messages, whose rendered tokens (as `counter`
     counts them) stay within `budget`. Without `names`, every section but those assembled only
-    on request (`documents`; `observations`, whose contents come in through injection)."""
+    on request (`documents`; `observations`, whose contents come in through injection). With
+    `recall`, the user's past is recalled into what the injected blocks and the sections leave,
+    with its share kept when the sections would take it all."""
     if type(budget) is not int or budget <= 0:
         raise InvalidInput("the context budget must be a positive number of tokens")
     if reader not in READERS:
@@ -48,22 +51,41 @@ def assemble_context(
         get_section(session, name)
     injection = injection or Injection()
     injected = render.tokens_of(injection.messages, counter)
-    chosen, spent = render.choose(session, names, budget - injected, content_of, counter)
-    messages = render.render(chosen, content_of, injection.messages)
-    entries = injection.entries + render.manifest(chosen)
+    remaining = budget - injected
+    recalled = Injection()
+    if recall is None:
+        chosen, spent = render.choose(session, names, remaining, content_of, counter)
+    else:
+        reserve = int(remaining * recall.share)
+        chosen, spent = render.choose(session, names, remaining - reserve, content_of, counter)
+        shown = {(e["session"], e["id"]) for e in injection.entries if "id" in e}
+        recalled = recall.fill(shown | render.chosen_ids(session.id, chosen), remaining - spent)
+        if recalled.tokens < reserve:  # recall found less than was kept for it: give it back
+            more, more_spent = render.choose(
+                session, names, remaining - recalled.tokens, content_of, counter
+            )
+            if more_spent > spent:
+                ids = shown | render.chosen_ids(session.id, more)
+                if any((e["session"], e["id"]) in ids for e in recalled.entries):
+                    recalled = recall.fill(ids, remaining - more_spent)  # nothing twice
+                chosen, spent = more, more_spent
+    messages = render.render(chosen, content_of, injection.messages + recalled.messages)
+    entries = injection.entries + recalled.entries + render.manifest(chosen)
     payload = base_payload(session, None)
     payload.update(
         {
             "reader": reader,
             "renderer": render.RENDERER,
             "budget": budget,
-            "tokens": injected + spent,
+            "tokens": injected + recalled.tokens + spent,
             "sections": names,
             "manifest": entries,
         }
     )
     if injection.settings is not None:
         payload["inject"] = injection.settings
+    if recall is not None:
+        payload["recall"] = recall.settings
     return Command(
         session.tenant, session.id, SESSION_SECTION, "context.assembled", payload
     ), messages

@@ -52,6 +52,19 @@ class Injection:
     settings: dict | None = None  # what was asked for, kept in the record
 
 
+@dataclass(frozen=True)
+class RecallRequest:
+    """Recall of the user's past for one assembly (sections/retrieval/recall.py builds it).
+
+    `fill(already, limit)` gives the recalled message that fits `limit` tokens, leaving out the
+    items `already` in the context ((session, id) pairs). `share` of what the injected blocks
+    leave is kept for it when the sections would take it; it takes more when they leave more."""
+
+    share: float
+    fill: Callable[[set[tuple[str, str]], int], Injection]
+    settings: dict  # kept in the record, beside the manifest
+
+
 def default_sections(session: SessionState) -> list[str]:
     return [n for n in session.sections if n not in ON_REQUEST]
 
@@ -198,6 +211,10 @@ def render(chosen: Chosen, content_of: ContentOf, injected: Sequence[dict] = ())
             messages.append(_section_message(name, items, text_of))
     messages.extend(injected)  # when no conversation was chosen
     return messages
+
+
+def chosen_ids(session_id: str, chosen: Chosen) -> set[tuple[str, str]]:
+    return {(session_id, item.id) for _, items in chosen for item in items}
 
 
 def manifest(chosen: Chosen) -> list[dict]:

@@ -70,6 +70,8 @@ class Query:
     # (session, section) pairs searched besides `sessions`: a session sees the tenant's
     # observations (`_tenant`, `observations`). The other filters apply to them too.
     also: tuple[tuple[str, str], ...] = ()
+    snippets: bool = True  # recall ranks hundreds of candidates and shows none of their snippets
+    rows: tuple[int, ...] | None = None  # only these documents (a ranked search's snippets)
 
 
 def rowid(seq: int, k: int) -> int:
@@ -352,6 +354,9 @@ class SearchIndex:
         for tag in query.tags:
             where.append("EXISTS (SELECT 1 FROM tags t WHERE t.tag = ? AND t.id = d.id)")
             args.append(tag)
+        if query.rows is not None:
+            where.append(f"d.id IN ({','.join('?' * len(query.rows))})")
+            args.extend(query.rows)
         if query.since is not None:
             where.append("d.ts >= ?")
             args.append(query.since)
@@ -383,11 +388,15 @@ class SearchIndex:
             rows = [row for row, _ in ranked]
             marks = ",".join("?" * len(rows))
             start, end = query.markers
-            snippets = dict(  # the winners only, in one pass
-                self._db.execute(
-                    f"SELECT rowid, snippet({table}, -1, ?, ?, '…', {SNIPPET_TOKENS}) FROM {table}"
-                    f" WHERE {table} MATCH ? AND rowid IN ({marks})",
-                    (start, end, expression, *rows),
+            snippets = (
+                {}
+                if not query.snippets
+                else dict(  # the winners only, in one pass
+                    self._db.execute(
+                        f"SELECT rowid, snippet({table}, -1, ?, ?, '…', {SNIPPET_TOKENS}) FROM {table}"
+                        f" WHERE {table} MATCH ? AND rowid IN ({marks})",
+                        (start, end, expression, *rows),
+                    )
                 )
             )
             where_is = {
@@ -402,7 +411,8 @@ class SearchIndex:
             session, section, content_seq, tags = where_is[row]
             id_ = item_id(row >> K_BITS, row & ((1 << K_BITS) - 1))
             tag_tuple = tuple(orjson.loads(tags))
-            hits.append(Hit(session, section, id_, -rank, snippets[row], content_seq, tag_tuple))
+            snippet = snippets.get(row, "")
+            hits.append(Hit(session, section, id_, -rank, snippet, content_seq, tag_tuple))
         return hits
 
     def purge(self) -> None:

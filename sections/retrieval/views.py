@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from eventstore.errors import InvalidInput
 from eventstore.record import Record
 from sections.model.commands import payload
+from sections.model.config import check_share
 from sections.model.item import Item, item_id
 from sections.retrieval import inject
 
@@ -83,17 +84,25 @@ def added_views(record: Record) -> list[ItemView]:
 
 @dataclass(frozen=True)
 class SearchHit:
-    """A search result: the item, its session, its BM25 score (higher is better) and a snippet
-    with the matched words between the markers."""
+    """A search result: the item, its session, its score (higher is better) and a snippet with
+    the matched words between the markers. A search with a `scope` ranks as recall does
+    (sections/retrieval/recall.py) and says which `signals` make up the score (`bm25`,
+    `neighbours`, `session`, `semantic`) and when the hit's session took place (`time`)."""
 
     session: str
     item: ItemView
     score: float
     snippet: str
+    signals: dict[str, float] | None = None
+    time: str | None = None
 
     def to_json(self) -> dict:
-        return {"session": self.session, "score": self.score, "snippet": self.snippet,
+        data = {"session": self.session, "score": self.score, "snippet": self.snippet,
                 "item": self.item.to_json()}  # fmt: skip
+        if self.signals is not None:
+            data["signals"] = self.signals
+            data["time"] = self.time
+        return data
 
 
 @dataclass(frozen=True)
@@ -106,11 +115,14 @@ class Extra:
     observation_chars: int = inject.OBSERVATION_CHARS
     facts: int = 0  # valid facts: the query's hits, then this session's, then the newest
     sessions: int = 0  # recent sessions as a `<memory:sessions>` block (AgentOps' runtime)
+    # Recall of the user's past (sections/retrieval/recall.py): None or True, on with a query, at
+    # the memory's share; False, off; a number from 0 to 1, on, with that share of the budget.
+    recall: bool | float | None = None
 
     @classmethod
     def of(cls, query: str | None = None, observations: int = 0, summaries: int = 0,
            observation_chars: int = inject.OBSERVATION_CHARS, facts: int = 0,
-           sessions: int = 0) -> Extra:  # fmt: skip
+           sessions: int = 0, recall: bool | float | None = None) -> Extra:  # fmt: skip
         if query is not None and not isinstance(query, str):
             raise InvalidInput("query must be a string")
         for name, value, top in (("observations", observations, MAX_TOP_K),
@@ -122,4 +134,12 @@ class Extra:
                 raise InvalidInput(f"{name} must be an integer from 0 to {top}")
         if observation_chars < 1:
             raise InvalidInput("observation_chars must be at least 1")
-        return cls(query, observations, summaries, observation_chars, facts, sessions)
+        if recall is not None and type(recall) is not bool:
+            check_share(recall, InvalidInput)
+        return cls(query, observations, summaries, observation_chars, facts, sessions, recall)
+
+    def recall_share(self, configured: float) -> float | None:
+        """The share of the budget recall keeps, or None when there is no recall."""
+        if not self.query or self.recall is False:
+            return None
+        return configured if self.recall is None or self.recall is True else float(self.recall)

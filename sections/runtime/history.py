@@ -21,7 +21,7 @@ from sections.model.erasure import content_in
 from sections.model.item import Item
 from sections.model.projection import replay_lines
 from sections.model.state import MemoryState
-from sections.retrieval import inject
+from sections.retrieval import inject, recall
 from sections.runtime import checkpoints
 from sections.runtime.snapshot import Snapshot, newest_snapshot, read_snapshot, snapshot_paths
 
@@ -168,11 +168,13 @@ class History:
         chosen: list[tuple[str, list[Item]]] = []
         assembled = payload(record)
         manifest = assembled["manifest"]
-        injected = [e for e in manifest if "inject" in e]
+        injected = [e for e in manifest if "inject" in e and e["inject"] != "recall"]
+        recalled = [e for e in manifest if e.get("inject") == "recall"]
         try:
             settings = assembled.get("inject") or {}
             chars = settings.get("observation_chars", inject.OBSERVATION_CHARS)
             messages = inject.replay(state, record.tenant, injected, chars, self.content_of)
+            messages += recall.replay(state, record.tenant, recalled, self.content_of)
         except LookupError as exc:  # KeyError included
             raise NotFound(
                 f"the context at seq {seq} cites what the log no longer holds: {exc}"

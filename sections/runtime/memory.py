@@ -451,8 +451,11 @@ class Memory:
 
         Options: sessions, sections, tags (all of them), the item's time (`since` <= ts <
         `until`, microseconds), top_k, reader, markers; `tenant_observations=True` adds the
-        tenant-wide observations to the `sessions` searched (a session's own search does). Hits
-        are reads: each session with hits gets an `items.read` record (purpose "search"), and
+        tenant-wide observations to the `sessions` searched (a session's own search does).
+        `scope="user"|"session"|"tenant"` with `session=ID` ranks as recall does (BM25 with the
+        neighbours' and the session's signals, and the semantic extra's when installed) over
+        that session's user's sessions, the session, or the tenant; such hits carry their
+        `signals` and their session's `time` (docs/recall.md). Hits are reads: each session with hits gets an `items.read` record (purpose "search"), and
         hits are returned once those are durable."""
         args = specs.search_args(query, **options)
         return self.run(specs.SEARCH, tenant or self.tenant, None, args)

@@ -402,7 +402,8 @@ class Session(Generic[M]):
     def search(self, query: str, **options: Any) -> list[SearchHit]:
         """Search this session's searchable sections and the tenant-wide observations, which
         every session sees (see `Memory.search`; tenant_observations=False: this session's own
-        items only)."""
+        items only). `scope="session"|"user"|"tenant"` ranks as recall does, over this session,
+        its user's sessions, or the tenant (docs/recall.md)."""
         return self.memory.run(specs.SEARCH, self.tenant, None, self._search(query, options))
 
     async def search_async(self, query: str, **options: Any) -> list[SearchHit]:
@@ -411,6 +412,8 @@ class Session(Generic[M]):
 
     def _search(self, query: str, options: dict) -> tuple:
         options.pop("tenant", None)  # this session's
+        if options.get("scope") is not None:
+            return specs.search_args(query, **{**options, "session": self.id})
         scoped = {"tenant_observations": True, **options, "sessions": [self.id]}
         return specs.search_args(query, **scoped)
 

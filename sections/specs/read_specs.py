@@ -13,7 +13,8 @@ from sections.model.item import Item
 from sections.model.item_filter import ItemFilter
 from sections.model.names import OBSERVATIONS, TENANT_SESSION
 from sections.model.state import MemoryState
-from sections.retrieval import facts, inject, read_traces, summaries
+from sections.model.tokens import TokenCounter
+from sections.retrieval import facts, inject, read_traces, recall, summaries
 from sections.retrieval.search import Query
 from sections.retrieval.views import MAX_TOP_K, Extra, ItemView, view_of
 from sections.specs.context import CommandContext
@@ -124,12 +125,50 @@ def _ranked_observations(ctx: CommandContext, call: Call) -> tuple:
         query = Query(extra.query[: inject.QUERY_CHARS], sessions=(TENANT_SESSION,),
                       sections=(facts.SECTION,), top_k=min(MAX_TOP_K, 4 * extra.facts))  # fmt: skip
         fact_hits = [h.id for h in ctx.search(call.tenant, query)]
-    return budget, sections, reader, extra, hits, fact_hits
+    return budget, sections, reader, extra, hits, fact_hits, _recall_candidates(ctx, call, extra)
+
+
+def _recall_candidates(ctx: CommandContext, call: Call, extra: Extra) -> list[recall.Candidate]:
+    """The BM25 candidates of the user's past for the query (outside the lock)."""
+    if extra.recall_share(ctx.config.recall_share) is None or extra.query is None:
+        return []
+    tenant, session_id = call.tenant, call.session_id
+    across = ctx.config.recall_crosses_users(tenant)
+    scope = ctx.read(lambda state: recall.scope_sessions(state, tenant, session_id, across))
+    query = Query(
+        recall.query_text(extra.query[: inject.QUERY_CHARS]),
+        sessions=scope,
+        top_k=recall.CANDIDATES,
+        also=((TENANT_SESSION, OBSERVATIONS),) if scope is not None else (),
+        snippets=False,
+    )
+    return [
+        recall.Candidate(h.session, h.section, h.id, h.score) for h in ctx.search(tenant, query)
+    ]
+
+
+def _recall_request(
+    ctx: CommandContext, state: MemoryState, call: Call, extra: Extra,
+    candidates: list[recall.Candidate], counter: TokenCounter,
+) -> render.RecallRequest | None:  # fmt: skip
+    share = extra.recall_share(ctx.config.recall_share)
+    if share is None or extra.query is None:
+        return None
+    tenant = call.tenant
+    across = ctx.config.recall_crosses_users(tenant)
+    user = recall.user_of(get_session(state, tenant, call.session_id))
+    ranked = recall.rank(state, tenant, candidates, user, across)
+
+    def fill(already: set[tuple[str, str]], limit: int) -> render.Injection:
+        return recall.build(state, tenant, ranked, already, limit, counter, ctx.content_of)
+
+    settings = {"query": extra.query[: inject.QUERY_CHARS], "share": share}
+    return render.RecallRequest(share, fill, settings)
 
 
 def _assemble(ctx: CommandContext, state: MemoryState, call: Call) -> Decision:
     extra: Extra
-    budget, sections, reader, extra, hits, fact_hits = call.args
+    budget, sections, reader, extra, hits, fact_hits, candidates = call.args
     tenant, session_id = call.tenant, call.session_id
     session = get_session(state, tenant, session_id)
     counter = ctx.counter_of(session)
@@ -162,8 +201,9 @@ def _assemble(ctx: CommandContext, state: MemoryState, call: Call) -> Decision:
             if over <= 0:
                 break
             limit -= over
+    asked = _recall_request(ctx, state, call, extra, candidates, counter)
     command, messages = context_commands.assemble_context(
-        session, sections, budget, ctx.content_of, counter, reader, injection
+        session, sections, budget, ctx.content_of, counter, reader, injection, asked
     )
     return Decision((command,), messages)
 

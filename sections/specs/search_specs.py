@@ -5,17 +5,18 @@ an observation is written in one session's `observations` or in the tenant's own
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from eventstore.errors import InvalidInput
 from eventstore.record import Record
 from sections.model import commands
 from sections.model.commands import Decision, get_session, payload
-from sections.model.item import item_id
+from sections.model.item import item_id, parse_item_id
 from sections.model.names import OBSERVATIONS, TENANT_SESSION
 from sections.model.state import MemoryState
-from sections.retrieval import observations
+from sections.retrieval import observations, recall
 from sections.retrieval.observations import Observation
-from sections.retrieval.search import MAX_TIME, Query
+from sections.retrieval.search import MAX_TIME, Query, rowid
 from sections.retrieval.views import MAX_TOP_K, SearchHit, view_of
 from sections.specs.context import CommandContext
 from sections.specs.session_specs import tenant_session
@@ -61,27 +62,83 @@ def search_query(
     )
 
 
+SCOPES = ("session", "user", "tenant")
+
+
 def search_args(
     query: str, *, sessions: list[str] | None = None, sections: list[str] | None = None,
     tags: list[str] | None = None, since: int | None = None, until: int | None = None,
     top_k: int = 10, reader: str = "agent", markers: tuple[str, str] = ("[", "]"),
-    tenant_observations: bool = False,
-) -> tuple[Query, str]:  # fmt: skip
-    """SEARCH's arguments from a caller's (`Memory.search`, `Session.search`)."""
+    tenant_observations: bool = False, scope: str | None = None, session: str | None = None,
+) -> tuple[Query, str, tuple[str, str | None] | None]:  # fmt: skip
+    """SEARCH's arguments from a caller's (`Memory.search`, `Session.search`): the query, the
+    reader, and the (scope, session) of a search ranked as recall ranks, or None."""
     checked = search_query(query, sessions, sections, tags, since, until, top_k, reader, markers,
                            tenant_observations)  # fmt: skip
-    return checked, reader
+    if scope is None:
+        if session is not None:
+            raise InvalidInput("session= names the session of a scope: give scope= too")
+        return checked, reader, None
+    if scope not in SCOPES:
+        raise InvalidInput(f"scope must be one of {', '.join(SCOPES)}")
+    if sessions is not None:
+        raise InvalidInput("give sessions= or scope=, not both")
+    if session is None and scope != "tenant":
+        raise InvalidInput(f"scope={scope} needs session=: the session whose {scope} it is")
+    if session is not None and not isinstance(session, str):
+        raise InvalidInput("session must be a session id")
+    return checked, reader, (scope, session)
 
 
 def _query_index(ctx: CommandContext, call: Call) -> tuple:
     # The index has its own lock: a query never holds up writers. Hits whose item left
     # meanwhile are dropped under the memory's lock, where the read record is decided.
-    query, reader = call.args
-    return reader, ctx.search(call.tenant, query)
+    query, reader, scoped = call.args
+    if scoped is None:
+        return reader, ctx.search(call.tenant, query), None
+    return reader, _ranked(ctx, call.tenant, query, *scoped), scoped
 
 
-def _search(_ctx: CommandContext, state: MemoryState, call: Call) -> Decision:
-    reader, hits = call.args
+def _ranked(
+    ctx: CommandContext, tenant: str, query: Query, scope: str, session_id: str | None
+) -> list[tuple[recall.Ranked, str]]:
+    """A scoped search, ranked as recall ranks, with the snippets of the winners."""
+
+    def sessions_of(state: MemoryState) -> tuple[tuple[str, ...] | None, str | None]:
+        if session_id is None:
+            return None, None
+        user = recall.user_of(get_session(state, tenant, session_id))
+        if scope == "session":
+            return (session_id,), user
+        if scope == "user":
+            return recall.scope_sessions(state, tenant, session_id, False), user
+        return None, user
+
+    sessions, user = ctx.read(sessions_of)
+    wanted = replace(query, text=recall.query_text(query.text), sessions=sessions,
+                     top_k=recall.CANDIDATES, snippets=False,
+                     also=((TENANT_SESSION, OBSERVATIONS),) if sessions is not None else ())  # fmt: skip
+    candidates = [recall.Candidate(h.session, h.section, h.id, h.score)
+                  for h in ctx.search(tenant, wanted)]  # fmt: skip
+    ranked = ctx.read(lambda state: recall.rank(state, tenant, candidates, user, scope == "tenant"))
+    if (
+        query.sections is not None
+        or query.tags
+        or query.since is not None
+        or query.until is not None
+    ):
+        ranked = [r for r in ranked if "bm25" in r.signals]  # neighbours may not pass the filters
+    ranked = ranked[: query.top_k]
+    rows = tuple(rowid(*parse_item_id(r.id)) for r in ranked)
+    snippets = {(h.session, h.id): h.snippet for h in ctx.search(
+        tenant, Query(query.text, rows=rows, top_k=len(rows) or 1, markers=query.markers))}  # fmt: skip
+    return [(r, snippets.get((r.session, r.id), "")) for r in ranked]
+
+
+def _search(ctx: CommandContext, state: MemoryState, call: Call) -> Decision:
+    reader, hits, scoped = call.args
+    if scoped is not None:
+        return _ranked_hits(ctx, state, call.tenant, reader, hits)
     tenant = call.tenant
     found: list[SearchHit] = []
     reads: dict[str, dict[str, list[str]]] = {}
@@ -100,13 +157,35 @@ def _search(_ctx: CommandContext, state: MemoryState, call: Call) -> Decision:
     return Decision([c for c in made if c is not None], found, state.seq)
 
 
+def _ranked_hits(
+    _ctx: CommandContext, state: MemoryState, tenant: str, reader: str,
+    ranked: list[tuple[recall.Ranked, str]],
+) -> Decision:  # fmt: skip
+    found: list[SearchHit] = []
+    reads: dict[str, dict[str, list[str]]] = {}
+    for r, snippet in ranked:
+        session = state.sessions.get((tenant, r.session))
+        section = session.sections.get(r.section) if session is not None else None
+        item = section.items.get(r.id) if section is not None else None
+        if session is None or item is None:
+            continue  # left since it was ranked
+        found.append(SearchHit(r.session, view_of(r.section, item), round(r.score, 6), snippet,
+                               r.signals, recall.session_time(session)))  # fmt: skip
+        reads.setdefault(r.session, {}).setdefault(r.section, []).append(item.id)
+    made = [
+        commands.read_items(state.sessions[(tenant, sid)], by_section, reader, "search")
+        for sid, by_section in reads.items()
+    ]
+    return Decision([c for c in made if c is not None], found, state.seq)
+
+
 def _hits(
     ctx: CommandContext, _record: Record | None, decision: Decision | None
 ) -> list[SearchHit]:
     found: list[SearchHit] = decided(decision).result
     views = ctx.fill([hit.item for hit in found])
     return [
-        SearchHit(hit.session, view, hit.score, hit.snippet)
+        SearchHit(hit.session, view, hit.score, hit.snippet, hit.signals, hit.time)
         for hit, view in zip(found, views, strict=True)
     ]
 
