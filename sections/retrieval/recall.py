@@ -37,6 +37,7 @@ from sections.model.state import MemoryState, SessionState
 from sections.model.tokens import TokenCounter
 
 CANDIDATES = 200  # BM25 hits a query asks the index for, before rescoring
+COMMON = 0.3  # a query word in more of the user's documents than this share says nothing
 NEIGHBOUR_WEIGHT = 0.6
 SESSION_WEIGHT = 0.2
 SESSION_HITS = 20  # the top hits a session's share is taken over

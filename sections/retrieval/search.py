@@ -35,6 +35,9 @@ from sections.model.item import Item, item_id, parse_item_id
 from sections.model.state import MemoryState, SessionState
 
 TOKENIZER = "porter unicode61 remove_diacritics 2"
+# What the index holds and how: an image saved by a snapshot with another format is not loaded
+# (the index is built from the state instead). 2: a message's speaker is indexed as its title.
+INDEX_FORMAT = "2"
 COMMIT_EVERY = 1000  # writes: lets FTS5 merge its segments now and then (queries read fewer)
 MAX_QUERY_TERMS = 32  # a pasted page as a query costs one OR per word: bound it
 SNIPPET_TOKENS = 16
@@ -72,6 +75,9 @@ class Query:
     also: tuple[tuple[str, str], ...] = ()
     snippets: bool = True  # recall ranks hundreds of candidates and shows none of their snippets
     rows: tuple[int, ...] | None = None  # only these documents (a ranked search's snippets)
+    # Leave out the query's words found in more than this share of the documents the filters
+    # keep: the tenant's statistics rate a user's own names as rare (docs/recall.md).
+    common: float | None = None
 
 
 def rowid(seq: int, k: int) -> int:
@@ -88,9 +94,13 @@ def match_expression(text: str) -> str | None:
 
 
 def title_of(item: Item) -> str:
-    """Observations have a title; it is indexed beside the content."""
+    """What is indexed beside the content: an observation's title, a message's speaker (its
+    `name`: "what did Caroline say" finds Caroline's turns)."""
     title = item.metadata.get("title") if isinstance(item.metadata, dict) else None
-    return title if isinstance(title, str) else ""
+    if isinstance(title, str):
+        return title
+    name = item.extra.get("name") if item.extra else None
+    return name if isinstance(name, str) else ""
 
 
 def text_of(content: object) -> str:
@@ -161,6 +171,14 @@ class SearchIndex:
         self._db = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
         if image is not None:
             self._db.deserialize(image)
+            found = self._db.execute(
+                "SELECT value FROM meta WHERE key = 'format'"
+            ).fetchone() if _has_meta(self._db) else None  # fmt: skip
+            if found is None or found[0] != INDEX_FORMAT:
+                self._db.close()
+                raise sqlite3.DatabaseError(
+                    f"an index of another format ({found}) than {INDEX_FORMAT}"
+                )
         else:
             self._db.execute(
                 "PRAGMA page_size = 16384"
@@ -181,8 +199,10 @@ class SearchIndex:
                 CREATE TABLE tags (id INTEGER NOT NULL, tag TEXT NOT NULL, PRIMARY KEY (tag, id))
                     WITHOUT ROWID;
                 CREATE TABLE tenants (tenant TEXT PRIMARY KEY, fts TEXT NOT NULL);
+                CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
                 """
             )
+            self._db.execute("INSERT INTO meta VALUES ('format', ?)", (INDEX_FORMAT,))
         # tenant -> its FTS5 table
         self._tables: dict[str, str] = dict(self._db.execute("SELECT tenant, fts FROM tenants"))
         self._writes = 0
@@ -370,6 +390,9 @@ class SearchIndex:
             table = self._tables.get(tenant)
             if table is None:
                 return []
+            if query.common is not None and where:
+                expression = self._informative(table, query, expression, where, args[1:])
+                args[0] = expression
             if where:  # the filters need the docs table; without them the join costs ~10%
                 filters = "".join(" AND " + w for w in where)
                 sql = (
@@ -415,6 +438,25 @@ class SearchIndex:
             hits.append(Hit(session, section, id_, -rank, snippet, content_seq, tag_tuple))
         return hits
 
+    def _informative(
+        self, table: str, query: Query, expression: str, where: list[str], filters: list
+    ) -> str:
+        """The query's words without those in more than `query.common` of the filtered
+        documents (all of them if none is left)."""
+        assert query.common is not None
+        condition = " AND ".join(where)
+        in_scope = self._db.execute(f"SELECT count(*) FROM docs d WHERE {condition}", filters)
+        limit = query.common * in_scope.fetchone()[0]
+        words = expression.split(" OR ")
+        kept = [
+            word for word in words
+            if self._db.execute(
+                f"SELECT count(*) FROM {table} JOIN docs d ON d.id = {table}.rowid"
+                f" WHERE {table} MATCH ? AND {condition}", (word, *filters),
+            ).fetchone()[0] <= limit
+        ]  # fmt: skip
+        return " OR ".join(kept) if kept else expression
+
     def purge(self) -> None:
         """After an erase: merge every table into one b-tree. FTS5 deletes by adding delete
         markers, so a removed document's terms stay in older segments until they are merged;
@@ -437,6 +479,11 @@ class SearchIndex:
             self._apply_queued()
             pages = self._db.execute("PRAGMA page_count").fetchone()[0]
             return pages * self._db.execute("PRAGMA page_size").fetchone()[0]
+
+
+def _has_meta(db: sqlite3.Connection) -> bool:
+    found = db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'")
+    return found.fetchone() is not None
 
 
 _FOLLOWED = frozenset(

@@ -139,6 +139,7 @@ def _recall_candidates(ctx: CommandContext, call: Call, extra: Extra) -> list[re
         recall.query_text(extra.query[: inject.QUERY_CHARS]),
         sessions=scope,
         top_k=recall.CANDIDATES,
+        common=recall.COMMON,
         also=((TENANT_SESSION, OBSERVATIONS),) if scope is not None else (),
         snippets=False,
     )

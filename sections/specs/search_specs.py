@@ -116,7 +116,7 @@ def _ranked(
 
     sessions, user = ctx.read(sessions_of)
     wanted = replace(query, text=recall.query_text(query.text), sessions=sessions,
-                     top_k=recall.CANDIDATES, snippets=False,
+                     top_k=recall.CANDIDATES, snippets=False, common=recall.COMMON,
                      also=((TENANT_SESSION, OBSERVATIONS),) if sessions is not None else ())  # fmt: skip
     candidates = [recall.Candidate(h.session, h.section, h.id, h.score)
                   for h in ctx.search(tenant, wanted)]  # fmt: skip
