@@ -39,6 +39,7 @@ TOKENIZER = "porter unicode61 remove_diacritics 2"
 # (the index is built from the state instead). 2: a message's speaker is indexed as its title.
 INDEX_FORMAT = "2"
 COMMIT_EVERY = 1000  # writes: lets FTS5 merge its segments now and then (queries read fewer)
+MIN_COMMON_DOCS = 50  # fewer documents than this say too little of which words are common
 MAX_QUERY_TERMS = 32  # a pasted page as a query costs one OR per word: bound it
 SNIPPET_TOKENS = 16
 K_BITS = 20  # rowid = seq << K_BITS | k: ids order as (seq, k) does
@@ -442,19 +443,21 @@ class SearchIndex:
         self, table: str, query: Query, expression: str, where: list[str], filters: list
     ) -> str:
         """The query's words without those in more than `query.common` of the filtered
-        documents (all of them if none is left)."""
+        documents, when there are enough of them to tell (all of them if none is left)."""
         assert query.common is not None
         condition = " AND ".join(where)
         in_scope = self._db.execute(f"SELECT count(*) FROM docs d WHERE {condition}", filters)
-        limit = query.common * in_scope.fetchone()[0]
-        words = expression.split(" OR ")
-        kept = [
-            word for word in words
-            if self._db.execute(
+        total = in_scope.fetchone()[0]
+        if total < MIN_COMMON_DOCS:
+            return expression
+        kept = []
+        for word in expression.split(" OR "):
+            found = self._db.execute(
                 f"SELECT count(*) FROM {table} JOIN docs d ON d.id = {table}.rowid"
                 f" WHERE {table} MATCH ? AND {condition}", (word, *filters),
-            ).fetchone()[0] <= limit
-        ]  # fmt: skip
+            ).fetchone()[0]  # fmt: skip
+            if 0 < found <= query.common * total:
+                kept.append(word)
         return " OR ".join(kept) if kept else expression
 
     def purge(self) -> None:
