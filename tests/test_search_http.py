@@ -226,3 +226,43 @@ def test_openapi_describes_search_observations_and_summaries_from_their_models(c
     conforms(doc, reply_schema(doc, s + "/summary", "get", 200), summary.json())
     listed = client.get("/v1/summaries", headers=A)
     conforms(doc, reply_schema(doc, "/v1/summaries", "get", 200), listed.json())
+
+
+def test_scoped_search_and_recall_over_http(client):
+    for session, user, text in (
+        ("rec-u1-old", "u1", "my grandmother's necklace came from Sweden"),
+        ("rec-u2-old", "u2", "my necklace came from a market in Lisbon"),
+    ):
+        response = client.put(f"/v1/sessions/{session}", json={"metadata": {"user_id": user}},
+                              headers=A)  # fmt: skip
+        assert response.status_code in (200, 201), response.text
+        add(client, session, "messages", text, role="user", name=user)
+    client.put("/v1/sessions/rec-u1-new", json={"metadata": {"user_id": "u1"}}, headers=A)
+    scoped = client.get("/v1/sessions/rec-u1-new/search",
+                        params={"q": "necklace", "scope": "user"}, headers=A)  # fmt: skip
+    assert scoped.status_code == 200, scoped.text
+    hits = scoped.json()["hits"]
+    assert [h["session"] for h in hits] == ["rec-u1-old"]
+    assert hits[0]["signals"]["bm25"] > 0 and hits[0]["time"]
+    doc = client.get("/openapi.json").json()
+    conforms(doc, reply_schema(doc, "/v1/sessions/{session}/search", "get", 200), scoped.json())
+    tenant = client.get("/v1/search", params={"q": "necklace", "scope": "tenant"}, headers=A)
+    assert {"rec-u1-old", "rec-u2-old"} <= {h["session"] for h in tenant.json()["hits"]}
+    within = client.get("/v1/search", headers=A, params=[
+        ("q", "necklace"), ("scope", "tenant"), ("session", "rec-u2-old")])  # fmt: skip
+    assert [h["session"] for h in within.json()["hits"]] == ["rec-u2-old"]
+    for bad in ("planet", "user"):  # a user's scope is its session's search
+        refused = client.get("/v1/search", params={"q": "necklace", "scope": bad}, headers=A)
+        assert refused.status_code == 400, refused.text
+    context = client.post("/v1/sessions/rec-u1-new/context",
+                          json={"budget": 500, "query": "where is the necklace from"}, headers=A)  # fmt: skip
+    assert context.status_code == 200, context.text
+    text = str(context.json()["messages"])
+    assert "Sweden" in text and "Lisbon" not in text
+    off = client.post("/v1/sessions/rec-u1-new/context",
+                      json={"budget": 500, "query": "necklace", "recall": False}, headers=A)  # fmt: skip
+    assert "Sweden" not in str(off.json()["messages"])
+    for wrong in (2, "half", -0.5):
+        refused = client.post("/v1/sessions/rec-u1-new/context",
+                              json={"budget": 500, "query": "necklace", "recall": wrong}, headers=A)  # fmt: skip
+        assert refused.status_code == 400, refused.text

@@ -81,8 +81,8 @@ def search_args(
         return checked, reader, None
     if scope not in SCOPES:
         raise InvalidInput(f"scope must be one of {', '.join(SCOPES)}")
-    if sessions is not None:
-        raise InvalidInput("give sessions= or scope=, not both")
+    if sessions is not None and scope != "tenant":
+        raise InvalidInput(f"give sessions= or scope={scope}, not both")
     if session is None and scope != "tenant":
         raise InvalidInput(f"scope={scope} needs session=: the session whose {scope} it is")
     if session is not None and not isinstance(session, str):
@@ -106,13 +106,13 @@ def _ranked(
 
     def sessions_of(state: MemoryState) -> tuple[tuple[str, ...] | None, str | None]:
         if session_id is None:
-            return None, None
+            return query.sessions, None  # the tenant, or the sessions named
         user = recall.user_of(get_session(state, tenant, session_id))
         if scope == "session":
             return (session_id,), user
         if scope == "user":
             return recall.scope_sessions(state, tenant, session_id, False), user
-        return None, user
+        return query.sessions, user
 
     sessions, user = ctx.read(sessions_of)
     wanted = replace(query, text=recall.query_text(query.text), sessions=sessions,

@@ -30,10 +30,11 @@ class ContextApi(Api):
         session = self._session(self.service.principal(request, "read"), request)
         body = await self._parsed(request, sm.SessionContextRequest, required=False)
         # Context injection (sections/retrieval/inject.py): observations for a query, facts,
-        # recent sessions' summaries.
+        # recent sessions' summaries; and recall of the user's past (recall.py).
         extra = Extra.of(
             query=body.query, observations=body.observations, summaries=body.summaries,
             observation_chars=body.observation_chars, facts=body.facts, sessions=body.sessions,
+            recall=body.recall,
         )  # fmt: skip
         with self.service.write():
             args = (body.budget, body.sections, body.reader, extra)

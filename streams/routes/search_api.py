@@ -10,7 +10,10 @@
 
 Search filters are query parameters: `session`, `section` and `tag` (each repeatable), `since`
 and `until` (microseconds or ISO-8601; the item's time, since <= ts < until), `top_k`, `reader`.
-Each hit carries its item, score and snippet; hits are reads and leave `items.read` records.
+`scope=session|user|tenant` ranks as recall does over that session's scope (docs/recall.md;
+/v1/search takes `scope=tenant`, within the `session`s named if any). Each hit carries its item, score and
+snippet (and, with a scope, its `signals` and its session's `time`); hits are reads and leave
+`items.read` records.
 """
 
 from __future__ import annotations
@@ -76,11 +79,16 @@ class SearchApi(Api):
         if wanted:
             self._session(p, request)  # 404 for an unknown session
         times = {k: v for k, v in (("since", query.since), ("until", query.until)) if v is not None}
+        scoped: dict = {}
+        if query.scope is not None:  # ranked as recall ranks: a session's scope, or the tenant
+            scoped = {"scope": query.scope, "session": wanted}
+            sessions = None if wanted else sessions
         with self.service.write():  # hits are reads: they append
             hits = await self.memory(p).search_async(
-                query.q, tenant=p.tenant, sessions=sessions, tenant_observations=bool(wanted),
+                query.q, tenant=p.tenant, sessions=sessions,
+                tenant_observations=bool(wanted) and not scoped,
                 sections=query.section or None, tags=query.tag or None, top_k=query.top_k,
-                reader=query.reader, **times,
+                reader=query.reader, **times, **scoped,
             )  # fmt: skip
         return json_response({"hits": [hit.to_json() for hit in hits]})
 

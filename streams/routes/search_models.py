@@ -48,17 +48,29 @@ class SessionSearchQuery(Strict):
         10, description="at most this many"
     )
     reader: Reader = READER
+    scope: Literal["session", "user", "tenant"] | Absent = absent(
+        "rank as recall does (docs/recall.md) over the session, its user's sessions (their "
+        "`user_id`), or the tenant; hits then carry `signals` and `time`"
+    )
 
 
 class SearchQuery(SessionSearchQuery):
     session: list[str] = Field(default_factory=list, description="only these sessions; may repeat")
+    scope: Literal["tenant"] | Absent = absent(
+        "rank as recall does (docs/recall.md) over the tenant (or the `session`s named); hits "
+        "then carry `signals` and `time`. A user's or a session's scope: its session's search"
+    )
 
 
 class SearchHit(Open):
     session: str
-    score: float = Field(description="BM25: higher is better")
+    score: float = Field(description="BM25, or recall's score with a scope: higher is better")
     snippet: str = Field(description="the matched words between [ and ]")
     item: ItemView = Field(description="the item a hit found, as it is now")
+    signals: dict[str, float] | Absent = absent(
+        "with a scope: what makes up the score (bm25, neighbours, session, semantic)"
+    )
+    time: str | None | Absent = absent("with a scope: when the hit's session took place")
 
 
 class SearchHits(Open):

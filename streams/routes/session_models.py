@@ -142,6 +142,11 @@ class SessionContextRequest(Strict):
     observation_chars: Annotated[int, Field(ge=1, le=1 << 20), WHOLE] = OBSERVATION_CHARS
     facts: TopK = Field(0, description="inject up to this many valid facts")
     sessions: TopK = Field(0, description="recent sessions as a <memory:sessions> block")
+    recall: bool | Annotated[float, Field(ge=0, le=1)] | None = Field(
+        None,
+        description="recall of the user's past with a query (docs/recall.md): on by default; "
+        "false turns it off; a number from 0 to 1 is the share of the budget kept for it",
+    )
 
 
 class SessionStateQuery(Strict):
