@@ -3,18 +3,27 @@
 The budget bounds what the model is sent: the rendered messages, each counted whole (role,
 content and tool fields, as compact JSON) by the memory's token counter, injected ones included.
 Sections are paid for in this order: immutable ones (the configured instructions), then the
-conversation, newest turn first, then the other sections in the session's order. `documents`
-and `observations` come in only when named. Within a section, units (groups, or single items)
-are taken in the order the section's policy would keep them (the reverse of its eviction order:
-newest first for fifo, highest priority first for priority, most recently used first for lru);
-a unit that does not fit what is left is skipped and the smaller ones after it still compete.
-Groups are never split, and in the conversation a unit goes in only whole: no tool result
-without the call that issued it, no call without every one of its results.
+conversation, then the other sections in the session's order. `documents` and `observations`
+come in only when named.
+
+The conversation is trimmed from its oldest end only: its units (a tool call with its results,
+or a single message) are taken newest first, and the first that does not fit what is left ends
+it, so what goes in is the newest run of the conversation, without holes. A unit goes in only
+whole: no tool result without the call that issued it, no call without every one of its results
+(one that is not whole yet is not part of the run). When older units were left out, the kept
+part does not open with a reply (an assistant message, a tool call and its results) whose user
+turn is gone: those are dropped too, until a user turn or a system message opens it.
+
+In the other sections, units are taken in the order the section's policy would keep them (the
+reverse of its eviction order: newest first for fifo, highest priority first for priority, most
+recently used first for lru); a unit that does not fit what is left is skipped and the smaller
+ones after it still compete. Groups are never split.
 
 Rendering is independent of how items were chosen: immutable sections, then the others, then
 the conversation, each section's items in the order they were written. The renderer's name goes
 into every `context.assembled` record; `/2` changed only the choosing (rendered count, the order
-of payment, skipping), so a manifest of either version renders the same way.
+of payment, skipping) and `/3` the conversation's trimming, so a manifest of any of them renders
+the same way.
 """
 
 from __future__ import annotations
@@ -32,7 +41,7 @@ from sections.model.names import CONVERSATION
 from sections.model.state import SectionState, SessionState
 from sections.model.tokens import TokenCounter
 
-RENDERER = "ledgermem.render/2"
+RENDERER = "ledgermem.render/3"
 # The tokens a context is assembled within when the caller names no budget: the default of the
 # Python API, of HTTP and of MCP alike.
 DEFAULT_CONTEXT_BUDGET = 8000
@@ -89,15 +98,53 @@ def choose(
             text = texts[item.id] = _text(content_of(item))
         return text
 
+    def message_of(item: Item) -> dict:
+        return _message(item, text_of(item))
+
     taken: dict[str, list[Item]] = {}
     remaining = budget
     for name in immutable + conversation + others:
-        items, cost = _fill(name, sections[name], remaining, text_of, counter)
+        if name == CONVERSATION:
+            items, cost = _conversation(sections[name], remaining, message_of, counter)
+        else:
+            items, cost = _fill(name, sections[name], remaining, text_of, counter)
         if items:
             taken[name] = items
             remaining -= cost
     chosen = [(n, taken[n]) for n in immutable + others + conversation if n in taken]
     return chosen, budget - remaining
+
+
+REPLY_ROLES = frozenset(("assistant", "tool"))
+
+
+def _conversation(
+    section: SectionState,
+    remaining: int,
+    message_of: Callable[[Item], dict],
+    counter: TokenCounter,
+) -> tuple[list[Item], int]:
+    """The conversation's newest whole units that fit `remaining` rendered tokens, and their
+    cost: trimmed from the oldest end only. Units are taken newest first up to the first that
+    does not fit (no older, smaller one after it: that would leave a hole in the conversation).
+    When older units were left out, the kept part does not open with a reply (an assistant
+    message, a tool call and its results) whose user turn is gone: such units are dropped too,
+    until a user turn (or a system message) starts it. Each item is one message, so the costs
+    add up exactly."""
+    units = [m for m in units_of(section.items.values()).values() if tool_calls.whole(m)]
+    units.sort(key=lambda m: min(i.order for i in m), reverse=True)
+    kept: list[tuple[list[Item], int]] = []
+    spent = 0
+    for members in units:
+        paid = sum(counter.count(message_of(m)) for m in members)
+        if paid > remaining - spent:
+            break
+        spent += paid
+        kept.append((members, paid))
+    if len(kept) < len(units):  # trimmed: the oldest kept unit must not answer what is gone
+        while kept and (min(kept[-1][0], key=lambda i: i.order).role or "user") in REPLY_ROLES:
+            spent -= kept.pop()[1]
+    return sorted((m for members, _ in kept for m in members), key=lambda i: i.order), spent
 
 
 def _fill(
@@ -109,18 +156,6 @@ def _fill(
 ) -> tuple[list[Item], int]:
     """One section's items that fit `remaining` rendered tokens, and their cost."""
     units = _keep_order(section.config.policy, list(units_of(section.items.values()).values()))
-    if name == CONVERSATION:  # one message per item: costs add up exactly
-        units = [m for m in units if tool_calls.whole(m)]
-        taken: list[Item] = []
-        spent = 0
-        for members in units:
-            if sum(m.tokens for m in members) > remaining - spent + len(members):
-                continue  # its rendered messages hold its contents: it cannot fit (see below)
-            paid = sum(counter.count(_message(m, text_of(m))) for m in members)
-            if paid <= remaining - spent:
-                spent += paid
-                taken.extend(members)
-        return sorted(taken, key=lambda i: i.order), spent
     if remaining <= 0 or not units:
         return [], 0
     everything = sorted((m for u in units for m in u), key=lambda i: i.order)
