@@ -141,7 +141,7 @@ def test_property_the_conversation_part_is_a_newest_run_without_holes(units, ass
         session = mem.read(lambda state: state.sessions[("default", "s")])
         section = session.sections["messages"]
         content_of = lambda item: item.content  # noqa: E731  (small contents: all in state)
-        message_of = lambda item: render._message(item, render._text(item.content))  # noqa: E731
+        message_of = lambda item: render.chat_message(item, item.content)  # noqa: E731
 
         def cost(unit: list[Item]) -> int:
             return sum(APPROX.count(message_of(m)) for m in unit)
