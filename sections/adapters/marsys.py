@@ -25,6 +25,7 @@ from eventstore.errors import InvalidInput
 from sections.errors import CannotCompact, ItemNotFound, SummarizerFailed
 from sections.model.commands import get_item, get_section, get_session
 from sections.model.compaction import Summarizer
+from sections.model.render import STRUCTURED
 from sections.runtime.memory import ItemView, Memory
 from sections.runtime.session import Session
 
@@ -35,12 +36,18 @@ MESSAGE_FIELDS = (
     "images",
     "tool_call_id",
     "reasoning_details",
+    "structured_data",
 )
 UPDATABLE = ("role", "content")  # what an update may change in ledgermem's item model
 
 
 def _json_text(value: object) -> str:
     return orjson.dumps(value).decode()
+
+
+def _with_structured(text: str, data: object) -> str:
+    note = STRUCTURED + _json_text(data)
+    return f"{text}\n\n{note}" if text else note
 
 
 def _plain(value: object) -> object:
@@ -53,12 +60,17 @@ def llm_dict(view: ItemView) -> dict:
     """An item as MARSYS's `Message.to_llm_dict` gives a message: tool messages with string
     content, their tool_call_id and name; other messages with their content (a dict as compact
     JSON, a list of parts as it is, images as `image_url` parts after the text), and name,
-    tool_calls and reasoning_details when set. Image references pass through unchanged."""
+    tool_calls and reasoning_details when set. Image references pass through unchanged.
+    Structured data (which MARSYS's dict leaves out) is kept as context renders it: JSON text
+    after the content (`structured_data: {...}`; a text part when the content is parts)."""
     extra, role, content = view.extra, view.role or "user", view.content
+    data = extra.get("structured_data")
     if role == "tool":
         text = (
             "" if content is None else content if isinstance(content, str) else _json_text(content)
         )
+        if data is not None:
+            text = _with_structured(text, data)
         answer = {"role": "tool", "content": text}
         if extra.get("tool_call_id"):
             answer["tool_call_id"] = extra["tool_call_id"]
@@ -73,6 +85,11 @@ def llm_dict(view: ItemView) -> dict:
         )
         parts += [{"type": "image_url", "image_url": {"url": ref}} for ref in extra["images"]]
         content = parts
+    if data is not None:
+        if isinstance(content, list):
+            content = [*content, {"type": "text", "text": STRUCTURED + _json_text(data)}]
+        else:
+            content = _with_structured("" if content is None else str(content), data)
     message: dict[str, object] = {"role": role, "content": content}
     for name in ("name", "tool_calls", "reasoning_details"):
         if extra.get(name):
@@ -118,14 +135,18 @@ class ConversationMemory:
         images: list[str] | None = None,
         tool_call_id: str | None = None,
         reasoning_details: list | None = None,
+        structured_data: dict | None = None,
     ) -> str:
-        """Add a message (a `message` object or dict, or its fields); returns its id."""
+        """Add a message (a `message` object or dict, or its fields); returns its id. A
+        message's `structured_data` (a dict) is kept, given back by ledgermem's reads
+        (`Session.get`) as it is, and rendered as JSON text after the content."""
         if message is not None:
             fields = _message_fields(message)
         elif role is not None:
             fields = {"role": role, "content": content, "name": name, "tool_calls": tool_calls,
                       "agent_calls": agent_calls, "images": images, "tool_call_id": tool_call_id,
-                      "reasoning_details": reasoning_details}  # fmt: skip
+                      "reasoning_details": reasoning_details,
+                      "structured_data": structured_data}  # fmt: skip
         else:
             raise InvalidInput("Either a Message object or role must be provided to add.")
         item = {k: v for k, v in fields.items() if v is not None or k == "content"}

@@ -247,10 +247,19 @@ _ITEM_FIELDS = {
     "images",
     "reasoning_details",
     "agent_calls",
+    "structured_data",
 }
 # Fields kept in an item's `extra`: how a message was said rather than what it says. Every read
 # returns them beside the content; context renders them as an OpenAI-style API expects.
-EXTRA_FIELDS = ("name", "tool_calls", "tool_call_id", "images", "reasoning_details", "agent_calls")
+EXTRA_FIELDS = (
+    "name",
+    "tool_calls",
+    "tool_call_id",
+    "images",
+    "reasoning_details",
+    "agent_calls",
+    "structured_data",  # MARSYS's: what an agent returned as a dict beside its text
+)
 
 
 def _new_item(
@@ -270,6 +279,9 @@ def _new_item(
     tool_calls = data.get("tool_calls")
     if tool_calls:
         tokens += count_input(counter, tool_calls)
+    structured = data.get("structured_data")
+    if structured is not None:  # context renders it in the content
+        tokens += count_input(counter, structured)
     item["tokens"] = tokens
     return item
 
@@ -305,6 +317,9 @@ def _fields(data: dict) -> dict:
         value = data.get(name)
         if value is not None and type(value) is not list:
             raise InvalidInput(f"item field {name!r} must be a list")
+    structured = data.get("structured_data")
+    if structured is not None and type(structured) is not dict:
+        raise InvalidInput("item field 'structured_data' must be an object")
     for name in ("kind", "role"):
         if data.get(name) is not None:
             item[name] = data[name]

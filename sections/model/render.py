@@ -3,18 +3,34 @@
 The budget bounds what the model is sent: the rendered messages, each counted whole (role,
 content and tool fields, as compact JSON) by the memory's token counter, injected ones included.
 Sections are paid for in this order: immutable ones (the configured instructions), then the
-conversation, newest turn first, then the other sections in the session's order. `documents`
-and `observations` come in only when named. Within a section, units (groups, or single items)
-are taken in the order the section's policy would keep them (the reverse of its eviction order:
-newest first for fifo, highest priority first for priority, most recently used first for lru);
-a unit that does not fit what is left is skipped and the smaller ones after it still compete.
-Groups are never split, and in the conversation a unit goes in only whole: no tool result
-without the call that issued it, no call without every one of its results.
+conversation, then the other sections in the session's order. `documents` and `observations`
+come in only when named.
+
+The conversation is trimmed from its oldest end only: its units (a tool call with its results,
+or a single message) are taken newest first, and the first that does not fit what is left ends
+it, so what goes in is the newest run of the conversation, without holes. A unit goes in only
+whole: no tool result without the call that issued it, no call without every one of its results
+(one that is not whole yet is not part of the run). When older units were left out, the kept
+part does not open with a reply (an assistant message, a tool call and its results) whose user
+turn is gone: those are dropped too, until a user turn or a system message opens it.
+
+In the other sections, units are taken in the order the section's policy would keep them (the
+reverse of its eviction order: newest first for fifo, highest priority first for priority, most
+recently used first for lru); a unit that does not fit what is left is skipped and the smaller
+ones after it still compete. Groups are never split.
 
 Rendering is independent of how items were chosen: immutable sections, then the others, then
-the conversation, each section's items in the order they were written. The renderer's name goes
-into every `context.assembled` record; `/2` changed only the choosing (rendered count, the order
-of payment, skipping), so a manifest of either version renders the same way.
+the conversation, each section's items in the order they were written. Conversation messages
+take their content as the model API does (`chat_message`): content parts as they are, an
+item's images as `image_url` parts, `reasoning_details` beside them, structured data as JSON
+text; tool results and section messages stay text (`section_text`: parts as their texts,
+images as `[image: url]` markers). docs/sections.md says why each.
+
+The renderer's name goes into every `context.assembled` record, and a record is rendered again
+by its own renderer's rules (`render(renderer=)`). `/2` changed only the choosing (rendered
+count, the order of payment, skipping); `/3` the conversation's trimming and how contents
+render. So `/1` and `/2` manifests render as text contents with name, tool_calls and
+tool_call_id (`TEXT_RENDERERS`), byte for byte as they did.
 """
 
 from __future__ import annotations
@@ -22,6 +38,7 @@ from __future__ import annotations
 from bisect import insort
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeGuard
 
 import orjson
 
@@ -32,7 +49,7 @@ from sections.model.names import CONVERSATION
 from sections.model.state import SectionState, SessionState
 from sections.model.tokens import TokenCounter
 
-RENDERER = "ledgermem.render/2"
+RENDERER = "ledgermem.render/3"
 # The tokens a context is assembled within when the caller names no budget: the default of the
 # Python API, of HTTP and of MCP alike.
 DEFAULT_CONTEXT_BUDGET = 8000
@@ -99,18 +116,56 @@ def choose(
     def text_of(item: Item) -> str:
         text = texts.get(item.id)
         if text is None:
-            text = texts[item.id] = _text(content_of(item))
+            text = texts[item.id] = section_text(item, content_of(item))
         return text
+
+    def message_of(item: Item) -> dict:
+        return chat_message(item, content_of(item))
 
     taken: dict[str, list[Item]] = {}
     remaining = budget
     for name in immutable + conversation + others:
-        items, cost = _fill(name, sections[name], remaining, text_of, counter)
+        if name == CONVERSATION:
+            items, cost = _conversation(sections[name], remaining, message_of, counter)
+        else:
+            items, cost = _fill(name, sections[name], remaining, text_of, counter)
         if items:
             taken[name] = items
             remaining -= cost
     chosen = [(n, taken[n]) for n in immutable + others + conversation if n in taken]
     return chosen, budget - remaining
+
+
+REPLY_ROLES = frozenset(("assistant", "tool"))
+
+
+def _conversation(
+    section: SectionState,
+    remaining: int,
+    message_of: Callable[[Item], dict],
+    counter: TokenCounter,
+) -> tuple[list[Item], int]:
+    """The conversation's newest whole units that fit `remaining` rendered tokens, and their
+    cost: trimmed from the oldest end only. Units are taken newest first up to the first that
+    does not fit (no older, smaller one after it: that would leave a hole in the conversation).
+    When older units were left out, the kept part does not open with a reply (an assistant
+    message, a tool call and its results) whose user turn is gone: such units are dropped too,
+    until a user turn (or a system message) starts it. Each item is one message, so the costs
+    add up exactly."""
+    units = [m for m in units_of(section.items.values()).values() if tool_calls.whole(m)]
+    units.sort(key=lambda m: min(i.order for i in m), reverse=True)
+    kept: list[tuple[list[Item], int]] = []
+    spent = 0
+    for members in units:
+        paid = sum(counter.count(message_of(m)) for m in members)
+        if paid > remaining - spent:
+            break
+        spent += paid
+        kept.append((members, paid))
+    if len(kept) < len(units):  # trimmed: the oldest kept unit must not answer what is gone
+        while kept and (min(kept[-1][0], key=lambda i: i.order).role or "user") in REPLY_ROLES:
+            spent -= kept.pop()[1]
+    return sorted((m for members, _ in kept for m in members), key=lambda i: i.order), spent
 
 
 def _fill(
@@ -122,18 +177,6 @@ def _fill(
 ) -> tuple[list[Item], int]:
     """One section's items that fit `remaining` rendered tokens, and their cost."""
     units = _keep_order(section.config.policy, list(units_of(section.items.values()).values()))
-    if name == CONVERSATION:  # one message per item: costs add up exactly
-        units = [m for m in units if tool_calls.whole(m)]
-        taken: list[Item] = []
-        spent = 0
-        for members in units:
-            if sum(m.tokens for m in members) > remaining - spent + len(members):
-                continue  # its rendered messages hold its contents: it cannot fit (see below)
-            paid = sum(counter.count(_message(m, text_of(m))) for m in members)
-            if paid <= remaining - spent:
-                spent += paid
-                taken.extend(members)
-        return sorted(taken, key=lambda i: i.order), spent
     if remaining <= 0 or not units:
         return [], 0
     everything = sorted((m for u in units for m in u), key=lambda i: i.order)
@@ -179,8 +222,18 @@ def _text(content: object) -> str:
     return content if isinstance(content, str) else orjson.dumps(content).decode()
 
 
-# The item fields an OpenAI-style chat message carries as they are.
+# The item fields an OpenAI-style chat message carried as they are, up to `ledgermem.render/2`
+# (compaction's summarizer is still shown these).
 MESSAGE_FIELDS = ("name", "tool_calls", "tool_call_id")
+# ... and since `/3`: `reasoning_details` too, the field OpenRouter (and MARSYS) send back so a
+# reasoning model keeps its thought signatures across tool calls. Only what the caller stored is
+# sent back, under the name it was stored with: no `reasoning_content` is made up (DeepSeek
+# refuses one in its input).
+CHAT_FIELDS = (*MESSAGE_FIELDS, "reasoning_details")
+# The renderers that rendered every content as text (a string as it is, anything else as its
+# compact JSON), and carried MESSAGE_FIELDS only: their manifests render that way again.
+TEXT_RENDERERS = frozenset(("ledgermem.render/1", "ledgermem.render/2"))
+STRUCTURED = "structured_data: "  # how an item's structured data shows in its text
 
 
 def _message(item: Item, text: str) -> dict:
@@ -191,6 +244,79 @@ def _message(item: Item, text: str) -> dict:
     return message
 
 
+def is_parts(content: object) -> TypeGuard[list[dict]]:
+    """OpenAI-style content parts: a non-empty list of objects, each with a string `type`."""
+    return (
+        type(content) is list
+        and bool(content)
+        and all(type(p) is dict and type(p.get("type")) is str for p in content)
+    )
+
+
+def _part_text(part: dict) -> str:
+    kind = part["type"]
+    if kind == "text" and type(part.get("text")) is str:
+        return part["text"]
+    if kind == "image_url":
+        image = part.get("image_url")
+        return f"[image: {image.get('url') if type(image) is dict else image}]"
+    return _text(part)
+
+
+def _with_structured(text: str, data: object) -> str:
+    note = STRUCTURED + _text(data)
+    return f"{text}\n\n{note}" if text else note
+
+
+def section_text(item: Item, content: object) -> str:
+    """An item as text (`/3`): a string as it is, content parts as their texts one per line
+    (an image as `[image: url]`, another part as its JSON), None as nothing, anything else as
+    its compact JSON; then its `images` as markers and its structured data as JSON."""
+    if is_parts(content):
+        text = "\n".join(_part_text(p) for p in content)
+    else:
+        text = "" if content is None else _text(content)
+    extra = item.extra
+    if extra:
+        text += "".join(f"\n[image: {ref}]" for ref in extra.get("images", ()))
+        if extra.get("structured_data") is not None:
+            text = _with_structured(text, extra["structured_data"])
+    return text
+
+
+def chat_message(item: Item, content: object) -> dict:
+    """A conversation item as the chat message a model API takes (`/3`). Content parts go as
+    they are, with the item's `images` appended as `image_url` parts (a string content becomes
+    a text part before them); other contents as text (`section_text`'s rule). A tool result is
+    text always (APIs take text there). Structured data goes last, as JSON text (a text part
+    when the content is parts): no API takes a field of that name. Then name, tool_calls,
+    tool_call_id and reasoning_details as stored."""
+    role = item.role or "user"
+    extra = item.extra
+    body: str | list
+    if role == "tool" or not (extra or is_parts(content)):
+        body = section_text(item, content)
+    else:
+        body = content if is_parts(content) else ("" if content is None else _text(content))
+        images = extra.get("images")
+        if images:
+            parts = list(body) if isinstance(body, list) else []
+            if isinstance(body, str) and body.strip():
+                parts.append({"type": "text", "text": body})
+            parts += [{"type": "image_url", "image_url": {"url": ref}} for ref in images]
+            body = parts
+        data = extra.get("structured_data")
+        if data is not None:
+            if isinstance(body, list):
+                body = [*body, {"type": "text", "text": STRUCTURED + _text(data)}]
+            else:
+                body = _with_structured(body, data)
+    message = {"role": role, "content": body}
+    if extra:
+        message.update((k, extra[k]) for k in CHAT_FIELDS if k in extra)
+    return message
+
+
 def _section_message(name: str, items: list[Item], text_of: Callable[[Item], str]) -> dict:
     if name == "role":
         return {"role": "system", "content": "\n\n".join(text_of(i) for i in items)}
@@ -198,15 +324,26 @@ def _section_message(name: str, items: list[Item], text_of: Callable[[Item], str
     return {"role": "system", "content": f"## {name}\n{lines}"}
 
 
-def render(chosen: Chosen, content_of: ContentOf, injected: Sequence[dict] = ()) -> list[dict]:
-    """The messages: the sections' system messages, then `injected` ones, then the conversation."""
+def render(
+    chosen: Chosen,
+    content_of: ContentOf,
+    injected: Sequence[dict] = (),
+    renderer: str = RENDERER,
+) -> list[dict]:
+    """The messages: the sections' system messages, then `injected` ones, then the conversation,
+    as `renderer` rendered them (a record's, to render it again: contents as text up to `/2`)."""
     messages: list[dict] = []
-    text_of = lambda item: _text(content_of(item))  # noqa: E731
+    if renderer in TEXT_RENDERERS:
+        text_of = lambda item: _text(content_of(item))  # noqa: E731
+        message_of = lambda item: _message(item, text_of(item))  # noqa: E731
+    else:
+        text_of = lambda item: section_text(item, content_of(item))  # noqa: E731
+        message_of = lambda item: chat_message(item, content_of(item))  # noqa: E731
     for name, items in chosen:
         if name == CONVERSATION:
             messages.extend(injected)
             injected = ()
-            messages.extend(_message(item, text_of(item)) for item in items)
+            messages.extend(message_of(item) for item in items)
         else:
             messages.append(_section_message(name, items, text_of))
     messages.extend(injected)  # when no conversation was chosen

@@ -190,7 +190,8 @@ class History:
             if not chosen or chosen[-1][0] != entry["section"]:
                 chosen.append((entry["section"], []))
             chosen[-1][1].append(item)
-        return render.render(chosen, self.content_of, messages)
+        renderer = assembled.get("renderer", "ledgermem.render/1")
+        return render.render(chosen, self.content_of, messages, renderer)
 
     def seq_at_time(self, ts: int) -> int:
         """The last seq of the longest prefix of the log whose records all have `ts` <= `ts`.

@@ -122,6 +122,9 @@ class ItemToAdd(_Fields):
     images: list[Json] | None = None
     reasoning_details: Json = None
     agent_calls: list[Json] | None = None
+    structured_data: dict[str, Json] | None = Field(
+        None, description="what an agent returned as an object beside its text (MARSYS)"
+    )
 
 
 class ItemBatchToAdd(_Fields):
@@ -230,6 +233,7 @@ class ItemView(Open):
     images: list[Any] | None = None
     reasoning_details: Any = None
     agent_calls: list[Any] | None = None
+    structured_data: JsonObject | None = None
 
 
 class ItemEvent(ItemView):
