@@ -1,7 +1,9 @@
 """Recall on LoCoMo's development half: does the context hold the relevant past? (docs/recall.md)
 
-Prints one JSON object. The data is `../shared/data/locomo-dev.json` (its README: five long
-two-person conversations over many dated sessions; questions whose evidence turns are labelled).
+Prints one JSON object. The data is LoCoMo's development half, `locomo-dev.json` (the first five
+of the ten conversations of snap-research/LoCoMo's data/locomo10.json: long two-person
+conversations over many dated sessions, questions whose evidence turns are labelled), read from
+the shared data folder beside the repository, or `--data PATH`. It is not in the repository.
 Categories 1-4 with evidence count; 5 (adversarial) has none to find.
 
 - **Ingest.** One tenant; each conversation is one user (`user_id` metadata), each of its
@@ -109,7 +111,7 @@ def main() -> None:
     parser.add_argument("--semantic", choices=("on", "off"), default=None)
     args = parser.parse_args()
     if not args.data.exists():
-        sys.exit(f"no data at {args.data} (see ../shared/data/README.md)")
+        sys.exit(f"no data at {args.data}: give --data PATH to LoCoMo's locomo-dev.json")
     samples = json.loads(args.data.read_text())
     counter = counter_named("o200k_base")
     out: dict = {"bench": "recall", "data": str(args.data), "machine": platform.node(),
