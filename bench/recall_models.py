@@ -16,8 +16,8 @@ and with the default threads, CPU ms per query embedded, and the vectors (in a t
 
     .venv/bin/python bench/recall_models.py [--data PATH] [--models a,b] > out.json
 
-Needs the semantic extra and the data set (never copied into the repository): by default
-../shared/data/locomo-dev.json beside the repository, else /work/shared/data/locomo-dev.json.
+Needs the semantic extra and the data set, which is never copied into the repository: by default
+data/locomo-dev.json in the `shared` folder beside the repository's folder (or `--data PATH`).
 """
 
 from __future__ import annotations
@@ -59,8 +59,7 @@ _WORD = re.compile(r"\w+")
 
 
 def default_data() -> Path:
-    beside = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo-dev.json"
-    return beside if beside.exists() else Path("/work/shared/data/locomo-dev.json")
+    return Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo-dev.json"
 
 
 def load(path: Path) -> list[dict]:
@@ -373,7 +372,7 @@ def main() -> None:
                     ),
                     convs,
                 )
-            for a in (0.3, 0.5, 0.7, 0.8):
+            for a in (0.3, 0.5, 0.6, 0.7, 0.8, 0.9):
                 fusions[f"minmax_linear_bm25_{a}"] = evidence_at(
                     fused(lambda b, d, a=a: linear(b, d, a)), convs
                 )
