@@ -128,7 +128,7 @@ _MISSING = object()  # a record that does not set an item's content (None is a c
 
 
 @dataclass(frozen=True)
-class _Doc:
+class Doc:
     """One document as the index keeps it, taken from the state when its record was applied."""
 
     row: int
@@ -145,7 +145,7 @@ class _Doc:
 # The changes `follow` queues, applied by the index's own thread.
 @dataclass(frozen=True, slots=True)
 class Put:
-    docs: list[_Doc]
+    docs: list[Doc]
     replace: bool = False  # documents already indexed (an update): replace them
 
 
@@ -233,7 +233,7 @@ class SearchIndex:
             self._tables[tenant] = table
         return table
 
-    def _put(self, docs: list[_Doc], replace: bool = False) -> None:
+    def _put(self, docs: list[Doc], replace: bool = False) -> None:
         """Index new documents, or `replace` indexed ones (keeping the text if `text` is None)."""
         for doc in docs:
             table = self._table(doc.tenant)
@@ -309,7 +309,7 @@ class SearchIndex:
         with self.lock:
             for _, session in sorted(state.sessions.items()):
                 for name in session.sections:
-                    self._put(_section_docs(session, name, content_of))
+                    self._put(section_docs(session, name, content_of))
             self._optimize()  # one merged b-tree per tenant: what queries read fastest
 
     def resync(self, state: MemoryState, keys: set[tuple[str, str]], content_of: ContentOf) -> None:
@@ -322,7 +322,7 @@ class SearchIndex:
                 session = state.sessions.get((tenant, session_id))
                 if session is not None:
                     for name in session.sections:
-                        self._put(_section_docs(session, name, content_of))
+                        self._put(section_docs(session, name, content_of))
 
     def serialize(self) -> bytes:
         """The whole index as a database image, for a snapshot (`SearchIndex(image)`)."""
@@ -337,7 +337,7 @@ class SearchIndex:
     def follow(self, state: MemoryState, record: Record, content_of: ContentOf) -> None:
         """Queue what `record`, just applied to `state`, changes in the index; the index's own
         thread applies the queue (and a query applies what is left before it runs)."""
-        changes = _changes(state, record, content_of)
+        changes = changes_of(state, record, content_of)
         if changes:
             self._queue.extend(changes)
             self._queued.set()
@@ -498,22 +498,25 @@ _FOLLOWED = frozenset(
 )  # fmt: skip
 
 
-def _doc(session: SessionState, section: str, item: Item, content: object) -> _Doc:
-    return _Doc(
+def _doc(session: SessionState, section: str, item: Item, content: object) -> Doc:
+    return Doc(
         rowid(item.seq, item.k), session.tenant, session.id, section, item.ts, item.content_seq,
         item.tags, title_of(item), None if content is _MISSING else text_of(content),
     )  # fmt: skip
 
 
-def _section_docs(session: SessionState, name: str, content_of: ContentOf) -> list[_Doc]:
+def section_docs(session: SessionState, name: str, content_of: ContentOf) -> list[Doc]:
+    """The documents of a section as it is now: none unless it is searchable."""
     section = session.sections[name]
     if not section.config.searchable:
         return []
     return [_doc(session, name, item, content_of(item)) for item in section.items.values()]
 
 
-def _changes(state: MemoryState, record: Record, content_of: ContentOf) -> list[Change]:
-    """The index changes of one record, with what they need taken from the state now."""
+def changes_of(state: MemoryState, record: Record, content_of: ContentOf) -> list[Change]:
+    """The index changes of one record, with what they need taken from the state now: the one
+    place that says which documents a record adds, replaces or removes (the semantic index,
+    sections/retrieval/semantic.py, follows the same changes)."""
     type_ = record.type
     payload = record.payload
     if type_ not in _FOLLOWED or not isinstance(payload, dict):  # control, reads, or erased
@@ -530,7 +533,7 @@ def _changes(state: MemoryState, record: Record, content_of: ContentOf) -> list[
     if type_ in ("section.configured", "section.compacted") or "compacted" in payload:
         changes: list[Change] = [RemoveWhere(tenant, session.id, record.section)]
         if record.section in session.sections:
-            changes.append(Put(_section_docs(session, record.section, content_of)))
+            changes.append(Put(section_docs(session, record.section, content_of)))
         return changes
     gone = [v["id"] for v in payload.get("evicted", ())]
     by_section = payload.get("cleared" if type_ == "turn.ended" else "items")
