@@ -24,7 +24,8 @@ Categories 1-4 with evidence count; 5 (adversarial) has none to find.
   - `latency_ms`: context assembly at 2,000 tokens, p50/p95, and the CPU per assembly.
 - `--scale N` adds N filler items (other users' sessions, 100-item batches) before the
   questions, so assembly's latency is measured in a tenant of that size.
-- `--semantic on|off` (default: on when the extra is installed).
+- `--semantic on|off|both`: the whole run with the semantic extra on, off, or both side by side
+  (the default when the extra is installed), with `on_vs_off` ratios.
 
 Usage: python bench/recall.py [--data PATH] [--scale 100000] [--limit Q] [--semantic off]
 """
@@ -45,10 +46,14 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import orjson
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT)]
 
+from sections.model.config import MemoryConfig  # noqa: E402
 from sections.model.tokens import counter_named  # noqa: E402
+from sections.retrieval import semantic  # noqa: E402
 from sections.retrieval.search import TOKENIZER, match_expression  # noqa: E402
 from sections.runtime.memory import Memory  # noqa: E402
 
@@ -108,14 +113,35 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--scale", type=int, default=0)
     parser.add_argument("--limit", type=int, default=0, help="questions per conversation (0: all)")
-    parser.add_argument("--semantic", choices=("on", "off"), default=None)
+    parser.add_argument("--semantic", choices=("on", "off", "both"), default=None,
+                        help="default: both when the extra is installed, else off")  # fmt: skip
     args = parser.parse_args()
     if not args.data.exists():
         sys.exit(f"no data at {args.data}: give --data PATH to LoCoMo's locomo-dev.json")
     samples = json.loads(args.data.read_text())
+    modes = {"on": [True], "off": [False], "both": [False, True]}[
+        args.semantic or ("both" if semantic.available() else "off")
+    ]
+    out: dict = {"bench": "recall", "data": args.data.name, "machine": platform.node(),
+                 "cpus": os.cpu_count(), "scale": args.scale, "load_before": os.getloadavg()}  # fmt: skip
+    for on in modes:
+        out["semantic_on" if on else "semantic_off"] = run(samples, on, args)
+    if len(modes) == 2:
+        off, on_ = out["semantic_off"], out["semantic_on"]
+        out["on_vs_off"] = {
+            "ingest_rate": round(on_["ingest"]["turns_per_s"] / off["ingest"]["turns_per_s"], 3),
+            "cpu_per_turn": round(on_["ingest"]["cpu_ms_per_turn"] / off["ingest"]["cpu_ms_per_turn"], 3),
+            "context_2000": round(on_["context"]["2000"]["all"] - off["context"]["2000"]["all"], 3),
+            "search_top10": round(on_["search_top"]["10"]["all"] - off["search_top"]["10"]["all"], 3),
+        }  # fmt: skip
+    out["load_after"] = os.getloadavg()
+    print(json.dumps(out))
+
+
+def run(samples: list[dict], on: bool, args: argparse.Namespace) -> dict:
+    """One whole run, the semantic extra on or off: ingest, then every question."""
     counter = counter_named("o200k_base")
-    out: dict = {"bench": "recall", "data": str(args.data), "machine": platform.node(),
-                 "cpus": os.cpu_count(), "scale": args.scale}  # fmt: skip
+    out: dict = {}
     hits_at: Counter = Counter()
     ctx_at: Counter = Counter()
     ref_at: Counter = Counter()
@@ -125,7 +151,8 @@ def main() -> None:
     latencies: list[float] = []
     cpu_per_assembly: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
-        mem = Memory.open(Path(tmp) / "data", tenant=TENANT)
+        config = MemoryConfig(recall_semantic=on)
+        mem = Memory.open(Path(tmp) / "data", tenant=TENANT, config=config)
         try:
             ingest_wall = ingest_cpu = 0.0
             turns_total = 0
@@ -158,12 +185,15 @@ def main() -> None:
                              "cpu_ms_per_turn": round(1000 * ingest_cpu / turns_total, 3)}  # fmt: skip
             if args.scale:
                 filler(mem, args.scale)
+            wall, cpu = time.perf_counter(), time.process_time()
+            mem.settle()  # the embeddings of everything written (none without the extra)
+            out["settle"] = {"wall_s": round(time.perf_counter() - wall, 2),
+                             "cpu_s": round(time.process_time() - cpu, 2)}  # fmt: skip
             for sample, by_item, sessions, ask in users:
                 session = mem.session(ask, create=False)
                 dia_of = by_item
-                lines = [(dia, f"{t['speaker']}: {turn_text(t)}")
-                         for _, _, t in turns_of(sample["conversation"])
-                         for dia in [t["dia_id"]]]  # fmt: skip
+                lines = [(t["dia_id"], f"{t['speaker']}: {turn_text(t)}")
+                         for _, _, t in turns_of(sample["conversation"])]  # fmt: skip
                 reference = Reference(lines)
                 questions = questions_of(sample)
                 if args.limit:
@@ -208,6 +238,9 @@ def main() -> None:
                         got = {dia_of[i] for i in named if i in dia_of}
                         if evidence & got:
                             ctx_at[(budget, category)] += 1
+                            rendered = orjson.dumps(messages).decode()
+                            assert any(orjson.dumps(t)[1:-1].decode() in rendered
+                                       for d, t in lines if d in evidence & got)  # fmt: skip
         finally:
             mem.close()
 
@@ -231,7 +264,7 @@ def main() -> None:
     out["latency_ms"] = {"assemble_2000_p50": round(statistics.median(latencies), 2),
                          "assemble_2000_p95": round(pct(latencies, 95), 2),
                          "cpu_ms_per_assembly": round(statistics.mean(cpu_per_assembly), 2)}  # fmt: skip
-    print(json.dumps(out))
+    return out
 
 
 FILLER_WORDS = """dinner project weekend family travel music painting hiking book movie work school

@@ -234,6 +234,9 @@ class MemoryConfig:
     recall_share: float = 0.5
     recall_across_users: bool = False
     recall_across_users_tenants: frozenset[str] = frozenset()
+    # Semantic similarity fused into recall's ranking: needs the `semantic` install extra
+    # (sections/retrieval/semantic.py); off by default, as it embeds every searchable item.
+    recall_semantic: bool = False
 
     def __post_init__(self) -> None:
         _check_limit("max_sessions", self.max_sessions)
@@ -255,6 +258,8 @@ class MemoryConfig:
         check_share(self.recall_share, ConfigError)
         if type(self.recall_across_users) is not bool:
             raise ConfigError("recall across_users must be true or false")
+        if type(self.recall_semantic) is not bool:
+            raise ConfigError("recall semantic must be true or false")
 
     def recall_crosses_users(self, tenant: str) -> bool:
         """Whether recall in `tenant` may bring one user's past into another user's context."""
@@ -346,11 +351,12 @@ def _recall(path: str | Path, table: object) -> dict:
     share = 0.5                 # of the budget kept for recall when the conversation wants it
     across_users = false        # recall stays within the session's user
     across_users_tenants = ["team-wiki"]  # tenants whose sessions recall each other's past
+    semantic = true             # fuse in embeddings (the `semantic` install extra)
     ```
     """
     if type(table) is not dict:
         raise ConfigError(f"{path}: [recall] must be a table")
-    unknown = set(table) - {"share", "across_users", "across_users_tenants"}
+    unknown = set(table) - {"share", "across_users", "across_users_tenants", "semantic"}
     if unknown:
         raise ConfigError(f"{path}: unknown [recall] keys {sorted(unknown)}")
     fields: dict = {}
@@ -358,6 +364,8 @@ def _recall(path: str | Path, table: object) -> dict:
         fields["recall_share"] = table["share"]
     if "across_users" in table:
         fields["recall_across_users"] = table["across_users"]
+    if "semantic" in table:
+        fields["recall_semantic"] = table["semantic"]
     tenants = table.get("across_users_tenants", [])
     if type(tenants) is not list or not all(type(t) is str and is_identifier(t) for t in tenants):
         raise ConfigError(f"{path}: [recall] across_users_tenants must be a list of tenant ids")

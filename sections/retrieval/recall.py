@@ -37,6 +37,7 @@ from sections.model.state import MemoryState, SessionState
 from sections.model.tokens import TokenCounter
 
 CANDIDATES = 200  # BM25 hits a query asks the index for, before rescoring
+SIMILAR = 100  # nearest items the semantic extra is asked for, when it is on
 COMMON = 0.3  # a query word in more of the user's documents than this share says nothing
 NEIGHBOUR_WEIGHT = 0.6
 SESSION_WEIGHT = 0.2
@@ -118,38 +119,57 @@ def visible_observation(item: Item, user: str | None, across_users: bool) -> boo
     return across_users or owner is None or owner == user
 
 
+Key = tuple[str, str, str]  # (session, section, item id)
+
+
+def _admitted(
+    state: MemoryState, tenant: str, key: Key, user: str | None, across_users: bool
+) -> Item | None:
+    """The item a candidate names, if it is live and recall may show it."""
+    session_id, section_name, id_ = key
+    if section_name == OBSERVATIONS and session_id != TENANT_SESSION:
+        return None  # a session's own observations are that session's alone (docs/search.md)
+    if is_holder(session_id) and (session_id != TENANT_SESSION or section_name != OBSERVATIONS):
+        return None  # facts come in through `facts=`; AgentOps' holders through their routes
+    session = state.sessions.get((tenant, session_id))
+    section = session.sections.get(section_name) if session is not None else None
+    item = section.items.get(id_) if section is not None else None
+    if item is None:
+        return None  # gone since the index was queried
+    if session_id == TENANT_SESSION and not visible_observation(item, user, across_users):
+        return None
+    return item
+
+
 def rank(
     state: MemoryState,
     tenant: str,
     candidates: Iterable[Candidate],
     user: str | None,
     across_users: bool,
-    semantic: dict[tuple[str, str], float] | None = None,
+    similar: Iterable[tuple[str, str, str, float]] = (),
 ) -> list[Ranked]:
-    """The candidates still live and visible, and their neighbours, best first (ties: oldest)."""
-    bm25: dict[tuple[str, str, str], float] = {}
+    """The candidates still live and visible, and their neighbours, best first (ties: oldest).
+    `similar`: the semantic extra's nearest items, (session, section, id, cosine), fused in."""
+    items: dict[Key, Item] = {}
+    bm25: dict[Key, float] = {}
     for c in candidates:
-        if c.section == OBSERVATIONS and c.session != TENANT_SESSION:
-            continue  # a session's own observations are that session's alone (docs/search.md)
-        if is_holder(c.session) and c.session != TENANT_SESSION:
-            continue  # AgentOps' holders: reached through their own routes, not recall
-        if c.session == TENANT_SESSION and c.section != OBSERVATIONS:
-            continue  # facts come in through `facts=`
-        bm25.setdefault((c.session, c.section, c.id), c.bm25)
-    items: dict[tuple[str, str, str], Item] = {}
-    neighbours: dict[tuple[str, str, str], list[tuple[str, str, str]]] = {}
+        key = (c.session, c.section, c.id)
+        if key not in bm25 and (item := _admitted(state, tenant, key, user, across_users)):
+            bm25[key], items[key] = c.bm25, item
+    cosine: dict[Key, float] = {}
+    for session_id, section_name, id_, score in similar:
+        key = (session_id, section_name, id_)
+        if key not in cosine and (item := _admitted(state, tenant, key, user, across_users)):
+            cosine[key], items[key] = score, item
+    # Each candidate lends part of its score to the turns just before and after it.
+    lent: dict[Key, float] = {}
     order_of: dict[tuple[str, str], tuple[list[str], dict[str, int]]] = {}
-    for key in list(bm25):
+    for key, score in bm25.items():
         session_id, section_name, id_ = key
-        session = state.sessions.get((tenant, session_id))
-        section = session.sections.get(section_name) if session is not None else None
-        item = section.items.get(id_) if section is not None else None
-        if section is None or item is None:
-            del bm25[key]  # gone since the index was queried
-            continue
-        if session_id == TENANT_SESSION and not visible_observation(item, user, across_users):
-            del bm25[key]
-            continue
+        if section_name == OBSERVATIONS:
+            continue  # observations stand alone
+        section = state.sessions[(tenant, session_id)].sections[section_name]
         known = order_of.get((session_id, section_name))
         if known is None:
             ordered = [i.id for i in sorted(section.items.values(), key=lambda i: i.order)]
@@ -159,26 +179,18 @@ def rank(
             )
         ids, position = known
         at = position[id_]
-        near = [ids[j] for j in (at - 1, at + 1) if 0 <= j < len(ids)]
-        neighbours[key] = [(session_id, section_name, n) for n in near]
-        items[key] = item
-        for n in near:
-            items.setdefault((session_id, section_name, n), section.items[n])
-    # Each candidate lends part of its score to the turns around it.
-    lent: dict[tuple[str, str, str], float] = {}
-    for key, around in neighbours.items():
-        if key[1] == OBSERVATIONS:
-            continue  # observations stand alone
-        for n_key in around:
-            lent[n_key] = lent.get(n_key, 0.0) + NEIGHBOUR_WEIGHT * bm25[key]
-    top = sorted(bm25.items(), key=lambda kv: -kv[1])[:SESSION_HITS]
-    by_session: dict[str, float] = {}
-    for (session_id, _, _), score in top:
-        by_session[session_id] = by_session.get(session_id, 0.0) + score
+        for j in (at - 1, at + 1):
+            if 0 <= j < len(ids):
+                near = (session_id, section_name, ids[j])
+                items.setdefault(near, section.items[ids[j]])
+                lent[near] = lent.get(near, 0.0) + NEIGHBOUR_WEIGHT * score
+    by_session: dict[str, float] = {}  # a session's share of the best hits
+    for key, score in sorted(bm25.items(), key=lambda kv: -kv[1])[:SESSION_HITS]:
+        by_session[key[0]] = by_session.get(key[0], 0.0) + score
     best_session = max(by_session.values(), default=0.0)
-    keys = set(bm25) | set(lent)
-    base = {k: bm25.get(k, 0.0) + lent.get(k, 0.0) for k in keys}
-    scale = max(base.values(), default=0.0)
+    keys = set(bm25) | set(lent) | set(cosine)
+    lexical = {k: bm25.get(k, 0.0) + lent.get(k, 0.0) for k in keys}
+    scale = max(lexical.values(), default=0.0)
     ranked = []
     for key in keys:
         signals = {}
@@ -186,42 +198,40 @@ def rank(
             signals["bm25"] = round(bm25[key], 6)
         if key in lent:
             signals["neighbours"] = round(lent[key], 6)
-        score = base[key]
-        if best_session > 0 and key[0] in by_session:
+        if best_session > 0 and key[0] in by_session and scale > 0:
             boost = SESSION_WEIGHT * scale * by_session[key[0]] / best_session
             signals["session"] = round(boost, 6)
-            score += boost
-        if semantic is not None and (key[0], key[2]) in semantic:
-            signals["semantic"] = round(semantic[(key[0], key[2])], 6)
-        ranked.append(Ranked(key[0], key[1], key[2], score, signals))
-    if semantic is not None:
-        ranked = fuse(ranked)
-    order = {key: items[key].order for key in keys}
-    ranked.sort(key=lambda r: (-r.score, r.session, order[(r.session, r.section, r.id)]))
+            lexical[key] += boost
+        if key in cosine:
+            signals["semantic"] = round(cosine[key], 6)
+        ranked.append(Ranked(key[0], key[1], key[2], lexical[key], signals))
+    if cosine:
+        ranked = fuse(ranked, cosine)
+    ranked.sort(key=lambda r: (-r.score, r.session, items[(r.session, r.section, r.id)].order))
     return ranked
 
 
-RRF_K = 60  # reciprocal rank fusion's constant (Cormack et al. 2009)
-SEMANTIC_WEIGHT = 0.5  # of the semantic ranking against the lexical one, in the fusion
+SEMANTIC_WEIGHT = 0.4  # of the semantic ranking in the fusion (docs/recall.md: measured)
 
 
-def fuse(ranked: list[Ranked]) -> list[Ranked]:
-    """The lexical ranking fused with the semantic one by weighted reciprocal ranks; the
-    lexical rank keeps weight 1 (docs/recall.md has how the weight was chosen)."""
-    lexical = sorted(ranked, key=lambda r: -r.score)
-    semantic = sorted(
-        (r for r in ranked if "semantic" in r.signals), key=lambda r: -r.signals["semantic"]
-    )
-    fused: dict[tuple[str, str, str], float] = {}
-    for at, r in enumerate(lexical):
-        fused[(r.session, r.section, r.id)] = 1 / (RRF_K + at + 1)
-    for at, r in enumerate(semantic):
-        key = (r.session, r.section, r.id)
-        fused[key] = fused[key] + SEMANTIC_WEIGHT / (RRF_K + at + 1)
+def fuse(ranked: list[Ranked], cosine: dict[Key, float]) -> list[Ranked]:
+    """The lexical scores and the cosine similarities, each scaled to [0, 1] over the
+    candidates (min-max), combined linearly; a candidate one side did not find gets 0 there."""
+
+    def scaled(values: dict[Key, float]) -> dict[Key, float]:
+        low, high = min(values.values()), max(values.values())
+        span = high - low
+        return {k: (v - low) / span if span > 0 else 1.0 for k, v in values.items()}
+
+    lexical = scaled({(r.session, r.section, r.id): r.score for r in ranked})
+    semantic = scaled(cosine)
     return [
-        Ranked(r.session, r.section, r.id, fused[(r.session, r.section, r.id)], r.signals)
+        Ranked(r.session, r.section, r.id,
+               (1 - SEMANTIC_WEIGHT) * lexical[key] + SEMANTIC_WEIGHT * semantic.get(key, 0.0),
+               r.signals)
         for r in ranked
-    ]
+        for key in [(r.session, r.section, r.id)]
+    ]  # fmt: skip
 
 
 # ---- rendering ---------------------------------------------------------------------------------
@@ -301,9 +311,6 @@ def _call_name(call: object) -> str:
     function = call.get("function") if isinstance(call, dict) else None
     name = function.get("name") if isinstance(function, dict) else None
     return name if isinstance(name, str) else "a tool"
-
-
-Key = tuple[str, str, str]  # (session, section, item id)
 
 
 def build(

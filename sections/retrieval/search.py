@@ -337,7 +337,10 @@ class SearchIndex:
     def follow(self, state: MemoryState, record: Record, content_of: ContentOf) -> None:
         """Queue what `record`, just applied to `state`, changes in the index; the index's own
         thread applies the queue (and a query applies what is left before it runs)."""
-        changes = changes_of(state, record, content_of)
+        self.follow_changes(changes_of(state, record, content_of))
+
+    def follow_changes(self, changes: list[Change]) -> None:
+        """Queue changes already computed by `changes_of` (one computation for every index)."""
         if changes:
             self._queue.extend(changes)
             self._queued.set()

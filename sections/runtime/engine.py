@@ -406,6 +406,11 @@ class Engine:
     def search(self, tenant: str, query: Query) -> list[Hit]:
         return self.live.search(tenant, query)
 
+    def similar(
+        self, tenant: str, text: str, sessions: tuple[str, ...] | None, top_k: int
+    ) -> list[tuple[str, str, str, float]]:
+        return self.live.similar(tenant, text, sessions, top_k)
+
     def state_at(self, seq: int) -> MemoryState:
         if self.live.writer.closed:
             raise WriterClosed("the memory is closed")

@@ -24,11 +24,13 @@ from eventstore.filters import RecordFilter
 from eventstore.reader import LogReader
 from eventstore.record import Record
 from eventstore.writer import Entry, LogWriter, Pending
+from sections.errors import ConfigError
 from sections.model.commands import payload
-from sections.model.item import Item
+from sections.model.item import Item, item_id
 from sections.model.projection import apply, redaction_done
 from sections.model.state import MemoryState
-from sections.retrieval.search import Hit, Query
+from sections.retrieval.search import K_BITS, Hit, Query, changes_of
+from sections.retrieval.semantic import SemanticIndex, load_embedder
 from sections.retrieval.views import ItemView
 from sections.runtime.history import History
 from sections.runtime.snapshot import (
@@ -47,9 +49,13 @@ log = logging.getLogger("ledgermem.memory")
 class LiveState:
     """A log's state and search index, kept equal to the log record by record."""
 
-    def __init__(self, writer: LogWriter, log_dir: Path, root: Path, snapshot_every: int) -> None:
+    def __init__(
+        self, writer: LogWriter, log_dir: Path, root: Path, snapshot_every: int,
+        semantic: bool = False,
+    ) -> None:  # fmt: skip
         """Load the state of `writer`'s log, read from `log_dir`; `root` keeps the caches
-        (snapshots/, index/)."""
+        (snapshots/, index/). With `semantic`, an embedding index follows the state too
+        (sections/retrieval/semantic.py; ConfigError without the install extra)."""
         self.writer = writer
         self.reader = LogReader(log_dir, index_dir=root / "index")
         self.snapshot_dir = root / "snapshots"
@@ -66,6 +72,21 @@ class LiveState:
         self.search_index, self.search_index_source = open_search_index(
             self.snapshot_dir, snapshot, self.state, touched, self.content_of
         )
+        self.semantic: SemanticIndex | None = None
+        if semantic:
+            self.semantic = self._semantic_index()
+
+    def _semantic_index(self) -> SemanticIndex:
+        """An embedding index of the state, its vectors computed in its own thread."""
+        embedder = load_embedder()
+        if embedder is None:
+            self.search_index.close()
+            raise ConfigError(
+                "recall semantic = true needs the semantic extra: pip install 'ledgermem[semantic]'"
+            )
+        index = SemanticIndex(embedder)
+        index.build(self.state, self.content_of)
+        return index
 
     # ---- applying what was appended --------------------------------------------------------------
 
@@ -83,7 +104,10 @@ class LiveState:
                 logged = _logged(records[n], orjson.loads(entry.jcs))
                 records[n] = logged
                 apply(self.state, logged, self.history.restate)
-                self.search_index.follow(self.state, logged, self.content_of)
+                changes = changes_of(self.state, logged, self.content_of)
+                self.search_index.follow_changes(changes)
+                if self.semantic is not None:
+                    self.semantic.follow_changes(changes)
         except BaseException as exc:
             self.failed = exc
             error = WriterClosed(f"memory stopped: applying a logged record failed ({exc!r})")
@@ -155,6 +179,20 @@ class LiveState:
         if self.writer.closed:
             raise WriterClosed("the memory is closed")
         return self.search_index.search(tenant, query)
+
+    def similar(
+        self, tenant: str, text: str, sessions: tuple[str, ...] | None, top_k: int
+    ) -> list[tuple[str, str, str, float]]:
+        """The semantic index's nearest items, (session, section, id, cosine), best first;
+        none without the index."""
+        if self.writer.closed:
+            raise WriterClosed("the memory is closed")
+        if self.semantic is None:
+            return []
+        return [
+            (session, section, item_id(row >> K_BITS, row & ((1 << K_BITS) - 1)), score)
+            for row, session, section, score in self.semantic.search(tenant, text, sessions, top_k)
+        ]
 
     def session_records(self, tenant: str, session: str) -> tuple[list[Record], int]:
         """Every record of (tenant, session), from a scan of the files, unlocked; the last seq
@@ -244,7 +282,12 @@ class LiveState:
                 self.state = state
                 self.since_snapshot = 0
                 self.failed = None
+                old_semantic = self.semantic
+                if old_semantic is not None:
+                    self.semantic = self._semantic_index()
             old_index.close()
+            if old_semantic is not None:
+                old_semantic.close()
             self.finish_redactions()  # an erase whose redaction the failure stopped
             return True
 
@@ -262,6 +305,8 @@ class LiveState:
         finally:
             self.writer.close()
             self.search_index.close()
+            if self.semantic is not None:
+                self.semantic.close()
 
 
 def _logged(record: Record, payload: object) -> Record:

@@ -141,7 +141,8 @@ class Memory:
         self.data, self.key, self.log_dir = data, key, log_dir
         self.fact_extractor = None
         try:
-            live = LiveState(writer, log_dir, data.root, snapshot_every)
+            live = LiveState(writer, log_dir, data.root, snapshot_every,
+                             settings["config"].recall_semantic)  # fmt: skip
             self._engine = Engine(live, **settings)
             self._live = live
             self._engine.recover()
@@ -443,6 +444,13 @@ class Memory:
     async def expire_sessions_async(self, ttl_seconds: float) -> list[tuple[str, str]]:
         args = (retention.max_age_us(ttl_seconds), retention.TTL, True)
         return await self.run_async(specs.CLEANUP, self.tenant, None, args)
+
+    def settle(self, timeout: float | None = None) -> bool:
+        """Wait until the projections computed in the background (the semantic extra's
+        embeddings) have caught up with everything applied so far; False on timeout. Recall
+        works before that, on what is computed (docs/recall.md)."""
+        semantic = self._live.semantic
+        return True if semantic is None else semantic.flush(timeout)
 
     # ---- search, observations, summaries ---------------------------------------------------------
 

@@ -86,6 +86,13 @@ class CommandContext(Protocol):
         read yet: the decision that follows records what it returns."""
         ...
 
+    def similar(
+        self, tenant: str, text: str, sessions: tuple[str, ...] | None, top_k: int
+    ) -> list[tuple[str, str, str, float]]:
+        """The items nearest `text` by the semantic extra's embeddings, (session, section, id,
+        cosine) best first, within `sessions` (None: the tenant); none when it is off."""
+        ...
+
     def state_at(self, seq: int) -> MemoryState:
         """The state right after record `seq` (time travel): a replay of the files.
         WriterClosed once the memory is closed."""

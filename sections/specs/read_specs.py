@@ -128,10 +128,11 @@ def _ranked_observations(ctx: CommandContext, call: Call) -> tuple:
     return budget, sections, reader, extra, hits, fact_hits, _recall_candidates(ctx, call, extra)
 
 
-def _recall_candidates(ctx: CommandContext, call: Call, extra: Extra) -> list[recall.Candidate]:
-    """The BM25 candidates of the user's past for the query (outside the lock)."""
+def _recall_candidates(ctx: CommandContext, call: Call, extra: Extra) -> tuple[list, list]:
+    """The BM25 candidates of the user's past for the query, and the semantic extra's nearest
+    items (outside the lock)."""
     if extra.recall_share(ctx.config.recall_share) is None or extra.query is None:
-        return []
+        return [], []
     tenant, session_id = call.tenant, call.session_id
     across = ctx.config.recall_crosses_users(tenant)
     scope = ctx.read(lambda state: recall.scope_sessions(state, tenant, session_id, across))
@@ -143,14 +144,16 @@ def _recall_candidates(ctx: CommandContext, call: Call, extra: Extra) -> list[re
         also=((TENANT_SESSION, OBSERVATIONS),) if scope is not None else (),
         snippets=False,
     )
-    return [
-        recall.Candidate(h.session, h.section, h.id, h.score) for h in ctx.search(tenant, query)
-    ]
+    lexical = [recall.Candidate(h.session, h.section, h.id, h.score)
+               for h in ctx.search(tenant, query)]  # fmt: skip
+    near = ctx.similar(tenant, extra.query[: inject.QUERY_CHARS],
+                       None if scope is None else (*scope, TENANT_SESSION), recall.SIMILAR)  # fmt: skip
+    return lexical, near
 
 
 def _recall_request(
     ctx: CommandContext, state: MemoryState, call: Call, extra: Extra,
-    candidates: list[recall.Candidate], counter: TokenCounter,
+    candidates: tuple[list, list], counter: TokenCounter,
 ) -> render.RecallRequest | None:  # fmt: skip
     share = extra.recall_share(ctx.config.recall_share)
     if share is None or extra.query is None:
@@ -158,7 +161,7 @@ def _recall_request(
     tenant = call.tenant
     across = ctx.config.recall_crosses_users(tenant)
     user = recall.user_of(get_session(state, tenant, call.session_id))
-    ranked = recall.rank(state, tenant, candidates, user, across)
+    ranked = recall.rank(state, tenant, candidates[0], user, across, candidates[1])
 
     def fill(already: set[tuple[str, str]], limit: int) -> render.Injection:
         return recall.build(state, tenant, ranked, already, limit, counter, ctx.content_of)

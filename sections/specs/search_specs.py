@@ -120,14 +120,18 @@ def _ranked(
                      also=((TENANT_SESSION, OBSERVATIONS),) if sessions is not None else ())  # fmt: skip
     candidates = [recall.Candidate(h.session, h.section, h.id, h.score)
                   for h in ctx.search(tenant, wanted)]  # fmt: skip
-    ranked = ctx.read(lambda state: recall.rank(state, tenant, candidates, user, scope == "tenant"))
+    near = ctx.similar(tenant, query.text,
+                       None if sessions is None else (*sessions, TENANT_SESSION), recall.SIMILAR)  # fmt: skip
+    ranked = ctx.read(
+        lambda state: recall.rank(state, tenant, candidates, user, scope == "tenant", near)
+    )
     if (
         query.sections is not None
         or query.tags
         or query.since is not None
         or query.until is not None
     ):
-        ranked = [r for r in ranked if "bm25" in r.signals]  # neighbours may not pass the filters
+        ranked = [r for r in ranked if "bm25" in r.signals]  # the others may not pass them
     ranked = ranked[: query.top_k]
     rows = tuple(rowid(*parse_item_id(r.id)) for r in ranked)
     snippets = {(h.session, h.id): h.snippet for h in ctx.search(
