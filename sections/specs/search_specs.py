@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 
 from eventstore.errors import InvalidInput
 from eventstore.record import Record
+from sections.errors import UserConflict
 from sections.model import commands
 from sections.model.commands import Decision, get_session, payload
 from sections.model.item import item_id
@@ -190,7 +191,7 @@ def _observe(ctx: CommandContext, state: MemoryState, call: Call) -> Decision:
         wanted = user
         user = inject.user_of(state, call.tenant, source) if source is not None else None
         if user is None and wanted.required:
-            raise InvalidInput(
+            raise UserConflict(
                 f"session {source!r} has no user (metadata user_id): scope 'user' needs one"
             )
     command, tier, item = observations.decide(
