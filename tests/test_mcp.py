@@ -156,26 +156,27 @@ def test_stdio_on_a_data_directory(tmp_path: Path) -> None:
 
             first = structured(await client.call_tool("mem_save", {
                 "type": "decision", "title": "Pool size", "content": "pool=50 for the billing db",
-                "tags": ["db"],
+                "tags": ["db"], "scope": "session",
             }))  # fmt: skip
             assert first["tier"] == "inserted" and first["session"] == "agent-1"
             again = structured(await client.call_tool("mem_save", {
                 "type": "decision", "title": "Pool size", "content": "POOL=50  for the billing DB",
+                "scope": "session",
             }))  # fmt: skip
             assert (again["id"], again["tier"], again["duplicates"]) == (
                 first["id"],
                 "duplicate",
                 1,
             )
-            keyed = {"type": "config", "title": "Timeout", "topic_key": "db.timeout"}
+            keyed = {"type": "config", "title": "Timeout", "topic_key": "db.timeout",
+                     "scope": "session"}  # fmt: skip
             one = structured(await client.call_tool("mem_save", {**keyed, "content": "30 s"}))
             two = structured(await client.call_tool("mem_save", {**keyed, "content": "45 s"}))
             assert (two["id"], two["tier"], two["revision"]) == (one["id"], "revised", 2)
             wide = structured(await client.call_tool("mem_save", {
                 "type": "preference", "title": "Tone", "content": "brief answers",
-                "scope": "tenant",
             }))  # fmt: skip
-            assert wide["session"] == "_tenant"
+            assert wide["session"] == "_tenant"  # no user: tenant-wide by default
 
             hits = structured(await client.call_tool("mem_search", {"query": "billing pool"}))
             assert [h["id"] for h in hits["hits"]][:1] == [first["id"]]
@@ -231,7 +232,8 @@ def test_the_commands_http_transport(tmp_path: Path) -> None:
                 return saved, hits
 
         saved, hits = run(scenario())
-        assert [h["id"] for h in hits["hits"]] == [saved["id"]] and saved["session"] == "h"
+        # no user: tenant-wide by default, from the connection's session
+        assert [h["id"] for h in hits["hits"]] == [saved["id"]] and saved["session"] == "_tenant"
         # The SDK's own Host and Origin checks guard the loopback port (DNS rebinding).
         rebound = httpx.post(url, json={}, headers={"Host": "evil.example"})
         assert rebound.status_code == 421
@@ -243,9 +245,8 @@ def test_the_commands_http_transport(tmp_path: Path) -> None:
             proc.wait()
     memory = Memory.open(data)  # closed cleanly: the save is in the log
     try:
-        assert [i.id for i in memory.session("h", create=False).get("observations")] == [
-            saved["id"]
-        ]
+        (item,) = memory.session("_tenant", create=False).get("observations")
+        assert (item.id, item.metadata["session"]) == (saved["id"], "h")
     finally:
         memory.close()
     refused_host = subprocess.run(
@@ -298,6 +299,7 @@ def test_streamable_http_in_the_service(service: httpx.Client) -> None:
             assert {t.name for t in (await a.list_tools()).tools} == TOOLS
             saved = structured(await a.call_tool("mem_save", {
                 "type": "discovery", "title": "Export retries", "content": content,
+                "scope": "session",
             }))  # fmt: skip
             record = await asyncio.wait_for(delivered, PATIENCE)
             assert (record["tenant"], record["session"]) == ("acme", "http-1")
@@ -341,6 +343,7 @@ def test_streamable_http_in_the_service(service: httpx.Client) -> None:
         async with over_http(url, "tok-a", session="http-1", mode="legacy") as old:
             again = structured(await old.call_tool("mem_save", {
                 "type": "discovery", "title": "Export retries", "content": content,
+                "scope": "session",
             }))  # fmt: skip
             assert (again["id"], again["tier"]) == (saved["id"], "duplicate")
 
