@@ -171,13 +171,29 @@ def observation_args(
 
 
 def _observations_session(ctx: CommandContext, call: Call) -> tuple:
-    _, _, tenant_wide, source, _ = call.args
+    _, _, tenant_wide, source, user = call.args
     tenant = call.tenant
     if tenant_wide:
         if source is not None:  # refused before `_tenant` is made for it (decide checks again)
-            ctx.read(lambda state: commands.check_open(get_session(state, tenant, source)))
+            ctx.read(lambda state: _user_of_source(state, tenant, source, user))
         ctx.append(lambda state: tenant_session(ctx, state, tenant))
     return call.args
+
+
+def _user_of_source(
+    state: MemoryState, tenant: str, source: str, user: str | SourceUser | None
+) -> str | None:
+    """The user an observation from the open session `source` is for: `user`, or with
+    `SourceUser` the session's own (refused when required and it has none)."""
+    commands.check_open(get_session(state, tenant, source))
+    if not isinstance(user, SourceUser):
+        return user
+    found = inject.user_of(state, tenant, source)
+    if found is None and user.required:
+        raise UserConflict(
+            f"session {source!r} has no user (metadata user_id): scope 'user' needs one"
+        )
+    return found
 
 
 def _observe(ctx: CommandContext, state: MemoryState, call: Call) -> Decision:
@@ -186,14 +202,7 @@ def _observe(ctx: CommandContext, state: MemoryState, call: Call) -> Decision:
     if session_id != TENANT_SESSION:  # the tenant's own session outlives any end()
         commands.check_open(target)
     if source is not None:  # an ended session writes nothing more, tenant-wide neither
-        commands.check_open(get_session(state, call.tenant, source))
-    if isinstance(user, SourceUser):  # decided here: the session it names is this one
-        wanted = user
-        user = inject.user_of(state, call.tenant, source) if source is not None else None
-        if user is None and wanted.required:
-            raise UserConflict(
-                f"session {source!r} has no user (metadata user_id): scope 'user' needs one"
-            )
+        user = _user_of_source(state, call.tenant, source, user)  # decided on this state
     command, tier, item = observations.decide(
         target, obs, ctx.decision_ts, ctx.dedup_window_us, ctx.counter_of(target),
         ctx.content_of, source, user,
