@@ -27,7 +27,7 @@ __all__ = [
     "ItemView", "SearchHit", "Outcome", "Fact", "Record",
     # the typed errors
     "InvalidInput", "MemoryError_", "ConfigError", "ConflictingSettings", "FactConflict",
-    "NotFound", "SessionNotFound", "SectionNotFound", "ItemNotFound", "SessionExists",
+    "UserConflict", "NotFound", "SessionNotFound", "SectionNotFound", "ItemNotFound", "SessionExists",
     "Refused", "ImmutableSection", "BudgetExceeded", "ItemTooLarge", "NotAdmitted",
     "CannotCompact", "SessionEnded", "IdempotencyConflict", "VersionConflict",
     "SummarizerFailed",
@@ -55,6 +55,7 @@ _FROM = {
         "SessionNotFound", "SectionNotFound", "ItemNotFound", "SessionExists", "Refused",
         "ImmutableSection", "BudgetExceeded", "ItemTooLarge", "NotAdmitted", "CannotCompact",
         "SessionEnded", "IdempotencyConflict", "VersionConflict", "SummarizerFailed",
+        "UserConflict",
     ),
     "sections.adapters.jaf": ("LedgerMemoryProvider", "create_memory_provider_from_env"),
     "sections.adapters.kaos": ("LocalMemory", "NullMemory", "memory_from_env"),
@@ -88,6 +89,7 @@ if TYPE_CHECKING:
         SessionExists,
         SessionNotFound,
         SummarizerFailed,
+        UserConflict,
         VersionConflict,
     )
     from sections.model.capture_rules import CaptureRules

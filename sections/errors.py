@@ -29,6 +29,12 @@ class FactConflict(InvalidInput):
     answers 409, as for any request its target's current state refuses."""
 
 
+class UserConflict(InvalidInput):
+    """A well-formed call its sessions' users refuse: an observation for the user of a session
+    that has none (scope "user"), an MCP connection naming a user its session does not belong
+    to. Still InvalidInput to the Python API; HTTP answers 409 `user_conflict`."""
+
+
 class ConflictingSettings(ConfigError):
     """Settings each valid that cannot work together (policy `none` on a bounded mutable
     section, `compact_at_tokens` over `budget_tokens`): over HTTP a 422, like a budget that

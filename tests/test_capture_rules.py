@@ -118,7 +118,7 @@ def test_the_observation_has_agentops_title_and_tags_and_names_the_rule():
         ('[[memory_save_rules]]\ntool = "bash"\ntype = "gossip"\n',
          "memory_save_rules[0]: type 'gossip' is not one of"),
         ('[[memory_save_rules]]\ntool = "bash"\nscope = "global"\n',
-         "memory_save_rules[0]: scope 'global' is not one of session, tenant"),
+         "memory_save_rules[0]: scope 'global' is not one of session, user, tenant"),
         ('[[memory_save_rules]]\nname = "x"\n', "memory_save_rules[0]: tool must be"),
         ('[[memory_save_rules]]\ntool = "bash"\nmatchOutput = "e"\n',
          "memory_save_rules[0]: unknown keys ['matchOutput']"),

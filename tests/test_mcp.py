@@ -55,8 +55,11 @@ def stdio(*args: str) -> Client:
 
 
 @contextlib.asynccontextmanager
-async def over_http(url: str, token: str | None, session: str | None = None, mode="auto"):
-    query = f"?session={session}" if session else ""
+async def over_http(
+    url: str, token: str | None, session: str | None = None, mode="auto", user: str | None = None
+):
+    named = {k: v for k, v in (("session", session), ("user", user)) if v}
+    query = "?" + "&".join(f"{k}={v}" for k, v in named.items()) if named else ""
     auth = {"Authorization": f"Bearer {token}"} if token else {}
     async with (
         httpx2.AsyncClient(headers=auth, timeout=PATIENCE) as http,
@@ -156,26 +159,27 @@ def test_stdio_on_a_data_directory(tmp_path: Path) -> None:
 
             first = structured(await client.call_tool("mem_save", {
                 "type": "decision", "title": "Pool size", "content": "pool=50 for the billing db",
-                "tags": ["db"],
+                "tags": ["db"], "scope": "session",
             }))  # fmt: skip
             assert first["tier"] == "inserted" and first["session"] == "agent-1"
             again = structured(await client.call_tool("mem_save", {
                 "type": "decision", "title": "Pool size", "content": "POOL=50  for the billing DB",
+                "scope": "session",
             }))  # fmt: skip
             assert (again["id"], again["tier"], again["duplicates"]) == (
                 first["id"],
                 "duplicate",
                 1,
             )
-            keyed = {"type": "config", "title": "Timeout", "topic_key": "db.timeout"}
+            keyed = {"type": "config", "title": "Timeout", "topic_key": "db.timeout",
+                     "scope": "session"}  # fmt: skip
             one = structured(await client.call_tool("mem_save", {**keyed, "content": "30 s"}))
             two = structured(await client.call_tool("mem_save", {**keyed, "content": "45 s"}))
             assert (two["id"], two["tier"], two["revision"]) == (one["id"], "revised", 2)
             wide = structured(await client.call_tool("mem_save", {
                 "type": "preference", "title": "Tone", "content": "brief answers",
-                "scope": "tenant",
             }))  # fmt: skip
-            assert wide["session"] == "_tenant"
+            assert wide["session"] == "_tenant"  # no user: tenant-wide by default
 
             hits = structured(await client.call_tool("mem_search", {"query": "billing pool"}))
             assert [h["id"] for h in hits["hits"]][:1] == [first["id"]]
@@ -231,7 +235,8 @@ def test_the_commands_http_transport(tmp_path: Path) -> None:
                 return saved, hits
 
         saved, hits = run(scenario())
-        assert [h["id"] for h in hits["hits"]] == [saved["id"]] and saved["session"] == "h"
+        # no user: tenant-wide by default, from the connection's session
+        assert [h["id"] for h in hits["hits"]] == [saved["id"]] and saved["session"] == "_tenant"
         # The SDK's own Host and Origin checks guard the loopback port (DNS rebinding).
         rebound = httpx.post(url, json={}, headers={"Host": "evil.example"})
         assert rebound.status_code == 421
@@ -243,9 +248,8 @@ def test_the_commands_http_transport(tmp_path: Path) -> None:
             proc.wait()
     memory = Memory.open(data)  # closed cleanly: the save is in the log
     try:
-        assert [i.id for i in memory.session("h", create=False).get("observations")] == [
-            saved["id"]
-        ]
+        (item,) = memory.session("_tenant", create=False).get("observations")
+        assert (item.id, item.metadata["session"]) == (saved["id"], "h")
     finally:
         memory.close()
     refused_host = subprocess.run(
@@ -298,6 +302,7 @@ def test_streamable_http_in_the_service(service: httpx.Client) -> None:
             assert {t.name for t in (await a.list_tools()).tools} == TOOLS
             saved = structured(await a.call_tool("mem_save", {
                 "type": "discovery", "title": "Export retries", "content": content,
+                "scope": "session",
             }))  # fmt: skip
             record = await asyncio.wait_for(delivered, PATIENCE)
             assert (record["tenant"], record["session"]) == ("acme", "http-1")
@@ -341,6 +346,7 @@ def test_streamable_http_in_the_service(service: httpx.Client) -> None:
         async with over_http(url, "tok-a", session="http-1", mode="legacy") as old:
             again = structured(await old.call_tool("mem_save", {
                 "type": "discovery", "title": "Export retries", "content": content,
+                "scope": "session",
             }))  # fmt: skip
             assert (again["id"], again["tier"]) == (saved["id"], "duplicate")
 
@@ -435,6 +441,90 @@ def test_stdio_against_the_service(service: httpx.Client) -> None:
                              "parameter or cookie)")  # fmt: skip
 
     run(others(run(scenario())))
+
+
+def test_a_users_saves_reach_their_next_run_and_no_other_user(service: httpx.Client) -> None:
+    """One session per run: what run 1 of a user saves (by default, for the user), run 2 of the
+    same user sees in mem_context and mem_search, over /mcp and over stdio with --url (the REST
+    backend); another user of the same tenant never does; a tenant-wide save reaches both."""
+    url = str(service.base_url).rstrip("/")
+    head = readyz_head(service)
+    mine = "the staging cluster needs the vpn profile named zephyr"
+    shared = "the tenant's wiki lives at the quokka address"
+
+    def text_of(context: dict) -> str:
+        return context["text"]
+
+    async def scenario() -> None:
+        async with over_http(url, "tok-a", session="ana-run-1", user="ana") as run1:
+            saved = structured(await run1.call_tool("mem_save", {
+                "type": "config", "title": "VPN profile", "content": mine,
+            }))  # fmt: skip
+            assert (saved["session"], saved["tier"]) == ("_tenant", "inserted")
+            info = resource_json(await run1.read_resource("ledgermem://sessions/ana-run-1"))
+            assert info["metadata"] == {"user_id": "ana"}  # made with the connection's user
+        async with over_http(url, "tok-a", session="ops-run-1") as tenant_run:  # no user
+            wide = structured(await tenant_run.call_tool("mem_save", {
+                "type": "learning", "title": "Wiki", "content": shared,
+            }))  # fmt: skip
+            assert wide["session"] == "_tenant"
+        section = resource_json(await tenant_run_read(url))
+        owners = {i["id"]: i["metadata"].get("user_id") for i in section["items"]}
+        assert (owners[saved["id"]], owners[wide["id"]]) == ("ana", None)
+
+        async with over_http(url, "tok-a", session="ana-run-2", user="ana") as run2:
+            text = text_of(structured(await run2.call_tool("mem_context", {})))
+            assert mine in text and shared in text
+            hits = structured(await run2.call_tool("mem_search", {"query": "vpn zephyr"}))
+            assert saved["id"] in [h["id"] for h in hits["hits"]]
+
+        async with over_http(url, "tok-a", session="bob-run-1", user="bob") as bob:
+            text = text_of(structured(await bob.call_tool("mem_context", {})))
+            assert shared in text and mine not in text and "zephyr" not in text
+            hits = structured(await bob.call_tool("mem_search", {"query": "vpn zephyr"}))
+            assert saved["id"] not in [h["id"] for h in hits["hits"]]
+            hits = structured(await bob.call_tool("mem_search", {"query": "wiki quokka"}))
+            assert wide["id"] in [h["id"] for h in hits["hits"]]
+        # a user's save without a named session: its own default session, mcp@<user>
+        async with over_http(url, "tok-a", user="bob") as bob_default:
+            own = structured(await bob_default.call_tool("mem_save", {
+                "type": "preference", "title": "Editor", "content": "bob edits with helix",
+            }))  # fmt: skip
+            info = resource_json(await bob_default.read_resource("ledgermem://sessions/mcp%40bob"))
+            assert info["metadata"] == {"user_id": "bob"} and own["session"] == "_tenant"
+
+        # A session belongs to one user: naming another is refused, nothing appended.
+        before = await head()
+        async with over_http(url, "tok-a", session="ana-run-1", user="bob") as wrong:
+            text = await refused(
+                wrong, "mem_save", {"type": "config", "title": "t", "content": "c"}
+            )
+            assert "user_conflict: session 'ana-run-1' belongs to user 'ana'" in text
+            assert "user_conflict" in await refused(wrong, "mem_context", {})
+        async with over_http(url, "tok-a", session="ops-run-1") as no_user:
+            text = await refused(no_user, "mem_save", {
+                "type": "config", "title": "t", "content": "c", "scope": "user",
+            })  # fmt: skip
+            assert "user_conflict: scope 'user' needs a user" in text
+        assert await head() == before
+
+    async def tenant_run_read(url: str):
+        async with over_http(url, "tok-a", session="ops-run-1") as reader:
+            return await reader.read_resource("ledgermem://sessions/_tenant/sections/observations")
+
+    async def over_stdio(user: str, session: str) -> tuple[str, list[str]]:
+        args = ("--url", url, "--token", "tok-a", "--session", session, "--user", user)
+        async with stdio(*args) as client:
+            text = text_of(structured(await client.call_tool("mem_context", {})))
+            hits = structured(await client.call_tool("mem_search", {"query": "vpn zephyr"}))
+            return text, [h["content"] for h in hits["hits"]]
+
+    run(scenario())
+    ana_text, ana_hits = run(over_stdio("ana", "ana-run-3"))
+    assert mine in ana_text and shared in ana_text and mine in ana_hits
+    bob_text, bob_hits = run(over_stdio("bob", "bob-run-2"))
+    assert shared in bob_text and "bob edits with helix" in bob_text
+    assert mine not in bob_text and mine not in bob_hits
 
 
 # ---- without the mcp package --------------------------------------------------------------------

@@ -266,3 +266,35 @@ def test_scoped_search_and_recall_over_http(client):
         refused = client.post("/v1/sessions/rec-u1-new/context",
                               json={"budget": 500, "query": "necklace", "recall": wrong}, headers=A)  # fmt: skip
         assert refused.status_code == 400, refused.text
+
+
+def test_observations_of_a_user_over_http(client):
+    """{user} on POST /v1/observations, scope `user` (a user's session's default) on a session's
+    route, ?user= on the tenant's search; 400 for session and user together, 409 user_conflict
+    for scope `user` from a session of no user (nothing appended either way)."""
+    for sid, meta in (("u-ana", {"user_id": "ana"}), ("u-bob", {"user_id": "bob"}), ("u-none", {})):
+        client.put(f"/v1/sessions/{sid}", json={"metadata": meta}, headers=A)
+    body = {"type": "learning", "title": "Lamp", "content": "ana's lamp is amber"}
+    mine = client.post("/v1/sessions/u-ana/observations", json=body, headers=A)
+    assert mine.status_code == 201 and mine.json()["session"] == "_tenant"
+    bob = {"type": "learning", "title": "Lamp", "content": "bob's lamp is teal", "user": "bob"}
+    assert client.post("/v1/observations", json=bob, headers=A).status_code == 201
+
+    def found(path: str, **params) -> set[str]:
+        got = client.get(path, params={"q": "lamp", **params}, headers=A)
+        assert got.status_code == 200, got.text
+        return {h["item"]["content"] for h in got.json()["hits"]}
+
+    assert found("/v1/sessions/u-ana/search") == {"ana's lamp is amber"}
+    assert found("/v1/sessions/u-bob/search") == {"bob's lamp is teal"}
+    assert found("/v1/sessions/u-none/search") == set()
+    assert found("/v1/search", user="bob") == {"bob's lamp is teal"}
+    assert found("/v1/search") == {"ana's lamp is amber", "bob's lamp is teal"}
+
+    before = head(client)
+    both = client.post("/v1/observations", json={**bob, "session": "u-bob"}, headers=A)
+    assert both.status_code == 400 and both.json()["error"]["code"] == "invalid_input"
+    scoped = {**body, "scope": "user"}
+    nobody = client.post("/v1/sessions/u-none/observations", json=scoped, headers=A)
+    assert nobody.status_code == 409 and nobody.json()["error"]["code"] == "user_conflict"
+    assert head(client) == before

@@ -20,7 +20,7 @@ config with an error naming the rule and the field.
     match_output = "error|panic|fatal"
     match_args = { command = "^kubectl" }
     type = "bugfix"               # default "discovery"
-    scope = "session"             # or "tenant"; default "session"
+    scope = "session"             # or "user" (the session's user), "tenant"; default "session"
 
     [[context_inject_tools]]
     tool = "bash"

@@ -20,8 +20,12 @@ OBSERVATION_TYPES = (
     "preference",
     "security", "audit",  # what AgentOps' runtime hooks write (docs/agentops.md)
 )  # fmt: skip
-# Where an observation is kept: the session's own `observations` section, or the tenant's.
-OBSERVATION_SCOPES = ("session", "tenant")
+# Where an observation is kept: the session's own `observations` section, or the tenant's, for
+# one user (`metadata.user_id`: the sessions of that user see it) or for every session.
+OBSERVATION_SCOPES = ("session", "user", "tenant")
+# The metadata key naming a user: a session's (its creation metadata: the sessions sharing it are
+# that user's) and a tenant-wide observation's (only that user's sessions see it).
+USER_ID = "user_id"
 
 # Sessions an adapter keeps what outlives any one session in (AgentOps' project holders,
 # `_agentops:<project>:<scope>`, sections/adapters/agentops.py). Like `_tenant`, retention never

@@ -1,9 +1,10 @@
 """Context injection, pure: observations for a query and recent sessions' summaries.
 
 `context(query=..., observations=N, summaries=M)` adds up to two system messages before the
-conversation: the top N observations for the query (the session's own and the tenant's, ranked by
-BM25, then backfilled newest first when the search finds fewer than N), each truncated to a set
-number of characters, and the summaries of the M sessions of the tenant that ended most recently.
+conversation: the top N observations for the query (`observation_pool`: the session's own, the
+tenant's and its user's; ranked by BM25, then backfilled newest first when the search finds fewer
+than N), each truncated to a set number of characters, and the summaries of the M sessions of
+the tenant that ended most recently.
 `facts=K` adds the K facts valid at the assembly (docs/facts.md: the query's hits, then those of
 this session, then the newest) as a third message between the two.
 They are paid for first out of the budget, and each entry goes into the `context.assembled`
@@ -17,12 +18,12 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 import orjson
 
 from sections.model.item import Item
-from sections.model.names import TENANT_SESSION
+from sections.model.names import TENANT_SESSION, USER_ID
 from sections.model.render import Injection
 from sections.model.state import MemoryState, SessionState
 from sections.model.tokens import TokenCounter
 from sections.retrieval import facts, summaries
-from sections.retrieval.observations import SECTION
+from sections.retrieval.observations import SECTION, visible_to
 
 QUERY_CHARS = 1000  # of the prompt, as the search query
 OBSERVATION_CHARS = 500  # of each observation's content, by default
@@ -37,14 +38,33 @@ def block(title: str, lines: list[str]) -> dict:
     return {"role": "system", "content": f"## {title}\n" + "\n".join(lines)}
 
 
+def user_of(state: MemoryState, tenant: str, session_id: str) -> str | None:
+    """The user a session belongs to (its metadata's `user_id`), or None: the tenant's."""
+    session = state.sessions.get((tenant, session_id))
+    user = session.metadata.get(USER_ID) if session is not None else None
+    return user if isinstance(user, str) else None
+
+
+def pool_users(state: MemoryState, tenant: str, session_id: str) -> tuple[str, ...]:
+    """`Query.users` for a search of the session's observation pool: its user's, or none."""
+    user = user_of(state, tenant, session_id)
+    return (user,) if user is not None else ()
+
+
 def observation_pool(state: MemoryState, tenant: str, session_id: str) -> list[tuple[str, Item]]:
-    """Every live observation the session may see: its own and the tenant's."""
+    """Every live observation the session may see: its own, the tenant's (no `user_id`) and
+    its user's (`user_id` = the session's); never another user's."""
+    user = user_of(state, tenant, session_id)
     pool: list[tuple[str, Item]] = []
     for sid in (session_id, TENANT_SESSION):
         session = state.sessions.get((tenant, sid))
         section = session.sections.get(SECTION) if session is not None else None
         if section is not None:
-            pool.extend((sid, item) for item in section.items.values())
+            pool.extend(
+                (sid, item)
+                for item in section.items.values()
+                if sid != TENANT_SESSION or visible_to(item, user)
+            )
     return pool
 
 

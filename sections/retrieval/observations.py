@@ -2,10 +2,14 @@
 
 An observation is an item of the `observations` section: its `kind` is the observation's type,
 its metadata holds the title, the optional topic key and two counters. Scope `session` keeps it in
-the session's own section; scope `tenant` in the reserved session `_tenant`, with the session it
-came from (if any) in `metadata.session`.
+the session's own section; scopes `user` and `tenant` in the reserved session `_tenant`, with the
+session it came from (if any) in `metadata.session`. A user's observation carries the user in
+`metadata.user_id`: only the sessions of that user (session metadata `user_id`) see it
+(`visible_to`); one without `user_id` is the tenant's, seen by every session.
 
 Writing one is a single command decided under the memory's lock, in three tiers:
+The tiers compare an observation only with those of the same user (in `_tenant`, the items with
+the same `metadata.user_id`, or none): one user's topic or content never touches another's.
 1. same `topic_key` in the same scope: an `item.updated` that replaces it and bumps `revision`
    (earlier revisions stay in the log);
 2. same normalized content (lowercased, whitespace collapsed) written within the window: an
@@ -31,6 +35,7 @@ from sections.model.item import Item
 from sections.model.names import OBSERVATION_SCOPES as SCOPES
 from sections.model.names import OBSERVATION_TYPES as TYPES
 from sections.model.names import OBSERVATIONS as SECTION
+from sections.model.names import USER_ID
 from sections.model.state import SessionState
 from sections.model.tokens import TokenCounter
 
@@ -38,12 +43,12 @@ from sections.model.tokens import TokenCounter
 # as observations.SECTION, .TYPES and .SCOPES.
 __all__ = [
     "DEFAULT_WINDOW_US", "RESERVED_METADATA", "SCOPES", "SECTION", "TITLE_MAX", "TYPES",
-    "Observation", "Outcome", "decide", "normalize",
+    "USER_ID", "Observation", "Outcome", "decide", "normalize", "owner", "visible_to",
 ]  # fmt: skip
 DEFAULT_WINDOW_US = 15 * 60 * 1_000_000
 TITLE_MAX = 500
 # What the dedup tiers keep in an observation's metadata: a `source` may not set them.
-RESERVED_METADATA = frozenset(("title", "revision", "duplicates", "topic_key", "session"))
+RESERVED_METADATA = frozenset(("title", "revision", "duplicates", "topic_key", "session", USER_ID))
 
 
 @dataclass(frozen=True)
@@ -98,6 +103,19 @@ def normalize(text: str) -> str:
     return " ".join(text.lower().split())
 
 
+def owner(item: Item) -> str | None:
+    """The user a tenant-wide observation belongs to (`metadata.user_id`), or None: the tenant's."""
+    user = item.metadata.get(USER_ID) if isinstance(item.metadata, dict) else None
+    return user if isinstance(user, str) else None
+
+
+def visible_to(item: Item, user: str | None) -> bool:
+    """Whether a session of `user` (None: a session of no user) sees this tenant-wide
+    observation: the tenant's are everyone's, a user's are that user's alone."""
+    belongs = owner(item)
+    return belongs is None or belongs == user
+
+
 def decide(
     session: SessionState,
     obs: Observation,
@@ -106,13 +124,16 @@ def decide(
     counter: TokenCounter,
     content_of: Callable[[Item], object],
     source: str | None = None,
+    user: str | None = None,
 ) -> tuple[Command, str, Item | None]:
     """The one record that writes `obs`, which tier it is, and the observation it touches.
     `source`: the session a tenant-wide observation came from, kept in `metadata.session` by
-    the write that sets its content (a duplicate keeps the first writer's)."""
+    the write that sets its content (a duplicate keeps the first writer's). `user`: the user a
+    tenant-wide observation is for (`metadata.user_id`); the tiers look at that user's only."""
     section = commands.get_section(session, SECTION)
+    mine = [item for item in section.items.values() if owner(item) == user]
     if obs.topic_key is not None:
-        for item in section.items.values():
+        for item in mine:
             if item.metadata.get("topic_key") == obs.topic_key:
                 meta = {
                     **item.metadata,
@@ -132,7 +153,7 @@ def decide(
                 command = commands.update_item(session, SECTION, item.id, changes, counter)
                 return command, "revised", item
     wanted = normalize(obs.content)
-    for item in reversed(section.items.values()):
+    for item in reversed(mine):
         elapsed = max(0, now - item.ts)  # a clock stepped back counts as no time at all
         if elapsed > window_us:
             continue
@@ -152,5 +173,7 @@ def decide(
         meta["topic_key"] = obs.topic_key
     if source is not None:
         meta["session"] = source
+    if user is not None:
+        meta[USER_ID] = user
     data = {"content": obs.content, "kind": obs.type, "tags": list(obs.tags), "metadata": meta}
     return commands.add_items(session, SECTION, [data], counter), "inserted", None

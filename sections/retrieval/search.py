@@ -14,6 +14,9 @@ started.
   BM25 score (document count, average length, document frequencies) are that tenant's alone.
 - **Determinism.** Scores depend only on the indexed documents, and ties break by the item's
   (seq, k), which is also the rowid: the same query on the same state gives the same order.
+- **Users.** Each document keeps the user it belongs to: its session's `user_id` (creation
+  metadata, so it never changes), or for the tenant's own session the item's `metadata.user_id`
+  (a user's tenant-wide observation). `Query.users` leaves out the documents of other users.
 - **Tokens.** FTS5's `porter unicode61` tokenizer: unicode-aware words, diacritics folded, then
   the Porter stemmer. Queries go through the same tokenizer; their words are ORed, as BM25 means.
 """
@@ -32,12 +35,14 @@ import orjson
 from eventstore.errors import WriterClosed
 from eventstore.record import Record
 from sections.model.item import Item, item_id, parse_item_id
+from sections.model.names import TENANT_SESSION, USER_ID
 from sections.model.state import MemoryState, SessionState
 
 TOKENIZER = "porter unicode61 remove_diacritics 2"
 # What the index holds and how: an image saved by a snapshot with another format is not loaded
-# (the index is built from the state instead). 2: a message's speaker is indexed as its title.
-INDEX_FORMAT = "2"
+# (the index is built from the state instead). 2: a message's speaker is indexed as its title;
+# 3: each document keeps its user (`owner_of`).
+INDEX_FORMAT = "3"
 COMMIT_EVERY = 1000  # writes: lets FTS5 merge its segments now and then (queries read fewer)
 MIN_COMMON_DOCS = 50  # fewer documents than this say too little of which words are common
 MAX_QUERY_TERMS = 32  # a pasted page as a query costs one OR per word: bound it
@@ -79,6 +84,9 @@ class Query:
     # Leave out the query's words found in more than this share of the documents the filters
     # keep: the tenant's statistics rate a user's own names as rare (docs/recall.md).
     common: float | None = None
+    # Whose documents: None, everyone's; else those of no user and of these users (a document's
+    # user: the module's docstring), never another user's. () is a session of no user's view.
+    users: tuple[str, ...] | None = None
 
 
 def rowid(seq: int, k: int) -> int:
@@ -140,6 +148,7 @@ class Doc:
     tags: tuple[str, ...]
     title: str
     text: str | None  # None: the content is unchanged (only title, tags or metadata changed)
+    owner: str | None  # the user it belongs to (the module's docstring), or None
 
 
 # The changes `follow` queues, applied by the index's own thread.
@@ -184,6 +193,11 @@ class SearchIndex:
             self._db.execute(
                 "PRAGMA page_size = 16384"
             )  # long doclists on fewer pages: ~10% faster
+        if image is not None and "owner" not in {
+            row[1] for row in self._db.execute("PRAGMA table_info(docs)")
+        }:  # saved before documents kept their user: build the index anew
+            self._db.close()
+            raise sqlite3.DatabaseError("the index image predates the docs' owner column")
         self._db.execute("PRAGMA secure_delete = ON")
         # A transaction kept open across writes, committed every COMMIT_EVERY of them: FTS5
         # flushes its pending terms into a new index segment at every commit, which made each
@@ -195,7 +209,7 @@ class SearchIndex:
                 """
                 CREATE TABLE docs (id INTEGER PRIMARY KEY, tenant TEXT NOT NULL,
                     session TEXT NOT NULL, section TEXT NOT NULL, ts INTEGER NOT NULL,
-                    content_seq INTEGER NOT NULL, tags TEXT NOT NULL);
+                    content_seq INTEGER NOT NULL, tags TEXT NOT NULL, owner TEXT);
                 CREATE INDEX docs_by_session ON docs (tenant, session, section);
                 CREATE TABLE tags (id INTEGER NOT NULL, tag TEXT NOT NULL, PRIMARY KEY (tag, id))
                     WITHOUT ROWID;
@@ -250,9 +264,9 @@ class SearchIndex:
                 (doc.row, doc.title, text),
             )
             self._db.execute(
-                "INSERT INTO docs VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO docs VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (doc.row, doc.tenant, doc.session, doc.section, doc.ts, doc.content_seq,
-                 orjson.dumps(doc.tags).decode()),
+                 orjson.dumps(doc.tags).decode(), doc.owner),
             )  # fmt: skip
             self._db.executemany(
                 "INSERT OR IGNORE INTO tags VALUES (?, ?)", [(doc.row, t) for t in doc.tags]
@@ -372,6 +386,10 @@ class SearchIndex:
                 scope += " OR (d.session = ? AND d.section = ?)"
                 args.extend((session, section))
             where.append(f"({scope})")
+        if query.users is not None:
+            users = f" OR d.owner IN ({','.join('?' * len(query.users))})" if query.users else ""
+            where.append(f"(d.owner IS NULL{users})")
+            args.extend(query.users)
         if query.sections is not None:
             where.append(f"d.section IN ({','.join('?' * len(query.sections))})")
             args.extend(query.sections)
@@ -501,10 +519,18 @@ _FOLLOWED = frozenset(
 )  # fmt: skip
 
 
+def owner_of(session: SessionState, item: Item) -> str | None:
+    """The user a document belongs to: the module's docstring."""
+    metadata = item.metadata if session.id == TENANT_SESSION else session.metadata
+    user = metadata.get(USER_ID) if isinstance(metadata, dict) else None
+    return user if isinstance(user, str) else None
+
+
 def _doc(session: SessionState, section: str, item: Item, content: object) -> Doc:
     return Doc(
         rowid(item.seq, item.k), session.tenant, session.id, section, item.ts, item.content_seq,
         item.tags, title_of(item), None if content is _MISSING else text_of(content),
+        owner_of(session, item),
     )  # fmt: skip
 
 

@@ -459,11 +459,14 @@ class Memory:
 
         Options: sessions, sections, tags (all of them), the item's time (`since` <= ts <
         `until`, microseconds), top_k, reader, markers; `tenant_observations=True` adds the
-        tenant-wide observations to the `sessions` searched (a session's own search does).
+        tenant-wide observations to the `sessions` searched (a session's own search does: the
+        tenant's and those of the sessions' users); `user` searches as that user, leaving out
+        other users' sessions (metadata `user_id`) and tenant-wide observations.
         `scope="user"|"session"|"tenant"` with `session=ID` ranks as recall does (BM25 with the
-        neighbours' and the session's signals, and the semantic extra's when installed) over
-        that session's user's sessions, the session, or the tenant; such hits carry their
-        `signals` and their session's `time` (docs/recall.md). Hits are reads: each session with hits gets an `items.read` record (purpose "search"), and
+        neighbours' and the session's signals, and the semantic extra's when on) over that
+        session's user's sessions, the session, or the tenant; such hits carry their `signals`
+        and their session's `time` (docs/recall.md). Hits are reads: each session with hits gets
+        an `items.read` record (purpose "search"), and
         hits are returned once those are durable."""
         args = specs.search_args(query, **options)
         return self.run(specs.SEARCH, tenant or self.tenant, None, args)
@@ -478,7 +481,9 @@ class Memory:
         """Record an observation: tenant-wide, or in `session=`'s own `observations` section.
         Options: tags, topic_key, session, source ({str: str} kept in its metadata: where it came
         from), from_session (the session a tenant-wide observation came from: kept in its
-        `metadata.session`; that session must exist and not have ended). Deduplicated in one
+        `metadata.session`; that session must exist and not have ended), user (a tenant-wide
+        observation for that user only, kept in `metadata.user_id`: the sessions whose metadata
+        `user_id` is the same see it, no other). Deduplicated in one
         atomic command (sections/retrieval/observations.py): a revision of the same topic, a
         duplicate of recent identical content, or a new item."""
         args = specs.observation_args(type, title, content, **options)

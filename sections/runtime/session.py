@@ -29,6 +29,7 @@ from sections.specs import command_specs as specs
 from sections.specs import fact_specs
 from sections.specs.capture_specs import INJECT_TRACE, answer, checked_call, plan
 from sections.specs.erase_flow import item_ids
+from sections.specs.search_specs import SourceUser
 from sections.specs.spec import CommandSpec
 
 T = TypeVar("T")
@@ -417,27 +418,37 @@ class Session(Generic[M]):
         scoped = {"tenant_observations": True, **options, "sessions": [self.id]}
         return specs.search_args(query, **scoped)
 
-    def observe(self, type: str, title: str, content: str, *, scope: str = "tenant",
+    def observe(self, type: str, title: str, content: str, *, scope: str | None = None,
                 **options: Any) -> Outcome:  # fmt: skip
-        """Record an observation for the whole tenant (scope "tenant", the default: every
-        session of the tenant sees it, and its `metadata.session` names this one), or in this
-        session's own `observations` section (scope "session"). Options: tags, topic_key, source
-        (see `Memory.observe`)."""
+        """Record an observation for this session's user (scope "user": the sessions with the
+        same metadata `user_id` see it), for the whole tenant (scope "tenant": every session of
+        the tenant sees it), or in this session's own `observations` section (scope "session").
+        The default: "user" when the session has a `user_id`, else "tenant". A tenant-wide one's
+        `metadata.session` names this session. Options: tags, topic_key, source (see
+        `Memory.observe`)."""
         args = self._observation(type, title, content, scope, options)
         return self.memory.run(specs.OBSERVE, self.tenant, None, args)
 
-    async def observe_async(self, type: str, title: str, content: str, *, scope: str = "tenant",
-                            **options: Any) -> Outcome:  # fmt: skip
+    async def observe_async(self, type: str, title: str, content: str, *,
+                            scope: str | None = None, **options: Any) -> Outcome:  # fmt: skip
         args = self._observation(type, title, content, scope, options)
         return await self.memory.run_async(specs.OBSERVE, self.tenant, None, args)
 
-    def _observation(self, type: str, title: str, content: str, scope: str, options: dict) -> tuple:
-        if scope not in OBSERVATION_SCOPES:
+    def _observation(
+        self, type: str, title: str, content: str, scope: str | None, options: dict
+    ) -> tuple:
+        if scope is not None and scope not in OBSERVATION_SCOPES:
             raise InvalidInput(f"scope must be one of {', '.join(OBSERVATION_SCOPES)}")
+        if "user" in options:
+            raise InvalidInput("a session's observation is for its own user (metadata user_id)")
         if scope == "session":
             return specs.observation_args(type, title, content, session=self.id, **options)
         source = None if self.id == TENANT_SESSION else self.id
-        return specs.observation_args(type, title, content, from_session=source, **options)
+        required = scope == "user"  # refused from a session of no user (`_tenant` included)
+        plain = scope == "tenant" or (source is None and not required)
+        user = None if plain else SourceUser(required)
+        return specs.observation_args(type, title, content, from_session=source, user=user,
+                                      **options)  # fmt: skip
 
     # ---- a runtime's tool call through the memory's capture rules (specs/capture_specs.py) ------
 

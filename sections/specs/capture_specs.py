@@ -27,7 +27,7 @@ from sections.retrieval import inject
 from sections.retrieval.observations import Outcome
 from sections.retrieval.search import Query
 from sections.specs.context import CommandContext
-from sections.specs.search_specs import observation_args
+from sections.specs.search_specs import SourceUser, observation_args
 from sections.specs.spec import Call, CommandSpec, appended, decided
 
 INJECT_PURPOSE = "inject"
@@ -36,8 +36,10 @@ INJECT_PURPOSE = "inject"
 def _search_for_rule(ctx: CommandContext, call: Call) -> tuple:
     """Outside the lock: the rule's search (the index has its own lock)."""
     rule, query, tool, call_id = call.args
-    wanted = Query(query[: inject.QUERY_CHARS], sessions=(call.session_id, TENANT_SESSION),
-                   sections=(OBSERVATIONS,), top_k=rule.limit)  # fmt: skip
+    tenant, session_id = call.tenant, call.session_id
+    users = ctx.read(lambda state: inject.pool_users(state, tenant, session_id))
+    wanted = Query(query[: inject.QUERY_CHARS], sessions=(session_id, TENANT_SESSION),
+                   sections=(OBSERVATIONS,), top_k=rule.limit, users=users)  # fmt: skip
     hits = [(h.session, h.id, h.content_seq, h.tags) for h in ctx.search(call.tenant, wanted)]
     return rule, query, tool, call_id, hits
 
@@ -108,7 +110,8 @@ def plan(rules: CaptureRules, session: str, tool: str, args: dict, output: objec
         observe = observation_args(
             obs["type"], obs["title"], obs["content"], tags=obs["tags"], source=obs["source"],
             session=session if save.scope == "session" else None,
-            from_session=session if save.scope == "tenant" else None,
+            from_session=session if save.scope != "session" else None,
+            user=SourceUser(required=True) if save.scope == "user" else None,
         )  # fmt: skip
     return Plan(trace, save, observe)
 

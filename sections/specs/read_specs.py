@@ -118,6 +118,7 @@ def _ranked_observations(ctx: CommandContext, call: Call) -> tuple:
             sessions=(call.session_id, TENANT_SESSION),
             sections=(OBSERVATIONS,),
             top_k=extra.observations,
+            users=ctx.read(lambda state: inject.pool_users(state, call.tenant, call.session_id)),
         )
         hits = [(h.session, h.id, h.score) for h in ctx.search(call.tenant, query)]
     fact_hits = []

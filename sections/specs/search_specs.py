@@ -5,16 +5,17 @@ an observation is written in one session's `observations` or in the tenant's own
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from eventstore.errors import InvalidInput
 from eventstore.record import Record
+from sections.errors import UserConflict
 from sections.model import commands
 from sections.model.commands import Decision, get_session, payload
 from sections.model.item import item_id, parse_item_id
 from sections.model.names import OBSERVATIONS, TENANT_SESSION
 from sections.model.state import MemoryState
-from sections.retrieval import observations, recall
+from sections.retrieval import inject, observations, recall
 from sections.retrieval.observations import Observation
 from sections.retrieval.search import MAX_TIME, Query, rowid
 from sections.retrieval.views import MAX_TOP_K, SearchHit, view_of
@@ -28,9 +29,10 @@ from sections.specs.spec import Call, CommandSpec, appended, decided
 def search_query(
     text: object, sessions: Sequence[str] | None, sections: Sequence[str] | None,
     tags: Sequence[str] | None, since: int | None, until: int | None, top_k: int, reader: str,
-    markers: Sequence[str], tenant_observations: bool = False,
+    markers: Sequence[str], tenant_observations: bool = False, user: str | None = None,
 ) -> Query:  # fmt: skip
-    """A search's arguments, checked: bad ones raise InvalidInput naming the argument."""
+    """A search's arguments, checked: bad ones raise InvalidInput naming the argument. `user`:
+    search as that user (`Query.users`): another user's sessions and observations are left out."""
     if not isinstance(text, str) or not text.strip():
         raise InvalidInput("give a search query: a non-empty string")
     for name, value in (("sessions", sessions), ("sections", sections), ("tags", tags)):
@@ -49,6 +51,7 @@ def search_query(
         raise InvalidInput(f"reader must be one of {', '.join(commands.READERS)}")
     if len(markers) != 2 or not all(isinstance(m, str) for m in markers):
         raise InvalidInput("markers must be two strings: before and after each matched word")
+    check_user(user)
     return Query(
         text,
         tuple(sessions) if sessions is not None else None,
@@ -59,7 +62,14 @@ def search_query(
         top_k,
         (markers[0], markers[1]),
         ((TENANT_SESSION, OBSERVATIONS),) if tenant_observations and sessions else (),
+        users=(user,) if user is not None else None,
     )
+
+
+def check_user(user: object) -> None:
+    """A user id as the memory takes one (`user=`): None, or a non-empty string."""
+    if user is not None and (not isinstance(user, str) or not user):
+        raise InvalidInput("user must be a user id: a non-empty string")
 
 
 SCOPES = ("session", "user", "tenant")
@@ -69,12 +79,13 @@ def search_args(
     query: str, *, sessions: list[str] | None = None, sections: list[str] | None = None,
     tags: list[str] | None = None, since: int | None = None, until: int | None = None,
     top_k: int = 10, reader: str = "agent", markers: tuple[str, str] = ("[", "]"),
-    tenant_observations: bool = False, scope: str | None = None, session: str | None = None,
+    tenant_observations: bool = False, user: str | None = None, scope: str | None = None,
+    session: str | None = None,
 ) -> tuple[Query, str, tuple[str, str | None] | None]:  # fmt: skip
     """SEARCH's arguments from a caller's (`Memory.search`, `Session.search`): the query, the
     reader, and the (scope, session) of a search ranked as recall ranks, or None."""
     checked = search_query(query, sessions, sections, tags, since, until, top_k, reader, markers,
-                           tenant_observations)  # fmt: skip
+                           tenant_observations, user)  # fmt: skip
     if scope is None:
         if session is not None:
             raise InvalidInput("session= names the session of a scope: give scope= too")
@@ -90,11 +101,22 @@ def search_args(
     return checked, reader, (scope, session)
 
 
+def sessions_users(state: MemoryState, tenant: str, sessions: Sequence[str]) -> tuple[str, ...]:
+    """The users of these sessions (metadata `user_id`): whose tenant-wide observations they
+    see, besides the tenant's."""
+    users = (inject.user_of(state, tenant, sid) for sid in sessions)
+    return tuple(sorted({user for user in users if user is not None}))
+
+
 def _query_index(ctx: CommandContext, call: Call) -> tuple:
     # The index has its own lock: a query never holds up writers. Hits whose item left
     # meanwhile are dropped under the memory's lock, where the read record is decided.
     query, reader, scoped = call.args
     if scoped is None:
+        if query.also and query.users is None:  # sessions see the observations of their users
+            tenant, sessions = call.tenant, query.sessions or ()
+            users = ctx.read(lambda state: sessions_users(state, tenant, sessions))
+            query = replace(query, users=users)
         return reader, ctx.search(call.tenant, query), None
     return reader, _ranked(ctx, call.tenant, query, *scoped), scoped
 
@@ -199,40 +221,74 @@ SEARCH = CommandSpec("search", _search, result=_hits, prepare=_query_index, resu
 # ---- observations -----------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class SourceUser:
+    """`observation_args(user=...)`: the user of the session the observation comes from (its
+    metadata's `user_id`, read when the command is decided). `required`: refused if that session
+    has no user (scope "user"); else a session of no user writes for the whole tenant."""
+
+    required: bool
+
+
 def observation_args(
     type: str, title: str, content: str, *, tags: list[str] | tuple[str, ...] = (),
     topic_key: str | None = None, session: str | None = None, source: dict | None = None,
-    from_session: str | None = None,
+    from_session: str | None = None, user: str | SourceUser | None = None,
 ) -> tuple:  # fmt: skip
     """OBSERVE's arguments: the observation, checked (`source`: where it came from, {str: str}
-    kept in its metadata), the session that will hold it, whether that is the tenant's, and the
-    session a tenant-wide one came from (`from_session`, kept in `metadata.session`)."""
+    kept in its metadata), the session that will hold it, whether that is the tenant's, the
+    session a tenant-wide one came from (`from_session`, kept in `metadata.session`) and the user
+    a tenant-wide one is for (`user`, kept in `metadata.user_id`; None: the whole tenant)."""
     obs = Observation.of(type, title, content, tags, topic_key, source)
     if from_session is not None and (session is not None or not isinstance(from_session, str)):
         raise InvalidInput("from_session names the session a tenant-wide observation came from")
-    return obs, TENANT_SESSION if session is None else session, session is None, from_session
+    if user is not None and session is not None:
+        raise InvalidInput("user names whose tenant-wide observation this is: not with session")
+    if isinstance(user, SourceUser):
+        if from_session is None:
+            raise InvalidInput("the user of the session an observation comes from needs one")
+    else:
+        check_user(user)
+    held = TENANT_SESSION if session is None else session
+    return obs, held, session is None, from_session, user
 
 
 def _observations_session(ctx: CommandContext, call: Call) -> tuple:
-    _, _, tenant_wide, source = call.args
+    _, _, tenant_wide, source, user = call.args
     tenant = call.tenant
     if tenant_wide:
         if source is not None:  # refused before `_tenant` is made for it (decide checks again)
-            ctx.read(lambda state: commands.check_open(get_session(state, tenant, source)))
+            ctx.read(lambda state: _user_of_source(state, tenant, source, user))
         ctx.append(lambda state: tenant_session(ctx, state, tenant))
     return call.args
 
 
+def _user_of_source(
+    state: MemoryState, tenant: str, source: str, user: str | SourceUser | None
+) -> str | None:
+    """The user an observation from the open session `source` is for: `user`, or with
+    `SourceUser` the session's own (refused when required and it has none)."""
+    commands.check_open(get_session(state, tenant, source))
+    if not isinstance(user, SourceUser):
+        return user
+    found = inject.user_of(state, tenant, source)
+    if found is None and user.required:
+        raise UserConflict(
+            f"session {source!r} has no user (metadata user_id): scope 'user' needs one"
+        )
+    return found
+
+
 def _observe(ctx: CommandContext, state: MemoryState, call: Call) -> Decision:
-    obs, session_id, _, source = call.args
+    obs, session_id, _, source, user = call.args
     target = get_session(state, call.tenant, session_id)
     if session_id != TENANT_SESSION:  # the tenant's own session outlives any end()
         commands.check_open(target)
     if source is not None:  # an ended session writes nothing more, tenant-wide neither
-        commands.check_open(get_session(state, call.tenant, source))
+        user = _user_of_source(state, call.tenant, source, user)  # decided on this state
     command, tier, item = observations.decide(
         target, obs, ctx.decision_ts, ctx.dedup_window_us, ctx.counter_of(target),
-        ctx.content_of, source,
+        ctx.content_of, source, user,
     )  # fmt: skip
     return Decision((command,), (session_id, tier, item))
 

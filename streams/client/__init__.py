@@ -55,6 +55,7 @@ from streams.client.errors import (
     UnknownHost,
     Unprocessable,
     UnsupportedMediaType,
+    UserConflict,
     VersionConflict,
     WriteFailed,
 )
@@ -105,6 +106,7 @@ __all__ = [
     "StalePosition",
     "ImmutableSection",
     "FactConflict",
+    "UserConflict",
     "BodyTooLarge",
     "BatchTooLarge",
     "UnknownHost",

@@ -157,6 +157,10 @@ class FactConflict(Conflict):
     at a time the fact is not valid."""
 
 
+class UserConflict(Conflict):
+    """The sessions' users refuse it: scope `user` from a session of no user."""
+
+
 class BodyTooLarge(PayloadTooLarge): ...
 
 
@@ -231,6 +235,7 @@ BY_CODE: dict[str, type[ApiError]] = {
     "stale_position": StalePosition,
     "immutable_section": ImmutableSection,
     "fact_conflict": FactConflict,
+    "user_conflict": UserConflict,
     "body_too_large": BodyTooLarge,
     "batch_too_large": BatchTooLarge,
     "unsupported_media_type": UnsupportedMediaType,

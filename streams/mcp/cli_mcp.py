@@ -41,6 +41,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "on first use)",
     )
     parser.add_argument(
+        "--user",
+        help="the user the connection acts for: a new session gets it as metadata user_id, "
+        "mem_save saves for it by default, and no other user's memory is seen (docs/mcp.md)",
+    )
+    parser.add_argument(
         "--transport", choices=("stdio", "http"), default="stdio", help="default stdio"
     )
     parser.add_argument("--host", default="127.0.0.1", help="with --transport http (loopback)")
@@ -58,9 +63,10 @@ def run(args: argparse.Namespace) -> int:
         )
     import anyio
 
-    from streams.mcp.mcp_tools import DEFAULT_SESSION, checked_session
+    from streams.mcp.mcp_tools import checked_session, checked_user, default_session
 
-    session = checked_session(args.session or DEFAULT_SESSION)
+    user = checked_user(args.user)
+    session = checked_session(args.session) if args.session else default_session(user)
     token = args.token or os.environ.get("LEDGERMEM_TOKEN")
     if args.url is None and (args.token is not None):
         raise InvalidInput("--token goes with --url; a data directory has no tokens")
@@ -72,41 +78,47 @@ def run(args: argparse.Namespace) -> int:
             "beyond this machine use the service's /mcp (ledgermem serve)"
         )
     if args.url is not None:
-        return anyio.run(_serve_url, args, args.url, token, session)
+        return anyio.run(_serve_url, args, args.url, token, session, user)
     from eventstore.identifiers import check_identifier
 
     tenant = check_identifier("tenant", args.tenant or DEFAULT_TENANT)
     data = args.data or os.environ.get("LEDGERMEM_DATA") or "ledgermem-data"
-    return anyio.run(_serve_data, args, data, tenant, session)
+    return anyio.run(_serve_data, args, data, tenant, session, user)
 
 
-async def _serve_data(args: argparse.Namespace, data: str, tenant: str, session: str) -> int:
+async def _serve_data(
+    args: argparse.Namespace, data: str, tenant: str, session: str, user: str | None
+) -> int:
     from sections.runtime.memory import Memory
     from streams.mcp.mcp_backends import EmbeddedBackend
 
     memory = Memory.open(data)
     try:
-        await _serve(args, EmbeddedBackend(memory, tenant), session)
+        await _serve(args, EmbeddedBackend(memory, tenant), session, user)
     finally:
         memory.close()
     return 0
 
 
-async def _serve_url(args: argparse.Namespace, url: str, token: str | None, session: str) -> int:
+async def _serve_url(
+    args: argparse.Namespace, url: str, token: str | None, session: str, user: str | None
+) -> int:
     from streams.mcp.mcp_backends import HttpBackend
 
     backend = HttpBackend(url, token)
     try:
-        await _serve(args, backend, session)
+        await _serve(args, backend, session, user)
     finally:
         await backend.aclose()
     return 0
 
 
-async def _serve(args: argparse.Namespace, backend: Backend, session: str) -> None:
+async def _serve(
+    args: argparse.Namespace, backend: Backend, session: str, user: str | None
+) -> None:
     from streams.mcp.mcp_server import Caller, build_server
 
-    caller = Caller(backend, session)
+    caller = Caller(backend, session, user)
 
     async def resolve(_ctx: Context, _need: str) -> Caller:
         return caller  # one caller for the process: its tenant was chosen at start

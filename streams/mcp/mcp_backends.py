@@ -14,13 +14,14 @@ from urllib.parse import quote
 import orjson
 
 from eventstore.errors import LedgerError
+from sections.errors import SessionNotFound
 from sections.model.item_filter import NO_FILTER
 from sections.model.render import DEFAULT_CONTEXT_BUDGET
 from sections.retrieval.observations import Observation
 from sections.retrieval.views import Extra
 from sections.runtime.memory import Memory
 from sections.specs import command_specs as specs
-from streams.mcp.mcp_tools import Refusal, refusal_of
+from streams.mcp.mcp_tools import USER_ID, Refusal, refusal_of
 from streams.web.errors import ApiError
 
 
@@ -54,16 +55,27 @@ class EmbeddedBackend:
         self.tenant = tenant
         self.writing = writing
 
-    async def open_session(self, session: str) -> None:
+    async def session_metadata(self, session: str) -> dict | None:
+        try:
+            return self.memory.session_info(self.tenant, session)["metadata"]
+        except SessionNotFound:
+            return None
+
+    async def open_session(self, session: str, user: str | None) -> None:
+        metadata = {USER_ID: user} if user is not None else None
         with _refusals(), self.writing():
             config = self.memory.config.with_overrides(None)
             await self.memory.run_async(
-                specs.GET_OR_CREATE_SESSION, self.tenant, session, (config, None)
+                specs.GET_OR_CREATE_SESSION, self.tenant, session, (config, metadata)
             )
 
-    async def observe(self, session: str, scope: str, observation: Observation) -> dict:
+    async def observe(
+        self, session: str, scope: str, user: str | None, observation: Observation
+    ) -> dict:
         o = observation
-        where = {"session": session} if scope == "session" else {"from_session": session}
+        where: dict[str, Any] = {"session": session}
+        if scope != "session":
+            where = {"from_session": session, "user": user if scope == "user" else None}
         with _refusals(), self.writing():
             outcome = await self.memory.observe_async(
                 o.type, o.title, o.content, tags=list(o.tags), topic_key=o.topic_key,
@@ -72,9 +84,9 @@ class EmbeddedBackend:
         return {"id": outcome.id, "session": outcome.session, "tier": outcome.tier,
                 "revision": outcome.revision, "duplicates": outcome.duplicates}  # fmt: skip
 
-    async def search(self, query: str, top_k: int) -> list[dict]:
+    async def search(self, query: str, top_k: int, user: str | None) -> list[dict]:
         with _refusals(), self.writing():  # hits are reads: they append
-            hits = await self.memory.search_async(query, tenant=self.tenant, top_k=top_k)
+            hits = await self.memory.search_async(query, tenant=self.tenant, top_k=top_k, user=user)
         return _plain([hit.to_json() for hit in hits])
 
     async def context(self, session: str, extra: Extra) -> list[dict]:
@@ -141,17 +153,32 @@ class HttpBackend:
     def _session(session: str) -> str:
         return "/v1/sessions/" + quote(session, safe="")
 
-    async def open_session(self, session: str) -> None:
-        await self._call("PUT", self._session(session))
+    async def session_metadata(self, session: str) -> dict | None:
+        try:
+            return (await self._call("GET", self._session(session)))["metadata"]
+        except Refusal as exc:
+            if exc.code == "not_found":
+                return None
+            raise
 
-    async def observe(self, session: str, scope: str, observation: Observation) -> dict:
+    async def open_session(self, session: str, user: str | None) -> None:
+        body = {"metadata": {USER_ID: user}} if user is not None else None
+        await self._call("PUT", self._session(session), json=body)
+
+    async def observe(
+        self, session: str, scope: str, user: str | None, observation: Observation
+    ) -> dict:
+        # the session's route: scope `user` is the session's own user (`user` here, checked)
         o = observation
         body = {"type": o.type, "title": o.title, "content": o.content, "tags": list(o.tags),
                 "topic_key": o.topic_key, "scope": scope}  # fmt: skip
         return await self._call("POST", self._session(session) + "/observations", json=body)
 
-    async def search(self, query: str, top_k: int) -> list[dict]:
-        return (await self._call("GET", "/v1/search", params={"q": query, "top_k": top_k}))["hits"]
+    async def search(self, query: str, top_k: int, user: str | None) -> list[dict]:
+        params: dict[str, Any] = {"q": query, "top_k": top_k}
+        if user is not None:
+            params["user"] = user
+        return (await self._call("GET", "/v1/search", params=params))["hits"]
 
     async def context(self, session: str, extra: Extra) -> list[dict]:
         body = {"budget": DEFAULT_CONTEXT_BUDGET, "sections": [], "observations": extra.observations,

@@ -14,7 +14,9 @@ started by the first request and stopped once shutdown begins (`Service.closing`
 MCP requests in flight have finished; a request after that gets 503 like any other write.
 
 The session a connection's saves and context use is `?session=ID` on the URL (created on first
-use), else `mcp` (DEFAULT_SESSION): one per tenant.
+use), else `mcp` (DEFAULT_SESSION): one per tenant. `?user=ID` names the user the connection acts
+for (a new session is made with metadata `user_id`; without `?session=` its session is
+`mcp@ID`); without it, the session's own `user_id`, if any (mcp_tools.user_of).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ log = logging.getLogger("ledgermem.mcp")
 PATH = "/mcp"
 PRINCIPAL = "ledgermem.principal"  # scope keys the tools read back from their request
 SESSION = "ledgermem.mcp_session"
+USER = "ledgermem.mcp_user"
 # An MCP answer is JSON for a program: never a document a browser should render or sniff.
 HEADERS = [
     (b"content-security-policy", b"default-src 'none'; frame-ancestors 'none'"),
@@ -112,7 +115,7 @@ class McpMount:
                 )
             # Each tool call checks the scope it needs (`_resolve`); here only who is calling.
             principal = authenticate_scope(scope, service.settings, service.replica_secret)
-            session = _session_of(scope)
+            session, user = _connection_of(scope)
         except ApiError as exc:
             headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else exc.headers
             await error_response(exc.status, exc.code, exc.message, headers)(scope, receive, send)
@@ -122,6 +125,7 @@ class McpMount:
             return
         scope[PRINCIPAL] = principal
         scope[SESSION] = session
+        scope[USER] = user
         self._inflight += 1  # counted from here: the manager stops only once none is left
         self._idle.clear()
         try:
@@ -170,14 +174,17 @@ class McpMount:
         except ApiError as exc:
             raise Refusal(exc.code, exc.message) from None
         backend = EmbeddedBackend(memory, principal.tenant, self.service.write)
-        return Caller(backend, scope[SESSION])
+        return Caller(backend, scope[SESSION], scope[USER])
 
 
-def _session_of(scope: Scope) -> str:
-    from streams.mcp.mcp_tools import DEFAULT_SESSION, checked_session
+def _connection_of(scope: Scope) -> tuple[str, str | None]:
+    """The connection's session and user: `?session=`, `?user=` (docs/mcp.md)."""
+    from streams.mcp.mcp_tools import checked_session, checked_user, default_session
 
     query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
-    return checked_session(query.get("session", [DEFAULT_SESSION])[-1])
+    user = checked_user(query["user"][-1] if "user" in query else None)
+    named = query.get("session")
+    return checked_session(named[-1]) if named else default_session(user), user
 
 
 def _with_headers(send: Send) -> Send:

@@ -2,8 +2,8 @@
 
 Which memory a call reaches, and which session a connection writes to, is the caller's part:
 `build_server(resolve)` takes a function from the SDK's request `Context` and the scope the call
-needs (`read`, `write`) to a `Caller`. `ledgermem mcp` resolves every call to one backend and
-session chosen at start; the service's /mcp resolves each request's own token
+needs (`read`, `write`) to a `Caller`. `ledgermem mcp` resolves every call to one backend,
+session and user chosen at start; the service's /mcp resolves each request's own token
 (streams/mcp/mcp_mount.py). Refusals become MCP errors: a tool's an `is_error` result with the
 refusal's text (the model can read it and correct the call), a resource's a JSON-RPC error.
 """
@@ -35,10 +35,12 @@ INSTRUCTIONS = (
 
 @dataclass(frozen=True)
 class Caller:
-    """Who a call acts for: a tenant's memory, and the session its saves and context use."""
+    """Who a call acts for: a tenant's memory, the session its saves and context use, and the
+    user the connection names (None: its session's, if it has one; mcp_tools.user_of)."""
 
     backend: Backend
     session: str
+    user: str | None = None
 
 
 Resolve = Callable[[Context, str], Awaitable[Caller]]
@@ -71,10 +73,11 @@ def build_server(resolve: Resolve, name: str = "ledgermem") -> MCPServer:
 
     @server.tool(
         name="mem_save",
-        description="Save an observation to long-term memory. Scope 'session' keeps it in this "
-        "connection's session, 'tenant' for every session. The same topic_key in the same scope "
-        "revises the earlier one; identical content within 15 minutes is counted as a duplicate "
-        "(tier 'duplicate'), not saved twice.",
+        description="Save an observation to long-term memory. Scope 'user' (the default when the "
+        "connection has a user) for every session of this user, 'tenant' (the default otherwise) "
+        "for every session of the tenant, 'session' in this connection's session only. The same "
+        "topic_key in the same scope revises the earlier one; identical content within 15 "
+        "minutes is counted as a duplicate (tier 'duplicate'), not saved twice.",
     )
     async def mem_save(
         type: Annotated[ObservationType, Field(description="what kind of knowledge this is")],
@@ -85,33 +88,42 @@ def build_server(resolve: Resolve, name: str = "ledgermem") -> MCPServer:
         topic_key: Annotated[
             str | None, Field(description="a stable key: a later save of it revises this one")
         ] = None,
-        scope: Annotated[Scope, Field(description="'session' or 'tenant'")] = "session",
+        scope: Annotated[
+            Scope | None,
+            Field(
+                description="'user', 'tenant' or 'session'; default 'user' with a user, else "
+                "'tenant'"
+            ),
+        ] = None,
     ) -> dict[str, Any]:
         return await tool(
             ctx,
             "write",
             lambda c: mcp_tools.save(
-                c.backend, c.session, type, title, content, tags, topic_key, scope
+                c.backend, c.session, type, title, content, tags, topic_key, scope, c.user
             ),
         )
 
     @server.tool(
         name="mem_search",
-        description="Search long-term memory (every session of this tenant; BM25, best first). "
-        "Words are ORed; hits carry a snippet with the matched words in [brackets].",
+        description="Search long-term memory (every session of this tenant; with a user, never "
+        "another user's sessions or observations; BM25, best first). Words are ORed; hits carry "
+        "a snippet with the matched words in [brackets].",
     )
     async def mem_search(
         query: Annotated[str, Field(description="words to look for")],
         ctx: Context,
         limit: Annotated[int, Field(description=f"hits at most, 1 to {MAX_TOP_K}")] = 10,
     ) -> dict[str, Any]:
-        return await tool(ctx, "read", lambda c: mcp_tools.search(c.backend, query, limit))
+        return await tool(
+            ctx, "read", lambda c: mcp_tools.search(c.backend, query, limit, c.session, c.user)
+        )
 
     @server.tool(
         name="mem_context",
-        description="The context to start a task with: the newest observations (this session's "
-        "and the tenant's) and the summaries of the sessions that ended last, as system "
-        "messages and as one text.",
+        description="The context to start a task with: the newest observations (this session's, "
+        "the tenant's and this user's) and the summaries of the sessions that ended last, as "
+        "system messages and as one text.",
     )
     async def mem_context(
         ctx: Context,
@@ -119,7 +131,9 @@ def build_server(resolve: Resolve, name: str = "ledgermem") -> MCPServer:
             int, Field(description=f"observations and summaries at most, 1 to {MAX_TOP_K}")
         ] = 10,
     ) -> dict[str, Any]:
-        return await tool(ctx, "read", lambda c: mcp_tools.context(c.backend, c.session, limit))
+        return await tool(
+            ctx, "read", lambda c: mcp_tools.context(c.backend, c.session, limit, c.user)
+        )
 
     @server.resource(
         SESSION_URI,

@@ -24,7 +24,8 @@ from sections.specs import command_specs
 
 SESSION_URI = "ledgermem://sessions/{session}"
 SECTION_URI = "ledgermem://sessions/{session}/sections/{section}"
-DEFAULT_SESSION = "mcp"  # the session of a connection that names none
+DEFAULT_SESSION = "mcp"  # the session of a connection that names none (and no user)
+USER_ID = "user_id"  # a session's user, in its metadata (sections/model/names.py)
 
 
 class Refusal(Exception):
@@ -40,11 +41,19 @@ class Backend(Protocol):
     """One caller's memory: a tenant, and what the tools need of it. Each method raises
     `Refusal` for what the memory refuses; the arguments are already checked."""
 
-    async def open_session(self, session: str) -> None: ...
+    async def session_metadata(self, session: str) -> dict | None:
+        """The session's metadata, or None when there is no such session. Appends nothing."""
+        ...
 
-    async def observe(self, session: str, scope: str, observation: Observation) -> dict: ...
+    async def open_session(self, session: str, user: str | None) -> None:
+        """The session, created if new (with metadata `user_id` = `user`, if given)."""
+        ...
 
-    async def search(self, query: str, top_k: int) -> list[dict]: ...
+    async def observe(
+        self, session: str, scope: str, user: str | None, observation: Observation
+    ) -> dict: ...
+
+    async def search(self, query: str, top_k: int, user: str | None) -> list[dict]: ...
 
     async def context(self, session: str, extra: Extra) -> list[dict]: ...
 
@@ -70,6 +79,34 @@ def checked_session(session: str) -> str:
     return session
 
 
+def checked_user(user: str | None) -> str | None:
+    """The user a connection names (`?user=`, `--user`): an identifier, or None."""
+    return None if user is None else check_identifier("user", user)
+
+
+def default_session(user: str | None) -> str:
+    """The session of a connection that names none: `mcp`, or `mcp@<user>` for a user's, so
+    that users never share one (a session belongs to one user, or to none)."""
+    return DEFAULT_SESSION if user is None else checked_session(f"{DEFAULT_SESSION}@{user}")
+
+
+async def user_of(backend: Backend, session: str, user: str | None) -> str | None:
+    """The user a connection acts for: its session's `user_id`, else the user it names (the
+    session is then new, and will be made with it). A named user its session does not have
+    (another user, or none) is refused: a session is one user's past, or the tenant's."""
+    metadata = await backend.session_metadata(session)
+    if metadata is None:
+        return user
+    own = metadata.get(USER_ID)
+    own = own if isinstance(own, str) else None
+    if user is not None and own != user:
+        whose = f"user {own!r}" if own is not None else "no user"
+        raise Refusal(
+            "user_conflict", f"session {session!r} belongs to {whose}, not to user {user!r}"
+        )
+    return own
+
+
 async def save(
     backend: Backend,
     session: str,
@@ -78,19 +115,32 @@ async def save(
     content: str,
     tags: list[str] | None = None,
     topic_key: str | None = None,
-    scope: str = "session",
+    scope: str | None = None,
+    user: str | None = None,
 ) -> dict:
-    """mem_save: an observation, through the three dedup tiers (docs/search.md)."""
+    """mem_save: an observation, through the three dedup tiers (docs/search.md). `scope`: the
+    connection's user's (`user`: every session of that user sees it), the whole tenant's
+    (`tenant`), or the connection's session's own (`session`); by default `user` when the
+    connection has a user (`user_of`), else `tenant`."""
     try:
-        if scope not in SCOPES:
+        if scope is not None and scope not in SCOPES:
             raise InvalidInput(f"scope must be one of {', '.join(SCOPES)}, not {scope!r}")
         observation = Observation.of(type, title, content, tags or (), topic_key)
     except LedgerError as exc:
         raise refusal_of(exc) from None
+    user = await user_of(backend, session, user)
+    if scope is None:
+        scope = "user" if user is not None else "tenant"
+    if scope == "user" and user is None:
+        raise Refusal(
+            "user_conflict",
+            f"scope 'user' needs a user: session {session!r} has none and the connection names "
+            "none (?user= on the URL, --user)",
+        )
     # A tenant-wide save comes from the connection's session too: it is named in the
     # observation's `metadata.session`, as `Session.observe` names it (docs/search.md).
-    await backend.open_session(session)
-    outcome = await backend.observe(session, scope, observation)
+    await backend.open_session(session, user)
+    outcome = await backend.observe(session, scope, user, observation)
     return {k: outcome[k] for k in ("id", "session", "tier", "revision", "duplicates")}
 
 
@@ -111,27 +161,35 @@ def _hit(found: dict) -> dict:
     return hit
 
 
-async def search(backend: Backend, query: str, limit: int = 10) -> dict:
-    """mem_search: BM25 over the tenant's searchable sections, best first. Hits are reads."""
+async def search(
+    backend: Backend, query: str, limit: int = 10, session: str | None = None,
+    user: str | None = None,
+) -> dict:  # fmt: skip
+    """mem_search: BM25 over the tenant's searchable sections, best first; with a user (the
+    connection's session's, or the one it names), other users' sessions and observations are
+    left out. Hits are reads."""
     try:
         command_specs.search_query(query, None, None, None, None, None, limit, "agent", ("[", "]"))
     except LedgerError as exc:
         raise refusal_of(exc) from None
-    return {"hits": [_hit(found) for found in await backend.search(query, limit)]}
+    if session is not None:
+        user = await user_of(backend, session, user)
+    return {"hits": [_hit(found) for found in await backend.search(query, limit, user)]}
 
 
-async def context(backend: Backend, session: str, limit: int = 10) -> dict:
+async def context(backend: Backend, session: str, limit: int = 10, user: str | None = None) -> dict:
     """mem_context: what an agent should start with. Context assembly of the connection's
     session with no section named: only what sections/retrieval/inject.py injects, the `limit` newest
-    observations (the session's own and the tenant's) and the summaries of the `limit` sessions
-    that ended last. Recorded (`context.assembled`) like every assembly."""
+    observations the session sees (`inject.observation_pool`: its own, the tenant's and its
+    user's) and the summaries of the `limit` sessions that ended last. Recorded
+    (`context.assembled`) like every assembly. A new session is made with the connection's user."""
     try:
         if type(limit) is not int or not 1 <= limit <= MAX_TOP_K:
             raise InvalidInput(f"limit must be an integer from 1 to {MAX_TOP_K}")
         extra = Extra.of(observations=limit, summaries=limit)
     except LedgerError as exc:
         raise refusal_of(exc) from None
-    await backend.open_session(session)
+    await backend.open_session(session, await user_of(backend, session, user))
     messages = await backend.context(session, extra)
     text = "\n\n".join(m["content"] for m in messages if isinstance(m.get("content"), str))
     return {"session": session, "messages": messages, "text": text}

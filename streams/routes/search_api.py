@@ -2,18 +2,21 @@
 
     GET  /v1/search?q=...                      the tenant's memory
     GET  /v1/sessions/{session}/search?q=...   one session
-    POST /v1/observations                      tenant-wide, or {"session": id} for one session
-    POST /v1/sessions/{session}/observations   from that session: tenant-wide unless
-                                               {"scope": "session"}
+    POST /v1/observations                      tenant-wide ({"user": id}: that user's), or
+                                               {"session": id} for one session
+    POST /v1/sessions/{session}/observations   from that session: for its user (metadata
+                                               user_id), else tenant-wide; {"scope": "user" |
+                                               "tenant" | "session"} chooses
     GET  /v1/summaries?limit=N                 the newest session summaries
     GET  /v1/sessions/{session}/summary        one session's
 
 Search filters are query parameters: `session`, `section` and `tag` (each repeatable), `since`
-and `until` (microseconds or ISO-8601; the item's time, since <= ts < until), `top_k`, `reader`.
+and `until` (microseconds or ISO-8601; the item's time, since <= ts < until), `top_k`, `reader`;
+`user` on the tenant's search leaves out other users' sessions and observations.
 `scope=session|user|tenant` ranks as recall does over that session's scope (docs/recall.md;
-/v1/search takes `scope=tenant`, within the `session`s named if any). Each hit carries its item, score and
-snippet (and, with a scope, its `signals` and its session's `time`); hits are reads and leave
-`items.read` records.
+/v1/search takes `scope=tenant`, within the `session`s named if any). Each hit carries its
+item, score and snippet (and, with a scope, its `signals` and its session's `time`); hits are
+reads and leave `items.read` records.
 """
 
 from __future__ import annotations
@@ -76,6 +79,7 @@ class SearchApi(Api):
         # quietly widen the search.
         query = self._query(request, SessionSearchQuery if wanted else SearchQuery)
         sessions = [wanted] if wanted else getattr(query, "session", None) or None
+        user = getattr(query, "user", None)
         if wanted:
             self._session(p, request)  # 404 for an unknown session
         times = {k: v for k, v in (("since", query.since), ("until", query.until)) if v is not None}
@@ -88,13 +92,13 @@ class SearchApi(Api):
                 query.q, tenant=p.tenant, sessions=sessions,
                 tenant_observations=bool(wanted) and not scoped,
                 sections=query.section or None, tags=query.tag or None, top_k=query.top_k,
-                reader=query.reader, **times, **scoped,
+                reader=query.reader, user=user, **times, **scoped,
             )  # fmt: skip
         return json_response({"hits": [hit.to_json() for hit in hits]})
 
     @operation(
         "observeTenant",
-        "record an observation, tenant-wide or in {session}'s own section; deduplicated",
+        "record an observation, tenant-wide ({user}'s) or in {session}'s own section; deduplicated",
         body=ObservationRequest,
         replies=OBSERVED,
         writes=True,
@@ -105,7 +109,7 @@ class SearchApi(Api):
 
     @operation(
         "observeFromSession",
-        "record an observation from this session: tenant-wide unless {scope: session}",
+        "record an observation from this session: for its user, else tenant-wide; or {scope}",
         body=SessionObservationRequest,
         replies=OBSERVED,
         writes=True,
@@ -116,8 +120,8 @@ class SearchApi(Api):
 
     async def _observe(self, request: Request) -> Response:
         """POST /v1/observations is `Memory.observe` (tenant-wide, or in {"session"}'s own
-        section); POST /v1/sessions/{s}/observations is `Session.observe`: tenant-wide from
-        that session unless {"scope": "session"} (docs/search.md)."""
+        section, or {"user"}'s); POST /v1/sessions/{s}/observations is `Session.observe`: for the
+        session's user, else tenant-wide, unless {"scope"} says (docs/search.md)."""
         p = self.service.principal(request, "write")
         from_session = request.path_params.get("session")
         memory = self.memory(p)
@@ -137,7 +141,7 @@ class SearchApi(Api):
             with self.service.write():
                 outcome = await memory.observe_async(
                     body.type, body.title, body.content, tenant=p.tenant, session=body.session,
-                    tags=body.tags, topic_key=body.topic_key,
+                    tags=body.tags, topic_key=body.topic_key, user=body.user,
                 )  # fmt: skip
         status = 201 if outcome.tier == "inserted" else 200
         return json_response(

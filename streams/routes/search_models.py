@@ -7,9 +7,10 @@ sections/retrieval/observations.py `Observation.of`); these models say the same 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, model_validator
+from pydantic_core import PydanticCustomError
 
 from sections.retrieval.observations import TITLE_MAX, TYPES
 from sections.retrieval.views import MAX_TOP_K
@@ -54,11 +55,19 @@ class SessionSearchQuery(Strict):
     )
 
 
+UserId = Annotated[str, Field(min_length=1)]
+
+
 class SearchQuery(SessionSearchQuery):
     session: list[str] = Field(default_factory=list, description="only these sessions; may repeat")
     scope: Literal["tenant"] | Absent = absent(
         "rank as recall does (docs/recall.md) over the tenant (or the `session`s named); hits "
         "then carry `signals` and `time`. A user's or a session's scope: its session's search"
+    )
+    user: UserId | None = Field(
+        None,
+        description="search as this user: other users' sessions (metadata user_id) and "
+        "tenant-wide observations are left out",
     )
 
 
@@ -96,15 +105,39 @@ class _Observation(Strict):
 
 
 class SessionObservationRequest(_Observation):
-    scope: Literal["tenant", "session"] = Field(
-        "tenant", description="tenant-wide (from this session), or in this session's own section"
+    scope: Literal["user", "tenant", "session"] | None = Field(
+        None,
+        description="for this session's user (its metadata user_id), tenant-wide, or in this "
+        "session's own section; default `user` when the session has a user, else `tenant`",
     )
+
+
+# A user's observation is tenant-wide: `session` and `user` are not given together.
+_SESSION_OR_USER: dict[str, Any] = {
+    "not": {
+        "required": ["session", "user"],
+        "properties": {"session": {"type": "string"}, "user": {"type": "string"}},
+    }
+}
 
 
 class ObservationRequest(_Observation):
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=_SESSION_OR_USER)
+
     session: Identifier | None = Field(
         None, description="in this session's own section; tenant-wide if absent"
     )
+    user: UserId | None = Field(
+        None, description="tenant-wide for this user only: the sessions with its user_id see it"
+    )
+
+    @model_validator(mode="after")
+    def _session_or_user(self) -> Self:
+        if self.session is not None and self.user is not None:
+            raise PydanticCustomError(
+                "session_or_user", "a user's observation is tenant-wide: give session or user"
+            )
+        return self
 
 
 class ObservationOutcome(Open):

@@ -33,6 +33,7 @@ from sections.errors import (
     SessionEnded,
     SessionExists,
     SummarizerFailed,
+    UserConflict,
     VersionConflict,
 )
 from streams.apidoc.models import NOT_BLANK
@@ -60,6 +61,7 @@ _STATUS: tuple[tuple[type[BaseException], int, str], ...] = (
     (StalePosition, 409, "stale_position"),
     (ImmutableSection, 409, "immutable_section"),
     (FactConflict, 409, "fact_conflict"),
+    (UserConflict, 409, "user_conflict"),
     (ItemTooLarge, 422, "item_too_large"),
     (NotAdmitted, 422, "not_admitted"),
     (BudgetExceeded, 422, "budget_exceeded"),
