@@ -13,6 +13,7 @@ from eventstore.errors import InvalidInput
 from sections.model.config import MemoryConfig
 from sections.model.render import tokens_of
 from sections.model.tokens import counter_named
+from sections.retrieval import semantic
 from sections.runtime.memory import Memory
 
 PAST = [
@@ -251,3 +252,24 @@ def test_scoped_search_ranks_as_recall_and_says_why(mem):
         mem.search("necklace", scope="user")
     with pytest.raises(InvalidInput, match="not both"):
         mem.search("necklace", scope="user", session="past", sessions=["past"])
+
+
+@pytest.mark.skipif(not semantic.available(), reason="the semantic extra is not installed")
+def test_the_semantic_extra_recalls_what_shares_no_word_and_never_what_was_erased(tmp_path):
+    mem = Memory.open(tmp_path / "data", config=MemoryConfig(recall_semantic=True))
+    try:
+        ids = remember(mem, "past", "u1", [("Ann", "we adopted a little beagle puppy on Sunday"),
+                                          ("Ann", "the quarterly budget review is on Friday")])  # fmt: skip
+        assert mem.settle(60)
+        now = mem.session("now", metadata={"user_id": "u1"})
+        record, _ = now.assemble(2000, query="new dog in the family")
+        entry = next(e for e in recalled(record) if e["id"] == ids[0])
+        assert "semantic" in entry["signals"] and "bm25" not in entry["signals"]
+        mem.session("past", create=False).erase([ids[0]], reason="forget the puppy")
+        record, messages = now.assemble(2000, query="new dog in the family")
+        assert ids[0] not in [e["id"] for e in recalled(record)]
+        assert "beagle" not in orjson.dumps(messages).decode()
+        hits = mem.search("new dog in the family", scope="user", session="now")
+        assert ids[0] not in [h.item.id for h in hits]
+    finally:
+        mem.close()

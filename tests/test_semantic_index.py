@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from sections.model.config import MemoryConfig
 from sections.model.item import parse_item_id
 from sections.retrieval.search import rowid
 from sections.retrieval.semantic import (
@@ -32,20 +33,15 @@ def embedder() -> Embedder:
 
 
 class Following:
-    """A memory whose applied records also reach a semantic index, as the search index's do."""
+    """A memory's own semantic index (`[recall] semantic = true`), which its applied records
+    reach as they reach the search index, and one built anew from its state."""
 
     def __init__(self, mem: Memory, embedder: Embedder) -> None:
         self.embedder = embedder
         self.mem = mem
-        self.index = SemanticIndex(embedder)
-        live = mem._live
-        search_follow = live.search_index.follow
-
-        def follow(state, record, content_of) -> None:
-            search_follow(state, record, content_of)
-            self.index.follow(state, record, content_of)
-
-        live.search_index.follow = follow  # type: ignore[method-assign]
+        index = mem._live.semantic
+        assert index is not None
+        self.index = index
 
     def fresh(self) -> SemanticIndex:
         index = SemanticIndex(self.embedder)
@@ -56,16 +52,14 @@ class Following:
 
 @pytest.fixture
 def mem(tmp_path):
-    memory = Memory.open(tmp_path / "data", seg_bits=6)
+    memory = Memory.open(tmp_path / "data", seg_bits=6, config=MemoryConfig(recall_semantic=True))
     yield memory
     memory.close()
 
 
 @pytest.fixture
 def followed(mem, embedder):
-    f = Following(mem, embedder)
-    yield f
-    f.index.close()
+    return Following(mem, embedder)
 
 
 def row_of(item_id: str) -> int:
