@@ -273,3 +273,19 @@ def test_the_semantic_extra_recalls_what_shares_no_word_and_never_what_was_erase
         assert ids[0] not in [h.item.id for h in hits]
     finally:
         mem.close()
+
+
+def test_recent_session_summaries_stay_within_the_user(mem):
+    for session, user, said in (("ann-old", "ann", "ann's secret plan: tulips"),
+                                ("bob-old", "bob", "bob's secret plan: cacti")):  # fmt: skip
+        s = mem.session(session, metadata={"user_id": user})
+        s.add("messages", said, role="user")
+        s.end()
+    record, messages = mem.session("ann-new", metadata={"user_id": "ann"}).assemble(
+        4000, summaries=5
+    )
+    text = orjson.dumps(messages).decode()
+    assert "tulips" in text and "cacti" not in text
+    assert {e["session"] for e in record.payload["manifest"] if e.get("inject") == "summary"} == {
+        "ann-old"
+    }

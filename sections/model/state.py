@@ -11,6 +11,7 @@ import orjson
 from sections.model.config import SectionConfig
 from sections.model.eviction_order import EvictionOrder
 from sections.model.item import Item
+from sections.model.names import USER_ID
 
 # Contents larger than this stay in the log and are read back by their record's seq, so memory
 # grows with the number of live items rather than with their size. A string is measured in
@@ -87,6 +88,13 @@ class SessionState:
     # the last change to the session's memory (reads are not activity). Retention ranks by it.
     created_ts: int = 0
     active_ts: int = 0
+
+    @property
+    def user(self) -> str | None:
+        """The user the session belongs to (its metadata's `user_id`), or None: the tenant's.
+        Recall, observations and search draw the line between users by it."""
+        user = self.metadata.get(USER_ID) if isinstance(self.metadata, dict) else None
+        return user if isinstance(user, str) else None
 
     def touch(self, section: str) -> None:
         if section not in self.touched:

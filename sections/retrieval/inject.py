@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 import orjson
 
 from sections.model.item import Item
-from sections.model.names import TENANT_SESSION, USER_ID
+from sections.model.names import TENANT_SESSION
 from sections.model.render import Injection
 from sections.model.state import MemoryState, SessionState
 from sections.model.tokens import TokenCounter
@@ -39,10 +39,9 @@ def block(title: str, lines: list[str]) -> dict:
 
 
 def user_of(state: MemoryState, tenant: str, session_id: str) -> str | None:
-    """The user a session belongs to (its metadata's `user_id`), or None: the tenant's."""
+    """The user a session belongs to (`SessionState.user`), or None: the tenant's."""
     session = state.sessions.get((tenant, session_id))
-    user = session.metadata.get(USER_ID) if session is not None else None
-    return user if isinstance(user, str) else None
+    return session.user if session is not None else None
 
 
 def pool_users(state: MemoryState, tenant: str, session_id: str) -> tuple[str, ...]:

@@ -35,6 +35,7 @@ from sections.model.names import HOLDER_PREFIX, OBSERVATIONS, TENANT_SESSION
 from sections.model.render import Injection
 from sections.model.state import MemoryState, SessionState
 from sections.model.tokens import TokenCounter
+from sections.retrieval.observations import visible_to
 
 CANDIDATES = 200  # BM25 hits a query asks the index for, before rescoring
 SIMILAR = 100  # nearest items the semantic extra is asked for, when it is on
@@ -43,7 +44,6 @@ NEIGHBOUR_WEIGHT = 0.6
 SESSION_WEIGHT = 0.2
 SESSION_HITS = 20  # the top hits a session's share is taken over
 DEFAULT_SHARE = 0.5  # of what the injected blocks leave, kept for recall when the rest needs it
-USER_KEY = "user_id"  # the session metadata naming its user
 DATE_KEY = "date"  # session metadata: when the conversation took place, shown as given
 TITLE = "## recalled from earlier sessions"
 GAP = "…"
@@ -86,11 +86,6 @@ def query_text(text: str) -> str:
     return " ".join(kept or words)
 
 
-def user_of(session: SessionState) -> str | None:
-    user = session.metadata.get(USER_KEY) if isinstance(session.metadata, dict) else None
-    return user if isinstance(user, str) else None
-
-
 def is_holder(session_id: str) -> bool:
     """The tenant's own session and the AgentOps holders keep what is not a user's past."""
     return session_id == TENANT_SESSION or session_id.startswith(HOLDER_PREFIX)
@@ -105,18 +100,12 @@ def scope_sessions(
     if across_users:
         return None
     session = state.sessions.get((tenant, session_id))
-    user = user_of(session) if session is not None else None
+    user = session.user if session is not None else None
     return tuple(
         sid
         for (t, sid), other in state.sessions.items()
-        if t == tenant and not is_holder(sid) and user_of(other) == user
+        if t == tenant and not is_holder(sid) and other.user == user
     )
-
-
-def visible_observation(item: Item, user: str | None, across_users: bool) -> bool:
-    """A tenant-wide observation a session of `user` may see: one of no user's, or its own."""
-    owner = item.metadata.get(USER_KEY) if isinstance(item.metadata, dict) else None
-    return across_users or owner is None or owner == user
 
 
 Key = tuple[str, str, str]  # (session, section, item id)
@@ -136,7 +125,7 @@ def _admitted(
     item = section.items.get(id_) if section is not None else None
     if item is None:
         return None  # gone since the index was queried
-    if session_id == TENANT_SESSION and not visible_observation(item, user, across_users):
+    if session_id == TENANT_SESSION and not (across_users or visible_to(item, user)):
         return None
     return item
 

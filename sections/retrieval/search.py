@@ -521,8 +521,9 @@ _FOLLOWED = frozenset(
 
 def owner_of(session: SessionState, item: Item) -> str | None:
     """The user a document belongs to: the module's docstring."""
-    metadata = item.metadata if session.id == TENANT_SESSION else session.metadata
-    user = metadata.get(USER_ID) if isinstance(metadata, dict) else None
+    if session.id != TENANT_SESSION:
+        return session.user
+    user = item.metadata.get(USER_ID) if isinstance(item.metadata, dict) else None
     return user if isinstance(user, str) else None
 
 

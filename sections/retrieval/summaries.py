@@ -61,13 +61,20 @@ def unsummarized(state: MemoryState) -> list[SessionState]:
     ]
 
 
-def recent(state: MemoryState, tenant: str, exclude: str, limit: int) -> list[SessionState]:
-    """The `limit` sessions of `tenant` summarized most recently, newest first."""
+def recent(
+    state: MemoryState, tenant: str, exclude: str, limit: int, across_users: bool = False
+) -> list[SessionState]:
+    """The `limit` sessions of `tenant` summarized most recently, newest first: those of the
+    same user as session `exclude` (summaries quote what users said: recall's privacy rule,
+    docs/recall.md), or of every user when the tenant lets recall cross users."""
+    asking = state.sessions.get((tenant, exclude))
+    user = asking.user if asking is not None else None
     found = [
         s
         for (t, sid), s in state.sessions.items()
         if t == tenant and sid not in (exclude, TENANT_SESSION) and s.summary_at is not None
-    ]
+        and (across_users or s.user == user)
+    ]  # fmt: skip
     found.sort(key=lambda s: summarized(s)[1], reverse=True)
     return found[:limit]
 

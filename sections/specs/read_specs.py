@@ -161,7 +161,7 @@ def _recall_request(
         return None
     tenant = call.tenant
     across = ctx.config.recall_crosses_users(tenant)
-    user = recall.user_of(get_session(state, tenant, call.session_id))
+    user = get_session(state, tenant, call.session_id).user
     ranked = recall.rank(state, tenant, candidates[0], user, across, candidates[1])
 
     def fill(already: set[tuple[str, str]], limit: int) -> render.Injection:
@@ -181,7 +181,8 @@ def _assemble(ctx: CommandContext, state: MemoryState, call: Call) -> Decision:
     if extra.observations or extra.summaries or extra.facts or extra.sessions:
         pool = inject.observation_pool(state, tenant, session_id)
         chosen = inject.choose_observations(pool, hits, extra.observations)
-        recent = summaries.recent(state, tenant, session_id, extra.summaries)
+        across = ctx.config.recall_crosses_users(tenant)
+        recent = summaries.recent(state, tenant, session_id, extra.summaries, across)
         settings: dict[str, object] = {
             "observations": extra.observations, "summaries": extra.summaries,
             "observation_chars": extra.observation_chars,
@@ -190,7 +191,7 @@ def _assemble(ctx: CommandContext, state: MemoryState, call: Call) -> Decision:
             settings["facts"] = extra.facts
         if extra.sessions:  # AgentOps' `<memory:sessions>` block (sections/retrieval/inject.py)
             settings["sessions"] = extra.sessions
-        agentops = summaries.recent(state, tenant, session_id, extra.sessions)
+        agentops = summaries.recent(state, tenant, session_id, extra.sessions, across)
         if extra.query and (extra.observations or extra.facts):  # what was searched for
             settings["query"] = extra.query[: inject.QUERY_CHARS]
         known = inject.choose_facts(state, tenant, session_id, fact_hits, ctx.decision_ts,

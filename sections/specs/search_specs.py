@@ -129,7 +129,7 @@ def _ranked(
     def sessions_of(state: MemoryState) -> tuple[tuple[str, ...] | None, str | None]:
         if session_id is None:
             return query.sessions, None  # the tenant, or the sessions named
-        user = recall.user_of(get_session(state, tenant, session_id))
+        user = get_session(state, tenant, session_id).user
         if scope == "session":
             return (session_id,), user
         if scope == "user":
