@@ -527,6 +527,37 @@ def test_a_users_saves_reach_their_next_run_and_no_other_user(service: httpx.Cli
     assert mine not in bob_text and mine not in bob_hits
 
 
+def test_mem_context_with_a_query_recalls_the_users_earlier_sessions(service: httpx.Client) -> None:
+    """mem_context(query=...) recalls what the same user said in an earlier session (over /mcp
+    and over stdio's REST backend), never what another user said."""
+    url = str(service.base_url).rstrip("/")
+    auth = {"Authorization": "Bearer tok-a"}
+    for session, user, said in (
+        ("cleo-chat-1", "cleo", "my bike is a red Bianchi with a cracked saddle"),
+        ("dan-chat-1", "dan", "my bike is a blue Pinarello with new tyres"),
+    ):
+        made = service.put(f"/v1/sessions/{session}", json={"metadata": {"user_id": user}},
+                           headers=auth)  # fmt: skip
+        assert made.status_code in (200, 201), made.text
+        added = service.post(f"/v1/sessions/{session}/sections/messages/items",
+                             json={"items": [{"content": said, "role": "user"}]}, headers=auth)  # fmt: skip
+        assert added.status_code == 201, added.text
+
+    async def over_mcp() -> str:
+        async with over_http(url, "tok-a", session="cleo-chat-2", user="cleo") as client:
+            found = await client.call_tool("mem_context", {"query": "which bike do I ride?"})
+            return structured(found)["text"]
+
+    async def over_stdio() -> str:
+        args = ("--url", url, "--token", "tok-a", "--session", "cleo-chat-3", "--user", "cleo")
+        async with stdio(*args) as client:
+            found = await client.call_tool("mem_context", {"query": "which bike do I ride?"})
+            return structured(found)["text"]
+
+    for text in (run(over_mcp()), run(over_stdio())):
+        assert "red Bianchi" in text and "Pinarello" not in text
+
+
 # ---- without the mcp package --------------------------------------------------------------------
 
 

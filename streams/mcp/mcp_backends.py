@@ -182,7 +182,7 @@ class HttpBackend:
 
     async def context(self, session: str, extra: Extra) -> list[dict]:
         body = {"budget": DEFAULT_CONTEXT_BUDGET, "sections": [], "observations": extra.observations,
-                "summaries": extra.summaries}  # fmt: skip
+                "summaries": extra.summaries, "query": extra.query, "recall": extra.recall}  # fmt: skip
         found = await self._call("POST", self._session(session) + "/context", json=body)
         return found["messages"]
 

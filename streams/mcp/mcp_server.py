@@ -130,9 +130,16 @@ def build_server(resolve: Resolve, name: str = "ledgermem") -> MCPServer:
         limit: Annotated[
             int, Field(description=f"observations and summaries at most, 1 to {MAX_TOP_K}")
         ] = 10,
+        query: Annotated[
+            str | None,
+            Field(
+                description="the task at hand: ranks observations, and recalls the relevant "
+                "past of the user's earlier sessions into the context"
+            ),
+        ] = None,
     ) -> dict[str, Any]:
         return await tool(
-            ctx, "read", lambda c: mcp_tools.context(c.backend, c.session, limit, c.user)
+            ctx, "read", lambda c: mcp_tools.context(c.backend, c.session, limit, c.user, query)
         )
 
     @server.resource(

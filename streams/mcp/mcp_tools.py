@@ -177,16 +177,21 @@ async def search(
     return {"hits": [_hit(found) for found in await backend.search(query, limit, user)]}
 
 
-async def context(backend: Backend, session: str, limit: int = 10, user: str | None = None) -> dict:
+async def context(
+    backend: Backend, session: str, limit: int = 10, user: str | None = None,
+    query: str | None = None,
+) -> dict:  # fmt: skip
     """mem_context: what an agent should start with. Context assembly of the connection's
-    session with no section named: only what sections/retrieval/inject.py injects, the `limit` newest
+    session with no section named: only what sections/retrieval/inject.py injects, the `limit`
     observations the session sees (`inject.observation_pool`: its own, the tenant's and its
-    user's) and the summaries of the `limit` sessions that ended last. Recorded
-    (`context.assembled`) like every assembly. A new session is made with the connection's user."""
+    user's; the query's best, else the newest), the summaries of the `limit` sessions of its
+    user that ended last and, with a `query`, what recall finds in the user's earlier sessions
+    (sections/retrieval/recall.py). Recorded (`context.assembled`) like every assembly. A new
+    session is made with the connection's user."""
     try:
         if type(limit) is not int or not 1 <= limit <= MAX_TOP_K:
             raise InvalidInput(f"limit must be an integer from 1 to {MAX_TOP_K}")
-        extra = Extra.of(observations=limit, summaries=limit)
+        extra = Extra.of(query=query, observations=limit, summaries=limit)
     except LedgerError as exc:
         raise refusal_of(exc) from None
     await backend.open_session(session, await user_of(backend, session, user))
