@@ -9,7 +9,7 @@ import pytest
 
 from sections.model.config import MemoryConfig
 from sections.model.item import parse_item_id
-from sections.retrieval.search import rowid
+from sections.retrieval.documents import rowid
 from sections.retrieval.semantic import (
     Embedder,
     SemanticIndex,

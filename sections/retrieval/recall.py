@@ -35,6 +35,7 @@ from sections.model.names import HOLDER_PREFIX, OBSERVATIONS, TENANT_SESSION
 from sections.model.render import Injection
 from sections.model.state import MemoryState, SessionState
 from sections.model.tokens import TokenCounter
+from sections.retrieval.documents import text_of
 from sections.retrieval.observations import visible_to
 
 CANDIDATES = 200  # BM25 hits a query asks the index for, before rescoring
@@ -243,12 +244,7 @@ def speaker(item: Item) -> str:
 
 def text_line(section: str, item: Item, content: object) -> str:
     """One recalled item: `speaker: text` for a message, `[section] text` for anything else."""
-    if isinstance(content, str):
-        text = content
-    else:
-        from sections.retrieval.search import text_of  # the strings of a JSON content
-
-        text = text_of(content)
+    text = text_of(content)  # a string is its own text
     calls = item.extra.get("tool_calls") if item.extra else None
     if isinstance(calls, list) and calls:
         text = f"{text} (calls {', '.join(_call_name(c) for c in calls)})".strip()

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Protocol
 from eventstore.errors import WriterClosed
 from eventstore.record import Record
 from sections.model.state import MemoryState
-from sections.retrieval.search import (
+from sections.retrieval.documents import (
     Change,
     ContentOf,
     Doc,

@@ -29,7 +29,8 @@ from sections.model.commands import payload
 from sections.model.item import Item, item_id
 from sections.model.projection import apply, redaction_done
 from sections.model.state import MemoryState
-from sections.retrieval.search import K_BITS, Hit, Query, changes_of
+from sections.retrieval.documents import K_BITS, changes_of
+from sections.retrieval.search import Hit, Query
 from sections.retrieval.semantic import SemanticIndex, load_embedder
 from sections.retrieval.views import ItemView
 from sections.runtime.history import History

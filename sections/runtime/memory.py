@@ -446,11 +446,9 @@ class Memory:
         return await self.run_async(specs.CLEANUP, self.tenant, None, args)
 
     def settle(self, timeout: float | None = None) -> bool:
-        """Wait until the projections computed in the background (the semantic extra's
-        embeddings) have caught up with everything applied so far; False on timeout. Recall
-        works before that, on what is computed (docs/recall.md)."""
-        semantic = self._live.semantic
-        return True if semantic is None else semantic.flush(timeout)
+        """Wait until the semantic extra's embeddings cover everything applied; False on timeout
+        (recall runs on what is embedded meanwhile: docs/recall.md)."""
+        return self._live.semantic is None or self._live.semantic.flush(timeout)
 
     # ---- search, observations, summaries ---------------------------------------------------------
 
@@ -459,15 +457,11 @@ class Memory:
 
         Options: sessions, sections, tags (all of them), the item's time (`since` <= ts <
         `until`, microseconds), top_k, reader, markers; `tenant_observations=True` adds the
-        tenant-wide observations to the `sessions` searched (a session's own search does: the
-        tenant's and those of the sessions' users); `user` searches as that user, leaving out
-        other users' sessions (metadata `user_id`) and tenant-wide observations.
-        `scope="user"|"session"|"tenant"` with `session=ID` ranks as recall does (BM25 with the
-        neighbours' and the session's signals, and the semantic extra's when on) over that
-        session's user's sessions, the session, or the tenant; such hits carry their `signals`
-        and their session's `time` (docs/recall.md). Hits are reads: each session with hits gets
-        an `items.read` record (purpose "search"), and
-        hits are returned once those are durable."""
+        tenant-wide observations the `sessions` see; `user` leaves out other users' sessions
+        and observations (docs/search.md, "Users"). `scope="user"|"session"|"tenant"` with
+        `session=ID` ranks as recall does, hits with `signals` and `time` (docs/recall.md).
+        Hits are reads: each session with hits gets an `items.read` record (purpose "search"),
+        and hits are returned once those are durable."""
         args = specs.search_args(query, **options)
         return self.run(specs.SEARCH, tenant or self.tenant, None, args)
 
@@ -483,9 +477,9 @@ class Memory:
         from), from_session (the session a tenant-wide observation came from: kept in its
         `metadata.session`; that session must exist and not have ended), user (a tenant-wide
         observation for that user only, kept in `metadata.user_id`: the sessions whose metadata
-        `user_id` is the same see it, no other). Deduplicated in one
-        atomic command (sections/retrieval/observations.py): a revision of the same topic, a
-        duplicate of recent identical content, or a new item."""
+        `user_id` is the same see it, no other). Deduplicated in one atomic command
+        (sections/retrieval/observations.py): a revision of the same topic, a duplicate of
+        recent identical content, or a new item."""
         args = specs.observation_args(type, title, content, **options)
         return self.run(specs.OBSERVE, tenant or self.tenant, None, args)
 

@@ -26,7 +26,8 @@ from eventstore.atomic import fsync_dir, write_atomically
 from eventstore.filemodes import make_dir
 from eventstore.reader import LogReader
 from sections.model.state import MemoryState
-from sections.retrieval.search import ContentOf, SearchIndex
+from sections.retrieval.documents import ContentOf
+from sections.retrieval.search import SearchIndex
 
 FORMAT = "ledgermem.snapshot/5"  # 2: items carry `ts`; 3: sessions carry their times; 4: roles
 # counted per session; 5: the state keeps retention erasures still to append (`pending_retention`)

@@ -29,8 +29,8 @@ from sections.model.commands import Decision, get_session, payload
 from sections.model.names import TENANT_SESSION
 from sections.model.state import MemoryState
 from sections.retrieval import facts
+from sections.retrieval.documents import text_of
 from sections.retrieval.facts import SECTION, FactQuery, NewFact
-from sections.retrieval.search import text_of
 from sections.specs.context import CommandContext
 from sections.specs.session_specs import tenant_session
 from sections.specs.spec import Call, CommandSpec, appended, what_was_decided

@@ -16,8 +16,9 @@ from sections.model.item import item_id, parse_item_id
 from sections.model.names import OBSERVATIONS, TENANT_SESSION
 from sections.model.state import MemoryState
 from sections.retrieval import inject, observations, recall
+from sections.retrieval.documents import rowid
 from sections.retrieval.observations import Observation
-from sections.retrieval.search import MAX_TIME, Query, rowid
+from sections.retrieval.search import MAX_TIME, Query
 from sections.retrieval.views import MAX_TOP_K, SearchHit, view_of
 from sections.specs.context import CommandContext
 from sections.specs.session_specs import tenant_session
