@@ -27,7 +27,7 @@ import contextlib
 import hashlib
 import os
 import threading
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -53,6 +53,7 @@ if TYPE_CHECKING:
 
 BATCH = 16  # texts per model call: a query waits for at most one batch in the model
 MAX_CHARS = 4000  # the model reads 256 word pieces at most: longer texts are cut before tokenizing
+QUERY_CACHE = 64  # query vectors kept: a prompt is often searched, then assembled for
 NICE = 10  # how much lower the embedding thread's priority is (Linux: per thread)
 MODEL_NAME = "all-MiniLM-L6-v2"
 
@@ -149,6 +150,8 @@ class _Entry:
 
 class SemanticIndex:
     def __init__(self, embedder: Embedder) -> None:
+        self._queries: OrderedDict[str, Vectors] = OrderedDict()
+        self._queries_lock = threading.Lock()
         self.embedder = embedder
         self.lock = threading.Lock()
         self._queue: deque[Change] = deque()  # what `follow` queued, not yet applied
@@ -357,7 +360,7 @@ class SemanticIndex:
 
         if not text.strip() or top_k <= 0:
             return []
-        query = self.embedder.embed([text])[0]
+        query = self._query_vector(text)
         with self.lock:
             if self._closed:
                 raise WriterClosed("the semantic index is closed")
@@ -377,6 +380,21 @@ class SemanticIndex:
             for i in order
             if scores[i] != -np.inf
         ]
+
+    def _query_vector(self, text: str) -> Vectors:
+        """The query's vector: the last `QUERY_CACHE` queries' are kept, since an agent's turn
+        often searches and assembles its context for the same prompt (15 ms of CPU each)."""
+        with self._queries_lock:
+            found = self._queries.get(text)
+            if found is not None:
+                self._queries.move_to_end(text)
+                return found
+        vector = self.embedder.embed([text])[0]
+        with self._queries_lock:
+            self._queries[text] = vector
+            while len(self._queries) > QUERY_CACHE:
+                self._queries.popitem(last=False)
+        return vector
 
     def _matrix(self, tenant: str) -> tuple[list[int], Vectors]:
         """The tenant's searchable rows in rowid order and their vectors (kept until it
