@@ -93,7 +93,9 @@ def test_the_documented_message_addition_examples(mem):
         {"role": "tool", "content": '{"total_sales": 1500000, "growth": "15%"}',
          "tool_call_id": "call_123", "name": "analyze_sales"},
     ]  # fmt: skip
-    views = mem.session("tools", create=False).get("messages", [result], reader="operator")
+    assert memory.item_id(result) != result  # MARSYS's message id; the item has its own
+    views = mem.session("tools", create=False).get("messages", [memory.item_id(result)],
+                                                    reader="operator")  # fmt: skip
     assert views[0].group == "call:call_123"  # the result joined its call: never split
 
     # The shape MARSYS's Message.to_llm_dict gives: dict content as JSON, images as parts
@@ -149,6 +151,10 @@ def test_the_documented_managed_memory_example_compacts_within_the_threshold(mem
     memory.add(role="user", content="Hello")  # usage is identical to ConversationMemory
     assert memory.get_messages() == [{"role": "user", "content": "Hello"}]
     _long_task(memory, rounds=20)
+    assert len(memory.get_messages()) == 42  # as in MARSYS: an add only adds
+    assert "section.compacted" not in _types(mem, "managed")
+    assert asyncio.run(memory.compact_if_needed()) is True  # MARSYS's MemoryManager asks
+    assert asyncio.run(memory.compact_if_needed()) is False  # under the threshold now
 
     messages = memory.get_messages()
     assert messages[0] == {"role": "user", "content": "Hello"}  # the original instruction stays
