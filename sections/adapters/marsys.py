@@ -21,7 +21,6 @@ objects with `to_dict()`.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import importlib
 import importlib.util
