@@ -22,7 +22,7 @@ import pytest
 
 from eventstore.errors import InvalidInput
 from eventstore.file_sink import Durability
-from sections.adapters import marsys as marsys_adapter
+from sections.adapters import marsys_messages as marsys_parts
 from sections.adapters.marsys import (
     ConversationMemory,
     ManagedConversationMemory,
@@ -232,7 +232,7 @@ def test_message_objects_with_marsys_attributes_are_taken_as_they_are(mem):
         memory.add(message=Message(None, "no role"))
 
 
-# -- what MARSYS's own suites (run by ../shared/peers/marsys.sh hybrid) found, held here without
+# -- what MARSYS's own suites (their memory tests, in the "hybrid" mode) found, held here without
 #    MARSYS installed (its own classes are stood in for by modules of the same names)
 
 
@@ -367,7 +367,7 @@ def test_refusals_are_marsys_message_errors_when_marsys_is_installed(mem, monkey
         module.__spec__ = importlib.machinery.ModuleSpec(name, None)
         module.__dict__.update(attrs)
         monkeypatch.setitem(sys.modules, name, module)
-    for cached in (marsys_adapter._seed_installed, marsys_adapter._refusal):
+    for cached in (marsys_parts._seed_installed, marsys_parts._refusal):
         cached.cache_clear()
     try:
         size = mem.writer.size
@@ -385,5 +385,5 @@ def test_refusals_are_marsys_message_errors_when_marsys_is_installed(mem, monkey
         memory.reset_memory()
         assert [type(e) for e in events] == [TheirResetEvent]
     finally:
-        marsys_adapter._seed_installed.cache_clear()
-        marsys_adapter._refusal.cache_clear()
+        marsys_parts._seed_installed.cache_clear()
+        marsys_parts._refusal.cache_clear()
