@@ -10,16 +10,25 @@ records, reads leave `items.read` records, and everything replays (rebuild == li
 from __future__ import annotations
 
 import asyncio
+import gc
+import importlib.machinery
+import sys
+import types
+import uuid
+from dataclasses import dataclass
 
 import orjson
 import pytest
 
 from eventstore.errors import InvalidInput
 from eventstore.file_sink import Durability
+from sections.adapters import marsys_messages as marsys_parts
 from sections.adapters.marsys import (
     ConversationMemory,
     ManagedConversationMemory,
     ManagedMemoryConfig,
+    MemoryResetEvent,
+    MessageError,
 )
 from sections.errors import ItemNotFound
 from sections.runtime.memory import Memory
@@ -93,7 +102,9 @@ def test_the_documented_message_addition_examples(mem):
         {"role": "tool", "content": '{"total_sales": 1500000, "growth": "15%"}',
          "tool_call_id": "call_123", "name": "analyze_sales"},
     ]  # fmt: skip
-    views = mem.session("tools", create=False).get("messages", [result], reader="operator")
+    assert memory.item_id(result) != result  # MARSYS's message id; the item has its own
+    views = mem.session("tools", create=False).get("messages", [memory.item_id(result)],
+                                                    reader="operator")  # fmt: skip
     assert views[0].group == "call:call_123"  # the result joined its call: never split
 
     # The shape MARSYS's Message.to_llm_dict gives: dict content as JSON, images as parts
@@ -149,6 +160,10 @@ def test_the_documented_managed_memory_example_compacts_within_the_threshold(mem
     memory.add(role="user", content="Hello")  # usage is identical to ConversationMemory
     assert memory.get_messages() == [{"role": "user", "content": "Hello"}]
     _long_task(memory, rounds=20)
+    assert len(memory.get_messages()) == 42  # as in MARSYS: an add only adds
+    assert "section.compacted" not in _types(mem, "managed")
+    assert asyncio.run(memory.compact_if_needed()) is True  # MARSYS's MemoryManager asks
+    assert asyncio.run(memory.compact_if_needed()) is False  # under the threshold now
 
     messages = memory.get_messages()
     assert messages[0] == {"role": "user", "content": "Hello"}  # the original instruction stays
@@ -215,3 +230,160 @@ def test_message_objects_with_marsys_attributes_are_taken_as_they_are(mem):
     ]  # fmt: skip
     with pytest.raises(InvalidInput):
         memory.add(message=Message(None, "no role"))
+
+
+# -- what MARSYS's own suites (their memory tests, in the "hybrid" mode) found, held here without
+#    MARSYS installed (its own classes are stood in for by modules of the same names)
+
+
+def test_constructed_as_marsys_constructs_it_with_an_in_process_memory():
+    memory = ConversationMemory("You are a helpful assistant.")  # MARSYS: no ledgermem argument
+    memory.add(role="user", content="Hello")
+    assert memory.retrieve_all() == [
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": "Hello"},
+    ]
+    path = memory.session.memory.data.root
+    assert path.exists()
+    other = ManagedConversationMemory(ManagedMemoryConfig(threshold_tokens=100))
+    assert other.get_messages() == []  # each its own conversation
+    del memory
+    gc.collect()
+    assert not path.exists()  # closed and removed with the adapter
+
+
+def test_the_config_has_marsys_fields_and_is_mutable():
+    config = ManagedMemoryConfig(threshold_tokens=1000, image_token_estimate=1000)
+    config.token_counter = len  # MARSYS's MemoryManager sets it on the config
+    assert config.trigger_events == ["add", "get_messages"]
+    assert config.cache_invalidation_events == ["add", "remove_by_id", "delete_memory"]
+    assert config.active_context.mode == "compaction" and config.compaction_target_tokens == 600
+    config.active_context.tool_truncation.max_tool_message_tokens = 50
+    assert config.section_settings() == {"budget_tokens": None, "compact_at_tokens": None,
+                                         "compact_keep_turns": 1, "compact_tool_chars": 200}  # fmt: skip
+    config.max_tool_message_tokens = 10  # ours, when set, overrides
+    assert config.section_settings()["compact_tool_chars"] == 40
+
+
+def test_message_ids_are_the_messages_own(mem):
+    memory = ConversationMemory(memory=mem, session_id="ids")
+    made = memory.add(role="user", content="first")
+    assert str(uuid.UUID(made)) == made  # a new UUID, as MARSYS's Message makes
+    given = memory.add(message={"role": "assistant", "content": "second", "message_id": "m 2"})
+    assert given == "m 2"
+    assert memory.retrieve_by_id("m 2") == {"role": "assistant", "content": "second"}
+    item = memory.item_id("m 2")
+    assert item is not None and memory.retrieve_by_id(item) == memory.retrieve_by_id("m 2")
+    memory.update("m 2", content="changed")
+    assert memory.retrieve_by_id("m 2")["content"] == "changed"
+    assert [m.message_id for m in memory.get_raw_messages()] == [made, "m 2"]
+    assert memory.remove_by_id("m 2") is True and memory.remove_by_id("m 2") is False
+    assert memory.item_id("m 2") is None and memory.retrieve_by_id("m 2") is None
+
+
+def test_replace_and_delete_by_index(mem):
+    memory = ConversationMemory(memory=mem, session_id="index")
+    ids = [memory.add(role="user", content=f"m{n}") for n in range(3)]
+    memory.replace_memory(1, role="assistant", content="replaced", message_id="r")
+    assert [(m.message_id, m.role, m.content) for m in memory.memory] == [
+        (ids[0], "user", "m0"), ("r", "assistant", "replaced"), (ids[2], "user", "m2")
+    ]  # fmt: skip
+    memory.replace_memory(0, message={"role": "user", "content": "new first"})
+    assert memory.retrieve_all()[0] == {"role": "user", "content": "new first"}
+    memory.delete_memory(2)
+    assert [m["content"] for m in memory.retrieve_all()] == ["new first", "replaced"]
+    size = mem.writer.size
+    for bad in (2, -1):
+        with pytest.raises(IndexError, match="out of range"):
+            memory.delete_memory(bad)
+        with pytest.raises(IndexError, match="out of range"):
+            memory.replace_memory(bad, role="user", content="x")
+    with pytest.raises(InvalidInput):
+        memory.replace_memory(0)  # neither a message nor a role
+    assert mem.writer.size == size
+    assert "item.removed" in _types(mem, "index")
+
+
+def test_reset_emits_the_reset_event_to_the_agents_bus(mem):
+    class Bus:
+        def __init__(self):
+            self.events = []
+
+        def emit_nowait(self, event):
+            self.events.append(event)
+
+    bus = Bus()
+    memory = ConversationMemory("system prompt", memory=mem, session_id="reset")
+    memory.add(role="user", content="hi")
+    memory.reset_memory()  # no event context: nothing emitted, nothing fails
+    memory.set_event_context("Researcher", bus, session_id="run-1")
+    memory.set_event_context("Researcher")  # MARSYS's agent calls it each step: the bus stays
+    memory.add(role="user", content="again")
+    memory.reset_memory()
+    assert [type(e) for e in bus.events] == [MemoryResetEvent]
+    assert bus.events[0].agent_name == "Researcher"
+    assert memory.retrieve_all() == [{"role": "system", "content": "system prompt"}]
+
+    managed = ManagedConversationMemory(memory=mem, session_id="reset-managed")
+    managed.set_event_context("Writer", bus)
+    managed.add(role="user", content="hi")
+    managed.reset_memory()  # MARSYS's managed memory keeps no system prompt
+    assert managed.get_messages() == [] and bus.events[-1].agent_name == "Writer"
+
+
+def test_managed_add_only_adds_and_reports_its_counts(mem):
+    memory = ManagedConversationMemory(ManagedMemoryConfig(threshold_tokens=50), memory=mem,
+                                       session_id="lazy")  # fmt: skip
+    for n in range(10):
+        memory.add(role="user", content=f"This is message number {n} with some content")
+    assert len(memory.get_messages()) == 10  # past the threshold, all of them until compaction
+    assert "section.compacted" not in _types(mem, "lazy")
+    stats = memory.get_cache_stats()
+    assert stats["raw_count"] == 10 and stats["estimated_total_tokens"] > 50
+    assert len(memory.raw_messages) == 10 and memory.raw_messages[0].role == "user"
+
+
+def test_refusals_are_marsys_message_errors_when_marsys_is_installed(mem, monkeypatch):
+    memory = ConversationMemory(memory=mem, session_id="errors")
+    with pytest.raises(MessageError):  # ours without MARSYS: also InvalidInput
+        memory.add()
+    with pytest.raises(ItemNotFound):
+        memory.update("nonexistent_id", content="x")
+
+    class TheirMessageError(Exception):
+        def __init__(self, message, **context):
+            super().__init__(message)
+            self.context = context
+
+    @dataclass
+    class TheirResetEvent:
+        agent_name: str
+
+    stand_ins = {"marsys": {}, "marsys.agents": {},
+                 "marsys.agents.exceptions": {"MessageError": TheirMessageError},
+                 "marsys.agents.memory": {"MemoryResetEvent": TheirResetEvent}}  # fmt: skip
+    for name, attrs in stand_ins.items():
+        module = types.ModuleType(name)
+        module.__spec__ = importlib.machinery.ModuleSpec(name, None)
+        module.__dict__.update(attrs)
+        monkeypatch.setitem(sys.modules, name, module)
+    for cached in (marsys_parts._seed_installed, marsys_parts._refusal):
+        cached.cache_clear()
+    try:
+        size = mem.writer.size
+        with pytest.raises(TheirMessageError) as refused:
+            memory.add()
+        assert isinstance(refused.value, InvalidInput)
+        with pytest.raises(TheirMessageError) as missing:
+            memory.update("nonexistent_id", content="x")
+        assert isinstance(missing.value, ItemNotFound)
+        with pytest.raises(TheirMessageError):
+            memory.add(role="user", content="x", tool_calls="not a list")
+        assert mem.writer.size == size
+        events = []
+        memory.set_event_context("A", types.SimpleNamespace(emit_nowait=events.append))
+        memory.reset_memory()
+        assert [type(e) for e in events] == [TheirResetEvent]
+    finally:
+        marsys_parts._seed_installed.cache_clear()
+        marsys_parts._refusal.cache_clear()

@@ -127,7 +127,7 @@ def test_marsys_messages_keep_their_structured_data(mem):
     }
     assert memory.retrieve_by_id(second)["content"].endswith('structured_data: {"retry_count":3}')
     assert memory.retrieve_by_id(third)["content"] == '42\n\nstructured_data: {"ok":true}'
-    views = memory.session.get("messages", [first, second])
+    views = memory.session.get("messages", [memory.item_id(first), memory.item_id(second)])
     assert [v.extra["structured_data"] for v in views] == [data, {"retry_count": 3}]
     context = memory.session.context(4000, sections=["messages"])
     assert [m["content"] for m in context[:2]] == [

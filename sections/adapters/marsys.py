@@ -1,31 +1,48 @@
 """MARSYS's conversation memories over a ledgermem session (docs/adapters/marsys.md).
 
-`ConversationMemory` and `ManagedConversationMemory` keep MARSYS's method names, arguments and
-return shapes (message dicts in LLM API format, as MARSYS's `Message.to_llm_dict` makes them;
-ids as strings), on one section of one session (`messages` by default). Every call is a ledgermem
-command: an add is an `item.added` record, a read leaves an `items.read` record, and the managed
-variant compacts through the section's compaction settings (docs/compaction.md), its summaries
-kept in the log. Nothing here holds state of its own: two adapters on the same session see the
-same messages, and a reopened memory gives them back.
+`ConversationMemory` and `ManagedConversationMemory` keep MARSYS's constructors, method names,
+arguments and return shapes (message dicts in LLM API format, as MARSYS's `Message.to_llm_dict`
+makes them; a message's own `message_id`), on one section of one session (`messages` by default).
+Constructed as MARSYS constructs them, with no ledgermem argument, they keep the conversation in
+an in-process memory of their own (a log in a temporary directory, removed when the adapter goes);
+`memory=` hands them a durable `Memory`. Every call is a ledgermem command: an add is an
+`item.added` record, a read leaves an `items.read` record, and the managed variant compacts
+through the section's compaction settings (docs/compaction.md) when MARSYS asks it to, its
+summaries kept in the log. Nothing here holds messages of its own: two adapters on the same
+session see the same messages, and a reopened memory gives them back.
 
-MARSYS's `Message` objects are not imported (ledgermem does not depend on MARSYS): `add(message=)`
-takes a dict or any object with MARSYS's attributes (role, content, name, tool_calls, ...), and
-tool calls may be dicts or objects with `to_dict()`.
+MARSYS is not a dependency. When it is installed, what MARSYS code expects is MARSYS's own: the
+`Message` objects `get_raw_messages` gives, the `MemoryResetEvent` a reset emits, and the
+refusals (a `MessageError` that is also ledgermem's `InvalidInput` or `ItemNotFound`). Without
+it, the same names are this module's. `add(message=)` takes MARSYS's `Message`, a dict or any
+object with its attributes (role, content, name, tool_calls, ...); tool calls may be dicts or
+objects with `to_dict()`.
 """
 
 from __future__ import annotations
 
+import time
 import uuid
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-
 from eventstore.errors import InvalidInput
-from sections.errors import CannotCompact, ItemNotFound, SummarizerFailed
-from sections.model.commands import get_item, get_section, get_session
+from sections.adapters.marsys_messages import (
+    MemoryResetEvent,
+    MessageError,
+    MessageNotFound,
+    StoredMessage,
+    _default_memory,
+    _not_found,
+    _plain,
+    _refuse,
+    _seed,
+    llm_dict,
+)
+from sections.errors import CannotCompact, SummarizerFailed
+from sections.model.commands import get_section, get_session
 from sections.model.compaction import Summarizer
-from sections.model.render import STRUCTURED
 from sections.runtime.memory import ItemView, Memory
 from sections.runtime.session import Session
 
@@ -39,68 +56,27 @@ MESSAGE_FIELDS = (
     "structured_data",
 )
 UPDATABLE = ("role", "content")  # what an update may change in ledgermem's item model
+ID_KEY = "message_id"  # item metadata: the message's own id (MARSYS's `Message.message_id`)
 
 
-def _json_text(value: object) -> str:
-    return orjson.dumps(value).decode()
-
-
-def _with_structured(text: str, data: object) -> str:
-    note = STRUCTURED + _json_text(data)
-    return f"{text}\n\n{note}" if text else note
-
-
-def _plain(value: object) -> object:
-    """A tool call or agent call as a dict: MARSYS's objects give theirs with `to_dict()`."""
-    to_dict = getattr(value, "to_dict", None)
-    return to_dict() if callable(to_dict) else value
-
-
-def llm_dict(view: ItemView) -> dict:
-    """An item as MARSYS's `Message.to_llm_dict` gives a message: tool messages with string
-    content, their tool_call_id and name; other messages with their content (a dict as compact
-    JSON, a list of parts as it is, images as `image_url` parts after the text), and name,
-    tool_calls and reasoning_details when set. Image references pass through unchanged.
-    Structured data (which MARSYS's dict leaves out) is kept as context renders it: JSON text
-    after the content (`structured_data: {...}`; a text part when the content is parts)."""
-    extra, role, content = view.extra, view.role or "user", view.content
-    data = extra.get("structured_data")
-    if role == "tool":
-        text = (
-            "" if content is None else content if isinstance(content, str) else _json_text(content)
-        )
-        if data is not None:
-            text = _with_structured(text, data)
-        answer = {"role": "tool", "content": text}
-        if extra.get("tool_call_id"):
-            answer["tool_call_id"] = extra["tool_call_id"]
-        if extra.get("name"):
-            answer["name"] = extra["name"]
-        return answer
-    if isinstance(content, dict):
-        content = _json_text(content)
-    if extra.get("images") and not isinstance(content, list):
-        parts: list[dict] = (
-            [{"type": "text", "text": str(content)}] if content and str(content).strip() else []
-        )
-        parts += [{"type": "image_url", "image_url": {"url": ref}} for ref in extra["images"]]
-        content = parts
-    if data is not None:
-        if isinstance(content, list):
-            content = [*content, {"type": "text", "text": STRUCTURED + _json_text(data)}]
-        else:
-            content = _with_structured("" if content is None else str(content), data)
-    message: dict[str, object] = {"role": role, "content": content}
-    for name in ("name", "tool_calls", "reasoning_details"):
-        if extra.get(name):
-            message[name] = extra[name]
-    return message
+__all__ = [
+    "ActiveContextPolicy",
+    "ConversationMemory",
+    "ManagedConversationMemory",
+    "ManagedMemoryConfig",
+    "MemoryResetEvent",
+    "MessageError",
+    "MessageNotFound",
+    "StoredMessage",
+    "llm_dict",
+]
 
 
 class ConversationMemory:
     """MARSYS's `ConversationMemory`: the conversation as a list of messages, here the items of
     one section of a ledgermem session. `description` becomes the system message the session
-    starts with (only when the session is new: reopening does not add it twice)."""
+    starts with (only when the session is new: reopening does not add it twice). Without
+    `memory=`, an in-process memory of its own (see `_default_memory`)."""
 
     memory_type = "conversation_history"
 
@@ -108,18 +84,49 @@ class ConversationMemory:
         self,
         description: str | None = None,
         *,
-        memory: Memory,
+        memory: Memory | None = None,
         session_id: str | None = None,
         tenant: str | None = None,
         section: str = "messages",
         sections: dict[str, dict] | None = None,
     ) -> None:
+        self._agent_name: str | None = None
+        self._event_bus: Any = None
+        self._session_id: str | None = None
+        memory = memory if memory is not None else _default_memory(self)
         session_id = session_id or uuid.uuid4().hex
         _, created = memory.get_or_create(session_id, tenant=tenant, sections=sections)
         self.session: Session = memory.session(session_id, tenant=tenant, create=False)
         self.section = section
         if description and created:
             self.add(role="system", content=description)
+
+    # -- MARSYS's event context
+
+    def set_event_context(
+        self, agent_name: str, event_bus: Any = None, session_id: str | None = None
+    ) -> None:
+        """Where reset (and compaction) events go: MARSYS's agent calls this each step. As in
+        MARSYS, a bus or session id left out keeps the one set before."""
+        self._agent_name = agent_name
+        if event_bus is not None:
+            self._event_bus = event_bus
+        if session_id is not None:
+            self._session_id = session_id
+
+    def _emit_reset_event(self) -> None:
+        if self._event_bus is not None and self._agent_name:
+            event = _seed("marsys.agents.memory", "MemoryResetEvent") or MemoryResetEvent
+            self._event_bus.emit_nowait(event(agent_name=self._agent_name))
+
+    def _emit_compaction_event(self, **fields: Any) -> None:
+        if self._event_bus is None or not self._session_id:
+            return
+        event = _seed("marsys.coordination.status.events", "CompactionEvent")
+        if event is not None:
+            self._event_bus.emit_nowait(event(session_id=self._session_id,
+                                              agent_name=self._agent_name or "unknown",
+                                              **fields))  # fmt: skip
 
     # -- writes
 
@@ -137,60 +144,115 @@ class ConversationMemory:
         reasoning_details: list | None = None,
         structured_data: dict | None = None,
     ) -> str:
-        """Add a message (a `message` object or dict, or its fields); returns its id. A
-        message's `structured_data` (a dict) is kept, given back by ledgermem's reads
+        """Add a message (a `message` object or dict, or its fields); returns its id: the
+        message's own `message_id` (a new UUID for one given by its fields, as MARSYS makes it).
+        A message's `structured_data` (a dict) is kept, given back by ledgermem's reads
         (`Session.get`) as it is, and rendered as JSON text after the content."""
         if message is not None:
-            fields = _message_fields(message)
+            fields, message_id = _message_fields(message)
         elif role is not None:
             fields = {"role": role, "content": content, "name": name, "tool_calls": tool_calls,
                       "agent_calls": agent_calls, "images": images, "tool_call_id": tool_call_id,
                       "reasoning_details": reasoning_details,
                       "structured_data": structured_data}  # fmt: skip
+            message_id = _new_message_id(fields)
         else:
-            raise InvalidInput("Either a Message object or role must be provided to add.")
+            raise _refuse("Either a Message object or role must be provided to add.")
+        self._append(fields, message_id)
+        return message_id
+
+    def _append(self, fields: dict, message_id: str) -> ItemView:
         item = {k: v for k, v in fields.items() if v is not None or k == "content"}
         for key in ("tool_calls", "agent_calls"):
             if isinstance(item.get(key), list):
                 item[key] = [_plain(call) for call in item[key]]
-        return self.session.add(self.section, item.pop("content"), **item).id
+        try:
+            return self.session.add(
+                self.section, item.pop("content"), metadata={ID_KEY: message_id}, **item
+            )
+        except InvalidInput as refused:
+            if isinstance(refused, MessageError):
+                raise
+            raise _refuse(str(refused)) from refused
 
     def update(self, message_id: str, *, role: str | None = None, content: object = None,
                **unchangeable: object) -> None:  # fmt: skip
-        """Change a message's role or content (ItemNotFound for an unknown id). ledgermem keeps
-        how a message was said (name, tool calls, images) as it was added: asking to change
-        those is refused (InvalidInput), nothing appended."""
+        """Change a message's role or content (MessageError, also ItemNotFound, for an unknown
+        id). ledgermem keeps how a message was said (name, tool calls, images) as it was added:
+        asking to change those is refused (MessageError, also InvalidInput), nothing appended."""
         given = {k: v for k, v in unchangeable.items() if v is not None}
         if given:
-            raise InvalidInput(
+            raise _refuse(
                 f"update changes {' and '.join(UPDATABLE)} only; {sorted(given)} stay as added "
                 "(remove the message and add a new one)"
             )
+        item = self.item_id(message_id)
+        if item is None:
+            raise _not_found(f"Message with ID {message_id!r} not found in memory.")
         changes: dict[str, Any] = {
             k: v for k, v in (("role", role), ("content", content)) if v is not None
         }
-        if not changes:  # nothing to change: only whether it is there (no content is read)
-            tenant, sid, name = self.session.tenant, self.session.id, self.section
-            self.session.memory.read(
-                lambda state: get_item(
-                    get_section(get_session(state, tenant, sid), name), message_id
-                )  # fmt: skip
-            )
-            return
-        self.session.update(self.section, message_id, **changes)
+        if changes:  # nothing to change: only whether it is there (no content is read)
+            self.session.update(self.section, item, **changes)
+
+    def replace_memory(
+        self,
+        idx: int,
+        message: object | None = None,
+        *,
+        role: str | None = None,
+        content: object = None,
+        message_id: str | None = None,
+        name: str | None = None,
+        tool_calls: list | None = None,
+        agent_calls: list | None = None,
+        images: list[str] | None = None,
+    ) -> None:
+        """Replace the message at index `idx` (IndexError when there is none): the message
+        there is removed and the new one takes its place, in one record each (the log keeps
+        both). The new message keeps `message_id` when given, else gets a new one."""
+        ids = self._ids()
+        if type(idx) is not int or not 0 <= idx < len(ids):
+            raise IndexError("Memory index out of range.")
+        if message is not None:
+            fields, new_id = _message_fields(message)
+        elif role is not None:
+            fields = {"role": role, "content": content, "name": name, "tool_calls": tool_calls,
+                      "agent_calls": agent_calls, "images": images}  # fmt: skip
+            new_id = message_id or _new_message_id(fields)
+        else:
+            raise _refuse("Either a Message object or role must be provided to replace_memory.")
+        later = [item for item, _ in ids[idx + 1 :]]
+        kept = self.session.get(self.section, later, reader="operator") if later else []
+        self.session.remove(self.section, [item for item, _ in ids[idx:]])
+        self._append(fields, new_id)
+        for view in kept:  # the messages after it, re-added in their order and with their ids
+            self._append(_view_fields(view), view.metadata.get(ID_KEY, view.id))
+
+    def delete_memory(self, idx: int) -> None:
+        """Remove the message at index `idx` (IndexError when there is none)."""
+        ids = self._ids()
+        if type(idx) is not int or not 0 <= idx < len(ids):
+            raise IndexError("Memory index out of range.")
+        self.session.remove(self.section, [ids[idx][0]])
 
     def remove_by_id(self, message_id: str) -> bool:
         """Remove a message; False when there is none with this id."""
-        try:
-            self.session.remove(self.section, [message_id])
-        except ItemNotFound:
+        item = self.item_id(message_id)
+        if item is None:
             return False
+        self.session.remove(self.section, [item])
         return True
 
     def reset_memory(self) -> None:
-        """Remove every message but the system prompt (the first message, when it is one)."""
+        """Remove every message but the system prompt (the first message, when it is one), and
+        emit MARSYS's `MemoryResetEvent` when an event context is set."""
         views = self.session.get(self.section, reader="operator")
         keep = views[0].id if views and views[0].role == "system" else None
+        self._remove_all(views, keep)
+        self._emit_reset_event()
+
+    def _remove_all(self, views: list[ItemView], keep: str | None = None) -> None:
         gone = [v.id for v in views if v.id != keep]
         if gone:
             self.session.remove(self.section, gone)
@@ -202,14 +264,14 @@ class ConversationMemory:
 
     def retrieve_recent(self, n: int = 1) -> list[dict]:
         if type(n) is not int:
-            raise InvalidInput("n must be an integer")
+            raise _refuse("n must be an integer")
         return [llm_dict(v) for v in self.session.get(self.section, recent=n)] if n > 0 else []
 
     def retrieve_by_id(self, message_id: str) -> dict | None:
-        try:
-            (view,) = self.session.get(self.section, [message_id])
-        except ItemNotFound:
+        item = self.item_id(message_id)
+        if item is None:
             return None
+        (view,) = self.session.get(self.section, [item])
         return llm_dict(view)
 
     def retrieve_by_role(self, role: str, n: int | None = None) -> list[dict]:
@@ -220,69 +282,285 @@ class ConversationMemory:
         """The messages for the model: all of them, as `retrieve_all` gives them."""
         return self.retrieve_all()
 
+    def get_raw_messages(self) -> list:
+        """The messages as message objects (MARSYS's `Message` when installed, else
+        `StoredMessage`), with their ids: copies, changing them changes nothing stored."""
+        return [_message(v) for v in self.session.get(self.section, reader="operator")]
 
-def _message_fields(message: object) -> dict:
+    @property
+    def memory(self) -> list:
+        """MARSYS's message list, read-only: `get_raw_messages()` (a snapshot, read from the
+        log each time; change messages through the methods)."""
+        return self.get_raw_messages()
+
+    @property
+    def raw_messages(self) -> list:
+        """MARSYS's managed memory's name for the same read-only snapshot."""
+        return self.get_raw_messages()
+
+    # -- where a message is (read under the memory's lock, no record)
+
+    def _ids(self) -> list[tuple[str, str]]:
+        """(item id, message id) of each message, in order."""
+        tenant, sid, name = self.session.tenant, self.session.id, self.section
+
+        def ids(state: Any) -> list[tuple[str, str]]:
+            items = get_section(get_session(state, tenant, sid), name).items.values()
+            return [(i.id, i.metadata.get(ID_KEY, i.id)) for i in items]
+
+        return self.session.memory.read(ids)
+
+    def item_id(self, message_id: object) -> str | None:
+        """The ledgermem item id of a message id (for `memory.session` calls; the item id also
+        names the message); None when unknown."""
+        if not isinstance(message_id, str):
+            return None
+        ids = self._ids()
+        found = [item for item, mid in ids if mid == message_id]
+        if found:
+            return found[0]
+        return message_id if any(item == message_id for item, _ in ids) else None
+
+
+def _new_message_id(fields: dict) -> str:
+    """A new message's id, as MARSYS makes it (its `Message`, when installed, also checks the
+    fields as MARSYS does: a refusal is MARSYS's `MessageError`)."""
+    message_class = _seed("marsys.agents.memory", "Message")
+    if message_class is None:
+        return str(uuid.uuid4())
+    keys = ("role", "content", "name", "tool_calls", "agent_calls", "images", "tool_call_id")
+    return message_class(**{k: fields.get(k) for k in keys}).message_id
+
+
+def _message_fields(message: object) -> tuple[dict, str]:
+    """A message's fields and its id (a new one when it has none)."""
+    keys = ("role", "content", *MESSAGE_FIELDS)
     if isinstance(message, dict):
-        unknown = set(message) - {"role", "content", "message_id", *MESSAGE_FIELDS}
+        unknown = set(message) - {"role", "content", ID_KEY, *MESSAGE_FIELDS}
         if unknown or "role" not in message:
-            raise InvalidInput(f"a message needs a role; unknown fields {sorted(unknown)}")
-        found = message
+            raise _refuse(f"a message needs a role; unknown fields {sorted(unknown)}")
+        found = {k: message.get(k) for k in keys}
+        given = message.get(ID_KEY)
     else:
         if getattr(message, "role", None) is None:
-            raise InvalidInput("a message needs a role")
-        found = {k: getattr(message, k, None) for k in ("role", "content", *MESSAGE_FIELDS)}
-    keys = ("role", "content", *MESSAGE_FIELDS)
-    return {k: found.get(k) for k in keys}
+            raise _refuse("a message needs a role")
+        found = {k: getattr(message, k, None) for k in keys}
+        given = getattr(message, ID_KEY, None)
+    if given is not None and (not isinstance(given, str) or not given):
+        raise _refuse("a message_id must be a non-empty string")
+    return found, str(given) if given else str(uuid.uuid4())
 
 
-@dataclass(frozen=True)
+def _view_fields(view: ItemView) -> dict:
+    return {"role": view.role, "content": view.content,
+            **{k: view.extra.get(k) for k in MESSAGE_FIELDS}}  # fmt: skip
+
+
+def _message(view: ItemView) -> Any:
+    fields = {**_view_fields(view), ID_KEY: view.metadata.get(ID_KEY, view.id)}
+    fields["role"] = fields["role"] or "user"
+    message_class = _seed("marsys.agents.memory", "Message") or StoredMessage
+    return message_class(**fields)
+
+
+def _policy_value(policy: Any, part: str, name: str, default: Any) -> Any:
+    return getattr(getattr(policy, part, None), name, default)
+
+
+def _default_policy() -> Any:
+    theirs = _seed("marsys.agents.memory", "ActiveContextPolicyConfig")
+    return theirs() if theirs is not None else ActiveContextPolicy()
+
+
+@dataclass
+class ActiveContextPolicy:
+    """The part of MARSYS's `ActiveContextPolicyConfig` compaction uses here (MARSYS's own
+    class is the default when installed, and either is accepted): whether and how compaction
+    runs, the share of the threshold it aims to free, and the settings of its tool-output cut
+    (`tool_truncation`) and summary (`summarization`), as attribute namespaces."""
+
+    enabled: bool = True
+    mode: str = "compaction"  # MARSYS's other mode, "sliding_window", is not provided
+    min_reduction_ratio: float = 0.4
+    tool_truncation: Any = field(
+        default_factory=lambda: _Settings(max_tool_message_tokens=1200, grace_recent_messages=1)
+    )
+    summarization: Any = field(default_factory=lambda: _Settings(grace_recent_messages=1))
+
+
+class _Settings(dict):
+    """Settings read as attributes (`policy.tool_truncation.max_tool_message_tokens`)."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+@dataclass
 class ManagedMemoryConfig:
-    """MARSYS's `ManagedMemoryConfig`, the settings compaction has here: when to compact
-    (`threshold_tokens`), how many recent assistant rounds are kept whole
-    (`grace_recent_messages`) and how long a tool output may stay (`max_tool_message_tokens`,
-    cut at about four characters a token)."""
+    """MARSYS's `ManagedMemoryConfig` (its fields, mutable as MARSYS's `MemoryManager` needs):
+    when to compact (`threshold_tokens`), how far (`compaction_target_tokens`: the threshold
+    less `active_context.min_reduction_ratio`), how many recent assistant rounds stay whole
+    (`active_context.summarization.grace_recent_messages`) and how long a tool output may stay
+    (`active_context.tool_truncation.max_tool_message_tokens`, cut at about four characters a
+    token). `grace_recent_messages` and `max_tool_message_tokens`, when set, override those two.
+    `image_token_estimate`, `trigger_events`, `cache_invalidation_events` and `token_counter`
+    are kept as given: ledgermem counts tokens with the memory's counter and has no cache."""
 
     threshold_tokens: int = 150_000
-    grace_recent_messages: int = 1
-    max_tool_message_tokens: int = 1200
+    image_token_estimate: int = 800
+    trigger_events: list[str] = field(default_factory=lambda: ["add", "get_messages"])
+    cache_invalidation_events: list[str] = field(
+        default_factory=lambda: ["add", "remove_by_id", "delete_memory"]
+    )
+    token_counter: Callable | None = None
+    active_context: Any = field(default_factory=_default_policy)
+    grace_recent_messages: int | None = None
+    max_tool_message_tokens: int | None = None
+
+    @property
+    def compaction_target_tokens(self) -> int:
+        ratio = getattr(self.active_context, "min_reduction_ratio", 0.4)
+        return int(self.threshold_tokens * (1 - ratio))
+
+    def _grace(self) -> int:
+        if self.grace_recent_messages is not None:
+            return self.grace_recent_messages
+        return int(_policy_value(self.active_context, "summarization", "grace_recent_messages", 1))
+
+    def _tool_tokens(self) -> int:
+        if self.max_tool_message_tokens is not None:
+            return self.max_tool_message_tokens
+        policy = self.active_context
+        return int(_policy_value(policy, "tool_truncation", "max_tool_message_tokens", 1200))
 
     def section_settings(self) -> dict:
-        """The section settings they become (docs/compaction.md); no budget evicts on top."""
+        """The section settings they become (docs/compaction.md): compaction when MARSYS asks
+        for it (`compact_if_needed`), not inside an add; no budget evicts on top."""
         return {
             "budget_tokens": None,
-            "compact_at_tokens": self.threshold_tokens,
-            "compact_keep_turns": self.grace_recent_messages,
-            "compact_tool_chars": self.max_tool_message_tokens * 4,
+            "compact_at_tokens": None,
+            "compact_keep_turns": max(self._grace(), 1),
+            "compact_tool_chars": self._tool_tokens() * 4,
         }
 
 
 class ManagedConversationMemory(ConversationMemory):
-    """MARSYS's `ManagedConversationMemory`: a conversation that compacts itself. Past
-    `threshold_tokens`, an add cuts long tool outputs and then replaces the messages before the
-    protected tail (the first user message, the last `grace_recent_messages` rounds) by one
-    summary, in the same record, written by the memory's summarizer (a deterministic digest
-    unless `Memory.open(summarizer=)` gives another). `summarizer` (messages, max_tokens) -> str
-    overrides it for `compact_for_payload_error` only.
-    As in MARSYS, `description` is not stored: the agent sends its own system prompt."""
+    """MARSYS's `ManagedConversationMemory`: a conversation that compacts when asked. As in
+    MARSYS, an add only adds (every message stays until compaction runs); `compact_if_needed`
+    (MARSYS's `MemoryManager` calls it as `_run_compaction`) compacts once the messages pass
+    `threshold_tokens`: long tool outputs cut, then the messages before the protected tail
+    (the first user message, the last `grace_recent_messages` rounds) replaced by one summary,
+    in one `section.compacted` record, written by the adapter's `summarizer` (the memory's when
+    not given: a deterministic digest unless `Memory.open(summarizer=)` gives another).
+    `summarizer` is (messages, max_tokens) -> str. MARSYS's strategies are accepted and kept as
+    attributes; ledgermem's compaction does what they would. As in MARSYS, `description` is
+    not stored: the agent sends its own system prompt."""
 
     memory_type = "managed_conversation"
 
     def __init__(
         self,
         config: ManagedMemoryConfig | None = None,
+        trigger_strategy: object = None,
+        process_strategy: object = None,
+        retrieval_strategy: object = None,
         description: str | None = None,
         *,
-        memory: Memory,
+        memory: Memory | None = None,
         session_id: str | None = None,
         tenant: str | None = None,
         section: str = "messages",
         summarizer: Summarizer | None = None,
     ) -> None:
         self.config = config or ManagedMemoryConfig()
-        settings = {section: self.config.section_settings()}
+        self.trigger_strategy = trigger_strategy
+        self.process_strategy = process_strategy
+        self.retrieval_strategy = retrieval_strategy
+        self.token_counter = getattr(self.config, "token_counter", None)
+        self.metadata: dict[str, Any] = {}
+        settings = {section: _section_settings(self.config)}
         super().__init__(None, memory=memory, session_id=session_id, tenant=tenant,
                          section=section, sections=settings)  # fmt: skip
         self.summarizer = summarizer
+
+    def reset_memory(self) -> None:
+        """Remove every message (MARSYS's managed memory keeps no system prompt), and emit
+        MARSYS's `MemoryResetEvent` when an event context is set."""
+        self._remove_all(self.session.get(self.section, reader="operator"))
+        self.metadata.clear()
+        self._emit_reset_event()
+
+    def get_cache_stats(self) -> dict:
+        """MARSYS's cache statistics. Nothing is cached here (every read is the log's state):
+        `cache_valid` is False and `cached_count` 0; the counts are the section's."""
+        stats = self._section_stats()
+        return {"cache_valid": False, "cached_count": 0, "raw_count": stats["items"],
+                "estimated_total_tokens": stats["tokens"], "messages_since_last_retrieval": 0,
+                "tokens_since_last_retrieval": 0}  # fmt: skip
+
+    def _section_stats(self) -> dict:
+        tenant, sid, name = self.session.tenant, self.session.id, self.section
+
+        def stats(state: Any) -> dict:
+            found = get_section(get_session(state, tenant, sid), name)
+            return {"items": len(found.items), "tokens": found.tokens}
+
+        return self.session.memory.read(stats)
+
+    async def compact_if_needed(self, runtime: dict | None = None) -> bool:
+        """Compact when the messages pass `threshold_tokens` (and `active_context` is enabled
+        in its `compaction` mode), toward `compaction_target_tokens`. True when a
+        `section.compacted` record was appended. `runtime` is MARSYS's and unused."""
+        policy = self.config.active_context
+        if not getattr(policy, "enabled", True) or getattr(policy, "mode", "compaction") not in (
+            "compaction",
+            "destructive_compaction",
+        ):
+            return False
+        before = self._section_stats()
+        if before["tokens"] <= self.config.threshold_tokens:
+            return False
+        self._emit_compaction_event(status="started", pre_tokens=before["tokens"],
+                                    pre_messages=before["items"])  # fmt: skip
+        started = time.time()
+        size = await self._compact(2**62)
+        share = max(self.config.compaction_target_tokens, 1) / max(before["tokens"], 1)
+        target = int(size["bytes_before"] * min(share, 1.0)) if size else 0
+        done = await self._compact(target) if target else None
+        if done is None or not done["compacted"]:
+            done = await self._compact(size["bytes_before"] - 1) if size else None
+        after = self._section_stats()
+        compacted = bool(done and done["compacted"])
+        self._emit_compaction_event(
+            status="completed" if compacted else "failed", pre_tokens=before["tokens"],
+            post_tokens=after["tokens"], pre_messages=before["items"],
+            post_messages=after["items"], duration=time.time() - started,
+        )  # fmt: skip
+        if compacted:
+            self.metadata["last_compaction"] = {
+                "timestamp": time.time(),
+                "pre_compaction_tokens": before["tokens"],
+                "pre_compaction_messages": before["items"],
+                "post_compaction_tokens": after["tokens"],
+                "post_compaction_messages": after["items"],
+            }
+        return compacted
+
+    async def _run_compaction(self, runtime: dict | None = None) -> None:
+        """The name MARSYS's `MemoryManager.compact_if_needed` calls."""
+        await self.compact_if_needed(runtime)
+
+    async def _compact(self, target_bytes: int) -> dict | None:
+        try:
+            return await self.session.compact_for_payload_error_async(
+                target_bytes, section=self.section, budget=2**31, sections=[self.section],
+                summarizer=self.summarizer,
+            )  # fmt: skip
+        except (CannotCompact, SummarizerFailed):
+            return None
 
     async def compact_for_payload_error(
         self, runtime: dict | None = None, *, target_bytes: int | None = None
@@ -291,17 +569,20 @@ class ManagedConversationMemory(ConversationMemory):
         fit `target_bytes`, or, as MARSYS does without one, until they are smaller than now.
         True when a `section.compacted` record was appended; False when no compaction helps
         or the summarizer failed (nothing appended). `runtime` is MARSYS's and unused."""
-        budget, sections = 2**31, [self.section]
         if target_bytes is None:
-            size = await self.session.compact_for_payload_error_async(
-                2**62, section=self.section, budget=budget, sections=sections
-            )
+            size = await self._compact(2**62)
+            if size is None:
+                return False
             target_bytes = size["bytes_before"] - 1
-        try:
-            outcome = await self.session.compact_for_payload_error_async(
-                target_bytes, section=self.section, budget=budget, sections=sections,
-                summarizer=self.summarizer,
-            )  # fmt: skip
-        except (CannotCompact, SummarizerFailed):
-            return False
-        return outcome["compacted"]
+        outcome = await self._compact(target_bytes)
+        return bool(outcome and outcome["compacted"])
+
+
+def _section_settings(config: Any) -> dict:
+    """A config's section settings: ours, or MARSYS's own `ManagedMemoryConfig` read the same
+    way."""
+    if isinstance(config, ManagedMemoryConfig):
+        return config.section_settings()
+    mirror = ManagedMemoryConfig(threshold_tokens=config.threshold_tokens,
+                                 active_context=config.active_context)  # fmt: skip
+    return mirror.section_settings()

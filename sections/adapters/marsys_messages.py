@@ -1,0 +1,172 @@
+"""The message side of the MARSYS adapter (sections/adapters/marsys.py): MARSYS's own classes
+when it is installed (looked up when used, never imported at import time) and this module's
+stand-ins otherwise, the refusals, messages as MARSYS's `Message.to_llm_dict` gives them, and the
+in-process memory an adapter constructed without one keeps its conversation in."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.util
+import shutil
+import tempfile
+import time
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from eventstore.errors import InvalidInput
+from eventstore.file_sink import Durability
+from sections.errors import ItemNotFound
+from sections.model.render import STRUCTURED
+from sections.runtime.memory import ItemView, Memory
+
+# -- MARSYS's own classes, when it is installed
+
+
+@functools.cache
+def _seed_installed() -> bool:
+    return importlib.util.find_spec("marsys") is not None
+
+
+def _seed(module: str, name: str) -> Any:
+    """MARSYS's `module.name` when MARSYS is installed (and the name is not this module's own,
+    as when MARSYS's memory module re-exports ours); None otherwise."""
+    if not _seed_installed():
+        return None
+    try:
+        value = getattr(importlib.import_module(module), name, None)
+    except ImportError:
+        return None
+    ours = str(getattr(value, "__module__", "")).startswith("sections.adapters.marsys")
+    return None if ours else value
+
+
+class MessageError(InvalidInput):
+    """A message refused (MARSYS's `MessageError`): nothing was appended. When MARSYS is
+    installed the refusal raised is also MARSYS's `MessageError`."""
+
+
+class MessageNotFound(ItemNotFound):
+    """No message with this id (MARSYS raises `MessageError`; so does this, when installed)."""
+
+
+@functools.cache
+def _refusal(ours: type[Exception]) -> type[Exception]:
+    theirs = _seed("marsys.agents.exceptions", "MessageError")
+    if theirs is None:
+        return ours
+    return type(ours.__name__, (theirs, ours), {"__module__": __name__, "__doc__": ours.__doc__})
+
+
+def _refuse(text: str) -> Exception:
+    return _refusal(MessageError)(text)
+
+
+def _not_found(text: str) -> Exception:
+    return _refusal(MessageNotFound)(text)
+
+
+@dataclass
+class MemoryResetEvent:
+    """MARSYS's `MemoryResetEvent`: emitted on the event bus when a memory is reset (MARSYS's
+    own class when installed)."""
+
+    agent_name: str
+    timestamp: float = field(default_factory=time.time)
+
+
+@dataclass
+class StoredMessage:
+    """A message as `get_raw_messages` gives it when MARSYS is not installed (MARSYS's `Message`
+    when it is): a copy, changing it changes nothing stored."""
+
+    role: str
+    content: object = None
+    message_id: str = ""
+    name: str | None = None
+    tool_calls: list | None = None
+    agent_calls: list | None = None
+    structured_data: dict | None = None
+    images: list | None = None
+    tool_call_id: str | None = None
+    reasoning_details: list | None = None
+
+
+def _json_text(value: object) -> str:
+    return orjson.dumps(value).decode()
+
+
+def _with_structured(text: str, data: object) -> str:
+    note = STRUCTURED + _json_text(data)
+    return f"{text}\n\n{note}" if text else note
+
+
+def _plain(value: object) -> object:
+    """A tool call or agent call as a dict: MARSYS's objects give theirs with `to_dict()`."""
+    to_dict = getattr(value, "to_dict", None)
+    return to_dict() if callable(to_dict) else value
+
+
+def llm_dict(view: ItemView) -> dict:
+    """An item as MARSYS's `Message.to_llm_dict` gives a message: tool messages with string
+    content, their tool_call_id and name; other messages with their content (a dict as compact
+    JSON, a list of parts as it is, images as `image_url` parts after the text), and name,
+    tool_calls and reasoning_details when set. Image references pass through unchanged.
+    Structured data (which MARSYS's dict leaves out) is kept as context renders it: JSON text
+    after the content (`structured_data: {...}`; a text part when the content is parts)."""
+    extra, role, content = view.extra, view.role or "user", view.content
+    data = extra.get("structured_data")
+    if role == "tool":
+        text = (
+            "" if content is None else content if isinstance(content, str) else _json_text(content)
+        )
+        if data is not None:
+            text = _with_structured(text, data)
+        answer = {"role": "tool", "content": text}
+        if extra.get("tool_call_id"):
+            answer["tool_call_id"] = extra["tool_call_id"]
+        if extra.get("name"):
+            answer["name"] = extra["name"]
+        return answer
+    if isinstance(content, dict):
+        content = _json_text(content)
+    if extra.get("images") and not isinstance(content, list):
+        parts: list[dict] = (
+            [{"type": "text", "text": str(content)}] if content and str(content).strip() else []
+        )
+        parts += [{"type": "image_url", "image_url": {"url": ref}} for ref in extra["images"]]
+        content = parts
+    if data is not None:
+        if isinstance(content, list):
+            content = [*content, {"type": "text", "text": STRUCTURED + _json_text(data)}]
+        else:
+            content = _with_structured("" if content is None else str(content), data)
+    message: dict[str, object] = {"role": role, "content": content}
+    for name in ("name", "tool_calls", "reasoning_details"):
+        if extra.get(name):
+            message[name] = extra[name]
+    return message
+
+
+def _default_memory(owner: object) -> Memory:
+    """An in-process memory for an adapter constructed without one, as MARSYS constructs it: a
+    log in a temporary directory (no fsync), closed and removed when the adapter is collected or
+    the process exits. Nothing in it outlives the process; pass `memory=` to keep it."""
+    path = tempfile.mkdtemp(prefix="ledgermem-marsys-")
+    try:
+        memory = Memory.open(path, durability=Durability.UNSAFE_NO_FSYNC)
+    except BaseException:
+        shutil.rmtree(path, ignore_errors=True)
+        raise
+    weakref.finalize(owner, _discard, memory, path)
+    return memory
+
+
+def _discard(memory: Memory, path: str) -> None:
+    try:
+        memory.close()
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
