@@ -10,44 +10,51 @@ the items of its `messages` section, and metadata given later is kept, in order,
 every read leaves an `items.read` record. Nothing here holds state of its own: two providers on
 one memory see the same conversations, and a reopened memory gives them back.
 
-`create_memory_provider_from_env()` picks the store as JAF's factory does from `JAF_MEMORY_TYPE`:
-the file log of a data directory, or a shared PostgreSQL store (sections/runtime/store_memory.py).
+It constructs as JAF's providers do, with no ledgermem argument: `InMemoryProvider(config)` and
+`create_in_memory_provider(config)` give an in-process memory that nothing outlives (JAF's
+in-memory provider); `create_memory_provider_from_env()` picks the store as JAF's factory does from
+`JAF_MEMORY_TYPE`: that in-process memory, the file log of a data directory, or a shared
+PostgreSQL store (sections/runtime/store_memory.py). `LedgerMemoryProvider(memory)` is the way to
+hand it a durable `Memory` of one's own.
+
+Any string JAF takes as a conversation id is one ("chat 1", "Zoë", a 300-character key): the
+session's id is its encoding by sections/adapters/foreign_ids.py, and conversations come back with
+the caller's id exactly.
 
 JAF's shapes (`Success`, `Failure`, its errors, `Message`, `ConversationMemory`, `MemoryQuery`) and
-the conversions of messages are in sections/adapters/jaf_shapes.py; the provider's callers find
-them here too.
+the conversions of messages are in sections/adapters/jaf_shapes.py. Results are made of JAF's own
+classes when JAF is installed (its engine tests `isinstance(result, Failure)`), of that module's
+otherwise; this module's `Success`, `Failure`, ... are those same classes (`shapes()`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
+import shutil
+import tempfile
 import time
+import weakref
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 import orjson
 
 from eventstore.errors import InvalidInput, LedgerError
+from eventstore.file_sink import Durability
+from sections.adapters import foreign_ids
 from sections.adapters.jaf_shapes import (
     MESSAGE_FIELDS,
     PROVIDER,
     ROLES,
-    ConversationMemory,
-    Failure,
-    MemoryConnectionError,
-    MemoryError,
-    MemoryNotFoundError,
-    MemoryQuery,
-    MemoryStorageError,
-    Message,
+    SEED_NAMES,
     Result,
-    Success,
     datetime_of,
     item_of,
     message_fields,
     message_of,
     microseconds_of,
+    shapes,
     stored_fields,
 )
 from sections.errors import SectionNotFound, SessionNotFound
@@ -59,13 +66,31 @@ from sections.specs import command_specs
 
 MESSAGES = "messages"  # the section a conversation's messages are kept in
 METADATA = "conversation_metadata"  # metadata given after the conversation was created
+REGENERATION = "conversation.regeneration"  # the kind of a regeneration point's item there
+# JAF's InMemoryConfig defaults (max_conversations, max_messages_per_conversation)
+JAF_MAX_CONVERSATIONS = JAF_MAX_MESSAGES = 1000
 
 __all__ = [
-    "MESSAGE_FIELDS", "METADATA", "MESSAGES", "PROVIDER", "ROLES", "ConversationMemory",
-    "Failure", "LedgerMemoryProvider", "MemoryConnectionError", "MemoryError",
-    "MemoryNotFoundError", "MemoryQuery", "MemoryStorageError", "Message", "Result", "Success",
+    "MESSAGE_FIELDS",
+    "METADATA",
+    "MESSAGES",
+    "PROVIDER",
+    "ROLES",
+    "InMemoryProvider",
+    "LedgerMemoryProvider",
+    "Result",
+    "create_in_memory_provider",
     "create_memory_provider_from_env",
-]  # fmt: skip
+    *SEED_NAMES,
+]  # fmt: skip  (SEED_NAMES: Success, Failure, the errors, Message, ...: see __getattr__)
+
+
+def __getattr__(name: str) -> Any:
+    """`Success`, `Failure`, the errors, `Message`, ...: JAF's classes when JAF is installed,
+    sections/adapters/jaf_shapes.py's otherwise (decided when first asked for)."""
+    if name in SEED_NAMES:
+        return getattr(shapes(), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # ---- the provider ------------------------------------------------------------------------------
@@ -78,24 +103,32 @@ class Closing(Protocol):
 
 
 class LedgerMemoryProvider:
-    """JAF's `MemoryProvider` on a ledgermem `Memory` (one tenant). `closing`: the memory (or
-    the object that owns it, such as a `StoreMemory`) is closed by `close()`; the factory sets
-    it, a caller who passes its own memory keeps it open by default. `max_messages` is JAF's
+    """JAF's `MemoryProvider` on a ledgermem `Memory` (one tenant). `memory=None`: an
+    in-process memory that nothing outlives (a scratch data directory, removed on `close()` or
+    at exit), as JAF's in-memory provider. `closing`: the memory (or the object that owns it,
+    such as a `StoreMemory`) is closed by `close()`; the factory sets it, a caller who passes
+    its own memory keeps it open by default. `max_messages` is JAF's
     `max_messages_per_conversation`: the `max_items` of the `messages` section of the
     conversations this provider creates (the oldest go first); JAF's `max_conversations` is the
-    memory's `max_sessions` (the factory opens it so)."""
+    memory's `max_sessions` (`max_conversations` here, for the in-process memory)."""
 
     def __init__(
         self,
-        memory: Memory,
+        memory: Memory | None = None,
         *,
         tenant: str | None = None,
         closing: Closing | None = None,
         store: str = "file",
         max_messages: int | None = None,
+        max_conversations: int | None = None,
     ) -> None:
-        if max_messages is not None and (type(max_messages) is not int or max_messages < 1):
-            raise InvalidInput("max_messages must be a positive integer")
+        for name, value in (("max_messages", max_messages),
+                            ("max_conversations", max_conversations)):  # fmt: skip
+            if value is not None and (type(value) is not int or value < 1):
+                raise InvalidInput(f"{name} must be a positive integer")
+        if memory is None:
+            scratch = Scratch(max_conversations)
+            memory, closing, store = scratch.memory, scratch, "in-process"
         self.memory = memory
         self.tenant = tenant or memory.tenant
         self._closing = closing
@@ -103,10 +136,12 @@ class LedgerMemoryProvider:
         self.max_messages = max_messages
 
     def _session(self, conversation_id: str) -> Session:
-        """A handle on one of the tenant's sessions; never the reserved `_tenant` (facts and
-        tenant-wide observations), which is no conversation: InvalidInput."""
-        command_specs.check_not_reserved(conversation_id)
-        return Session(self.memory, self.tenant, conversation_id)
+        """A handle on the session of a conversation (its id encoded, foreign_ids.py); never
+        the reserved `_tenant` (facts and tenant-wide observations), which is no conversation:
+        InvalidInput."""
+        log_id = _log_id(conversation_id)
+        command_specs.check_not_reserved(log_id)
+        return Session(self.memory, self.tenant, log_id)
 
     def _sections(self) -> dict[str, dict]:
         """A conversation keeps its messages (no token budget evicts; at most `max_messages`
@@ -146,7 +181,7 @@ class LedgerMemoryProvider:
                 await self._add_metadata(session, metadata)
         except LedgerError as exc:
             return _storage_failure("store_messages", exc)
-        return Success(None)
+        return shapes().Success(None)
 
     async def append_messages(
         self, conversation_id: str, messages: Sequence[object], metadata: dict | None = None
@@ -157,7 +192,7 @@ class LedgerMemoryProvider:
             items = [item_of(message_fields(m)) for m in messages]
             _check_metadata(metadata)
             session = self._session(conversation_id)
-            self.memory.require_session(self.tenant, conversation_id)
+            self.memory.require_session(self.tenant, session.id)
             if items:
                 await self._add(session, items)
             if metadata:
@@ -166,67 +201,118 @@ class LedgerMemoryProvider:
             return _not_found(conversation_id)
         except LedgerError as exc:
             return _storage_failure("append_messages", exc)
-        return Success(None)
+        return shapes().Success(None)
 
     async def delete_conversation(self, conversation_id: str) -> Result:
         """Delete it (`session.deleted`): Success(True), or Success(False) if there was none."""
         try:
             await self._session(conversation_id).delete_async()
         except SessionNotFound:
-            return Success(False)
+            return shapes().Success(False)
         except LedgerError as exc:
             return _storage_failure("delete_conversation", exc)
-        return Success(True)
+        return shapes().Success(True)
 
     async def clear_user_conversations(self, user_id: str) -> Result:
         """Delete every conversation of `user_id` (one `session.deleted` each): their count."""
         try:
-            found = self.memory.list_sessions(self.tenant, {"user_id": user_id})
+            found = self.memory.list_sessions(self.tenant, {"user_id": _plain_str(user_id)})
             for info in found:
-                await self._session(info["session"]).delete_async()
+                await Session(self.memory, self.tenant, info["session"]).delete_async()
         except LedgerError as exc:
             return _storage_failure("clear_user_conversations", exc)
-        return Success(len(found))
+        return shapes().Success(len(found))
+
+    async def cleanup_old_conversations(self, older_than: datetime | timedelta) -> Result:
+        """Delete every conversation whose last change is before `older_than` (a datetime, or
+        an age: that long before now), one `session.deleted` each: their count. (JAF-TS's
+        `cleanupOldConversations`; JAF-py's docs write it by hand from `find_conversations`.)"""
+        try:
+            if isinstance(older_than, timedelta):
+                older_than = datetime.now(UTC) - older_than
+            if not isinstance(older_than, datetime):
+                raise InvalidInput("older_than must be a datetime or a timedelta")
+            cutoff = microseconds_of(older_than)
+            found = [s for s in self.memory.list_sessions(self.tenant) if s["active_ts"] < cutoff]
+            for info in found:
+                await Session(self.memory, self.tenant, info["session"]).delete_async()
+        except LedgerError as exc:
+            return _storage_failure("cleanup_old_conversations", exc)
+        return shapes().Success(len(found))
 
     async def truncate_conversation_after(self, conversation_id: str, message_id: str) -> Result:
-        """Remove the message `message_id` and every one after it (one `item.removed`): their
-        count, 0 when no message has that id."""
+        """Remove the message `message_id` and every one after it (one `item.removed`, and
+        JAF's `regeneration_truncated`, `truncated_at`, `messages_removed` as later metadata):
+        their count, 0 when no message has that id."""
         try:
-            stored = await self._stored(self._session(conversation_id))
+            session = self._session(conversation_id)
+            stored = await self._stored(session)
             at = next((n for n, (_, f) in enumerate(stored) if f["message_id"] == message_id), None)
             if at is None:
-                return Success(0)
+                return shapes().Success(0)
             gone = [view.id for view, _ in stored[at:]]
-            await self._session(conversation_id).remove_async(MESSAGES, gone)
+            await session.remove_async(MESSAGES, gone)
+            await self._add_metadata(session, {
+                "regeneration_truncated": True,
+                "truncated_at": datetime.now().isoformat(),
+                "messages_removed": len(gone),
+            })  # fmt: skip
         except SessionNotFound:
             return _not_found(conversation_id)
         except LedgerError as exc:
             return _storage_failure("truncate_conversation_after", exc)
-        return Success(len(gone))
+        return shapes().Success(len(gone))
+
+    async def mark_regeneration_point(
+        self, conversation_id: str, message_id: str, regeneration_metadata: dict | None = None
+    ) -> Result:
+        """Mark a regeneration point (JAF's regeneration calls it): an item of kind
+        `conversation.regeneration` in `conversation_metadata` holding `message_id`, a
+        `timestamp` and `regeneration_metadata`; read back as JAF's `regeneration_points`,
+        `last_regeneration` and `regeneration_count`. MemoryNotFoundError when unknown."""
+        try:
+            _check_metadata(regeneration_metadata)
+            session = self._session(conversation_id)
+            self.memory.require_session(self.tenant, session.id)
+            point = {"message_id": _plain_str(message_id),
+                     "timestamp": datetime.now().isoformat(), **(regeneration_metadata or {})}  # fmt: skip
+            await self._add_metadata(session, point, kind=REGENERATION)
+        except SessionNotFound:
+            return _not_found(conversation_id)
+        except LedgerError as exc:
+            return _storage_failure("mark_regeneration_point", exc)
+        return shapes().Success(None)
 
     # -- reads (each leaves an `items.read` record)
 
     async def get_conversation(self, conversation_id: str) -> Result:
         """The conversation, or Success(None) when there is none."""
         try:
-            conversation = await self._conversation(conversation_id)
+            conversation = await self._conversation(self._session(conversation_id).id)
         except SessionNotFound:
-            return Success(None)
+            return shapes().Success(None)
         except LedgerError as exc:
             return _storage_failure("get_conversation", exc)
-        return Success(conversation)
+        return shapes().Success(conversation)
 
     async def get_conversation_until_message(self, conversation_id: str, message_id: str) -> Result:
-        """The conversation up to (not including) `message_id`; Success(None) if either is
-        unknown."""
+        """The conversation up to (not including) `message_id`, with JAF's
+        `truncated_for_regeneration`, `truncated_until_message`, `original_message_count` and
+        `truncated_message_count` in its metadata; Success(None) if either is unknown."""
+        seed = shapes()
         found = await self.get_conversation(conversation_id)
-        if isinstance(found, Failure) or found.data is None:
+        if isinstance(found, seed.Failure) or found.data is None:
             return found
-        messages = found.data.messages
+        conversation = found.data
+        messages = list(conversation.messages)
         at = next((n for n, m in enumerate(messages) if m.message_id == message_id), None)
         if at is None:
-            return Success(None)
-        return Success(dataclasses.replace(found.data, messages=messages[:at]))
+            return seed.Success(None)
+        metadata = {**conversation.metadata, "truncated_for_regeneration": True,
+                    "truncated_until_message": _plain_str(message_id),
+                    "original_message_count": len(messages), "truncated_message_count": at}  # fmt: skip
+        return seed.Success(seed.ConversationMemory(
+            conversation.conversation_id, conversation.user_id, tuple(messages[:at]), metadata))  # fmt: skip
 
     async def get_recent_messages(self, conversation_id: str, limit: int = 50) -> Result:
         """The newest `limit` messages, oldest first (MemoryNotFoundError if unknown)."""
@@ -241,22 +327,23 @@ class LedgerMemoryProvider:
         except SessionNotFound:
             return _not_found(conversation_id)
         except SectionNotFound:
-            return Success([])
+            return shapes().Success([])
         except LedgerError as exc:
             return _storage_failure("get_recent_messages", exc)
-        return Success([message_of(stored_fields(v)) for v in views])
+        return shapes().Success([message_of(stored_fields(v)) for v in views])
 
-    async def find_conversations(self, query: MemoryQuery | None = None, **fields: Any) -> Result:
+    async def find_conversations(self, query: Any = None, **fields: Any) -> Result:
         """Conversations matching `query` (or its fields as keywords: conversation_id,
         user_id, trace_id, since, until, limit, offset), most recently active first. `since`
         and `until` bound the creation time; `trace_id` is matched on the creation metadata."""
         try:
-            query = query or MemoryQuery(**fields)
-            where = {k: v for k, v in (("user_id", query.user_id),
-                                       ("trace_id", query.trace_id)) if v}  # fmt: skip
+            query = query or shapes().MemoryQuery(**fields)
+            where = {k: _plain_str(v) for k, v in (("user_id", query.user_id),
+                                                   ("trace_id", query.trace_id)) if v}  # fmt: skip
             found = self.memory.list_sessions(self.tenant, where)
             if query.conversation_id:
-                found = [s for s in found if s["session"] == query.conversation_id]
+                wanted = _log_id(query.conversation_id)
+                found = [s for s in found if s["session"] == wanted]
             if query.since is not None:
                 found = [s for s in found if s["created_ts"] >= microseconds_of(query.since)]
             if query.until is not None:
@@ -267,37 +354,72 @@ class LedgerMemoryProvider:
             conversations = [await self._conversation(s["session"]) for s in page]
         except (LedgerError, TypeError) as exc:
             return _storage_failure("find_conversations", exc)
-        return Success(conversations)
+        return shapes().Success(conversations)
 
     async def get_stats(self, user_id: str | None = None) -> Result:
         """Conversations, their messages and the oldest and newest creation times (no read of
         any content: no record)."""
         try:
-            where = {"user_id": user_id} if user_id else None
+            where = {"user_id": _plain_str(user_id)} if user_id else None
             found = self.memory.list_sessions(self.tenant, where)
             ids = {s["session"] for s in found}
-            counts = self.memory.read(lambda state: _message_counts(state, self.tenant, ids))
+            counts = self.memory.read(lambda state: _role_counts(state, self.tenant, ids))
         except LedgerError as exc:
             return _storage_failure("get_stats", exc)
         created = [datetime_of(s["created_ts"]) for s in found]
-        return Success({
+        return shapes().Success({
             "total_conversations": len(found),
-            "total_messages": sum(counts),
+            "total_messages": sum(sum(c.values()) for c in counts.values()),
             "oldest_conversation": min(created) if created else None,
             "newest_conversation": max(created) if created else None,
         })  # fmt: skip
 
+    async def get_analytics(self, since: datetime | None = None) -> Result:
+        """What `get_stats` counts, and more, over the conversations active since `since` (all
+        when None): `total_conversations`, `total_messages`,
+        `average_messages_per_conversation`, `messages_by_role`, `conversations_by_user`
+        (`None` for those without a user), `oldest_conversation`, `newest_conversation`,
+        `last_activity`. No content is read: no record. (JAF-TS's `getAnalytics`.)"""
+        try:
+            found = self.memory.list_sessions(
+                self.tenant, since=None if since is None else microseconds_of(since)
+            )
+            ids = {s["session"] for s in found}
+            counts = self.memory.read(lambda state: _role_counts(state, self.tenant, ids))
+        except (LedgerError, TypeError) as exc:
+            return _storage_failure("get_analytics", exc)
+        by_role = {role: sum(c.get(role, 0) for c in counts.values()) for role in ROLES}
+        users: dict[str | None, int] = {}
+        for s in found:
+            user = s["metadata"].get("user_id")
+            users[user] = users.get(user, 0) + 1
+        total = sum(by_role.values())
+        created = [datetime_of(s["created_ts"]) for s in found]
+        return shapes().Success({
+            "total_conversations": len(found),
+            "total_messages": total,
+            "average_messages_per_conversation": total / len(found) if found else 0.0,
+            "messages_by_role": by_role,
+            "conversations_by_user": users,
+            "oldest_conversation": min(created) if created else None,
+            "newest_conversation": max(created) if created else None,
+            "last_activity": datetime_of(max(s["active_ts"] for s in found)) if found else None,
+        })  # fmt: skip
+
     async def health_check(self) -> Result:
         """Healthy when the memory takes commands: a consistent read, with its latency."""
+        seed = shapes()
         if self.memory.writer.closed:
-            return Failure(MemoryConnectionError("the memory is closed", PROVIDER))
+            return seed.Failure(seed.MemoryConnectionError("the memory is closed", PROVIDER))
         started = time.perf_counter()
         try:
             count = len(self.memory.list_sessions(self.tenant))
         except LedgerError as exc:
-            return Failure(MemoryConnectionError(f"health check failed: {exc}", PROVIDER, exc))
+            return seed.Failure(
+                seed.MemoryConnectionError(f"health check failed: {exc}", PROVIDER, exc)
+            )
         latency_ms = (time.perf_counter() - started) * 1000
-        return Success({
+        return seed.Success({
             "healthy": True,
             "latency_ms": latency_ms,
             "provider": PROVIDER,
@@ -306,13 +428,15 @@ class LedgerMemoryProvider:
         })  # fmt: skip
 
     async def close(self) -> Result:
-        """Close the memory when this provider owns it (`closing`); Success(None)."""
+        """Close the memory when this provider owns it (`closing`; the in-process memory's
+        data is then gone, as JAF's in-memory provider clears its own); Success(None)."""
+        seed = shapes()
         try:
             if self._closing is not None:
                 self._closing.close()
         except Exception as exc:  # JAF reports rather than raises here too
-            return Failure(MemoryConnectionError(f"close failed: {exc}", PROVIDER, exc))
-        return Success(None)
+            return seed.Failure(seed.MemoryConnectionError(f"close failed: {exc}", PROVIDER, exc))
+        return seed.Success(None)
 
     # -- the parts
 
@@ -326,9 +450,12 @@ class LedgerMemoryProvider:
 
     async def _create(self, conversation_id: str, metadata: dict | None) -> bool:
         config = self.memory.config.with_overrides(self._sections())
+        created_with = {k: _plain_str(v) for k, v in (metadata or {}).items()}
+        if foreign_ids.needs_original(conversation_id):  # its id kept where it can be read back
+            created_with[foreign_ids.ORIGINAL_KEY] = _plain_str(conversation_id)
         _, created = await self.memory.run_async(
-            command_specs.GET_OR_CREATE_SESSION, self.tenant, conversation_id,
-            (config, dict(metadata or {})),
+            command_specs.GET_OR_CREATE_SESSION, self.tenant, _log_id(conversation_id),
+            (config, created_with),
         )  # fmt: skip
         return created
 
@@ -348,37 +475,115 @@ class LedgerMemoryProvider:
             await session.configure_async(MESSAGES, **self._sections()[MESSAGES])
             await session.add_many_async(MESSAGES, items)
 
-    async def _add_metadata(self, session: Session, metadata: dict) -> None:
-        item = [{"content": metadata, "kind": "conversation.metadata"}]
+    async def _add_metadata(
+        self, session: Session, metadata: dict, kind: str = "conversation.metadata"
+    ) -> None:
+        item = [{"content": metadata, "kind": kind}]
         try:
             await session.add_many_async(METADATA, item)
         except SectionNotFound:
             await session.configure_async(METADATA, **self._sections()[METADATA])
             await session.add_many_async(METADATA, item)
 
-    async def _conversation(self, conversation_id: str) -> ConversationMemory:
-        session = self._session(conversation_id)
-        info = self.memory.session_info(self.tenant, conversation_id)
+    async def _conversation(self, log_id: str) -> Any:
+        """The conversation of the session `log_id`, with the caller's conversation id."""
+        seed = shapes()
+        session = Session(self.memory, self.tenant, log_id)
+        info = self.memory.session_info(self.tenant, log_id)
+        created_with = dict(info["metadata"])
+        hashed = log_id.startswith(foreign_ids.HASHED)
+        conversation_id = foreign_ids.decode(log_id, created_with if hashed else None)
+        if hashed:
+            created_with.pop(foreign_ids.ORIGINAL_KEY, None)
         try:
             views = await session.get_async(MESSAGES, role=list(ROLES))
         except SectionNotFound:
             views = []
-        metadata = dict(info["metadata"])
+        metadata = dict(created_with)
+        points: list[dict] = []
         try:
             for later in await session.get_async(METADATA):
-                if isinstance(later.content, dict):
+                if not isinstance(later.content, dict):
+                    continue
+                if later.kind == REGENERATION:
+                    points.append(dict(later.content))
+                else:
                     metadata.update(later.content)
         except SectionNotFound:
             pass
-        messages = tuple(message_of(stored_fields(v)) for v in views)
+        if points:
+            metadata.update(regeneration_points=points, last_regeneration=points[-1],
+                            regeneration_count=len(points))  # fmt: skip
+        messages = [message_of(stored_fields(v)) for v in views]
         metadata.update(
             created_at=datetime_of(info["created_ts"]),
             updated_at=datetime_of(info["active_ts"]),
             total_messages=len(messages),
             last_activity=datetime_of(info["active_ts"]),
         )
-        return ConversationMemory(conversation_id, info["metadata"].get("user_id"), messages,
-                                  metadata)  # fmt: skip
+        return seed.ConversationMemory(conversation_id, created_with.get("user_id"),
+                                       tuple(messages), metadata)  # fmt: skip
+
+
+class InMemoryProvider(LedgerMemoryProvider):
+    """JAF's `InMemoryProvider(config)`: a provider over an in-process memory that nothing
+    outlives (removed on `close()` or at exit). `config` is JAF's `InMemoryConfig` or anything
+    with its `max_conversations` and `max_messages_per_conversation` (JAF's defaults, 1000
+    each, when absent)."""
+
+    def __init__(self, config: object = None) -> None:
+        super().__init__(
+            max_conversations=getattr(config, "max_conversations", JAF_MAX_CONVERSATIONS),
+            max_messages=getattr(config, "max_messages_per_conversation", JAF_MAX_MESSAGES),
+            store="in-process",
+        )
+        self.config = config
+
+
+def create_in_memory_provider(config: object = None) -> InMemoryProvider:
+    """JAF's `create_in_memory_provider(config=None)`: `InMemoryProvider(config)`."""
+    return InMemoryProvider(config)
+
+
+class Scratch:
+    """An in-process memory: a fresh data directory (no fsync: nothing here is to outlive the
+    process) that `close()` closes and removes, and so does the process's exit or the
+    garbage collector, whichever comes first."""
+
+    def __init__(self, max_conversations: int | None = None) -> None:
+        self.root = tempfile.mkdtemp(prefix="ledgermem-jaf-")
+        try:
+            self.memory = Memory.open(self.root, config=MemoryConfig(max_sessions=max_conversations),
+                                      durability=Durability.UNSAFE_NO_FSYNC)  # fmt: skip
+        except BaseException:
+            shutil.rmtree(self.root, ignore_errors=True)
+            raise
+        self._finalizer = weakref.finalize(self, _discard, self.memory, self.root)
+
+    def close(self) -> None:
+        self._finalizer()
+
+
+def _discard(memory: Memory, root: str) -> None:
+    try:
+        if not memory.writer.closed:
+            memory.close()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _plain_str(value: Any) -> Any:
+    """A `str` subclass (JAF's `MessageId`, `TraceId`) as its string; anything else as it is."""
+    return str(value) if isinstance(value, str) else value
+
+
+def _log_id(conversation_id: object) -> str:
+    """The session id of a conversation id: any string, by foreign_ids.py's encoding."""
+    if not isinstance(conversation_id, str):
+        raise InvalidInput(
+            f"a conversation id must be a string, not {type(conversation_id).__name__}"
+        )
+    return foreign_ids.encode(conversation_id)
 
 
 def _check_metadata(metadata: object) -> None:
@@ -391,56 +596,82 @@ def _check_metadata(metadata: object) -> None:
             raise InvalidInput(f"metadata must be JSON data: {exc}") from None
 
 
-def _message_counts(state, tenant: str, ids: set[str]) -> list[int]:
-    counts = []
+def _role_counts(state, tenant: str, ids: set[str]) -> dict[str, dict[str, int]]:
+    """Each conversation's messages by role."""
+    counts: dict[str, dict[str, int]] = {}
     for (t, sid), s in state.sessions.items():
         if t == tenant and sid in ids and sid != TENANT_SESSION:
             section = s.sections.get(MESSAGES)
-            counts.append(
-                0 if section is None else sum(1 for i in section.items.values() if i.role in ROLES)
-            )
+            roles: dict[str, int] = {}
+            for item in [] if section is None else section.items.values():
+                if item.role in ROLES:
+                    roles[item.role] = roles.get(item.role, 0) + 1
+            counts[sid] = roles
     return counts
 
 
-def _storage_failure(operation: str, exc: BaseException) -> Failure:
-    return Failure(MemoryStorageError(f"{operation} failed: {exc}", PROVIDER, operation, exc))
-
-
-def _not_found(conversation_id: str) -> Failure:
-    return Failure(
-        MemoryNotFoundError(f"Conversation {conversation_id} not found", PROVIDER, conversation_id)
+def _storage_failure(operation: str, exc: BaseException) -> Any:
+    seed = shapes()
+    return seed.Failure(
+        seed.MemoryStorageError(f"{operation} failed: {exc}", PROVIDER, operation, exc)
     )
+
+
+def _not_found(conversation_id: str) -> Any:
+    seed = shapes()
+    return seed.Failure(seed.MemoryNotFoundError(
+        f"Conversation {conversation_id} not found", PROVIDER, _plain_str(conversation_id)))  # fmt: skip
 
 
 # ---- the factory -------------------------------------------------------------------------------
 
 
-async def create_memory_provider_from_env(env: Mapping[str, str] | None = None) -> Result:
-    """A provider as JAF's factory picks one from the environment, here over ledgermem:
+async def create_memory_provider_from_env(
+    external_clients: Mapping[str, Any] | None = None, *, env: Mapping[str, str] | None = None
+) -> Result:
+    """A provider as JAF's factory picks one from the environment (`env`, default
+    `os.environ`), here over ledgermem:
 
-    - `JAF_MEMORY_TYPE=memory` (JAF's default) or `file`: the file log of the data directory
-      `JAF_LEDGERMEM_DATA` or `LEDGERMEM_DATA` (created if new);
+    - `JAF_MEMORY_TYPE=memory` (JAF's default): the in-process memory of `InMemoryProvider`,
+      bounded by `JAF_MEMORY_MAX_CONVERSATIONS` and `JAF_MEMORY_MAX_MESSAGES` (JAF's default,
+      1000 each); unless `JAF_LEDGERMEM_DATA` or `LEDGERMEM_DATA` names a data directory: then
+      that directory's file log, as `file`;
+    - `JAF_MEMORY_TYPE=file`: the file log of the data directory `JAF_LEDGERMEM_DATA` or
+      `LEDGERMEM_DATA` (created if new; required);
     - `JAF_MEMORY_TYPE=postgres`: the shared store `JAF_POSTGRES_CONNECTION_STRING` or
       `LEDGERMEM_STORE` (initialized by `ledgermem init-store`), led for the tenant's partition
       from the data directory above, which holds the store's key (sections/runtime/store_memory.py);
     - `JAF_LEDGERMEM_TENANT` (default `default`) is the tenant;
-    - `JAF_MEMORY_MAX_CONVERSATIONS` and `JAF_MEMORY_MAX_MESSAGES`, when set, are the memory's
-      `max_sessions` and the provider's `max_messages` (unset: no bound, nothing evicted).
+    - for `file` and `postgres`, `JAF_MEMORY_MAX_CONVERSATIONS` and `JAF_MEMORY_MAX_MESSAGES`,
+      when set, are the memory's `max_sessions` and the provider's `max_messages` (unset: no
+      bound, nothing evicted from a durable memory).
 
-    `redis` and anything else: Failure(MemoryConnectionError), as JAF answers an unsupported
-    type; so is a store that cannot be opened."""
+    `redis` (issue 31) and anything else: Failure(MemoryConnectionError) naming what is
+    supported, as JAF answers an unsupported type; so is a store that cannot be opened.
+    `external_clients` (JAF's Redis or PostgreSQL client objects) are not used: ledgermem opens
+    its own store."""
+    seed = shapes()
     env = os.environ if env is None else env
     kind = env.get("JAF_MEMORY_TYPE", "memory").strip().lower()
     data = env.get("JAF_LEDGERMEM_DATA") or env.get("LEDGERMEM_DATA")
     tenant = env.get("JAF_LEDGERMEM_TENANT") or "default"
+    if kind == "redis":
+        return seed.Failure(seed.MemoryConnectionError(
+            "JAF_MEMORY_TYPE=redis is not supported by ledgermem's provider: use memory, file "
+            "or postgres", "Factory"))  # fmt: skip
     if kind not in ("memory", "file", "postgres"):
-        return Failure(MemoryConnectionError(f"Unsupported memory type: {kind}", "Factory"))
-    if not data:
-        return Failure(MemoryConnectionError(
-            "JAF_LEDGERMEM_DATA (or LEDGERMEM_DATA) must name the ledgermem data directory",
-            "Factory",
-        ))  # fmt: skip
+        return seed.Failure(seed.MemoryConnectionError(f"Unsupported memory type: {kind}",
+                                                       "Factory"))  # fmt: skip
     try:
+        if kind == "memory" and not data:
+            return seed.Success(InMemoryProvider(_JafLimits(
+                _positive(env, "JAF_MEMORY_MAX_CONVERSATIONS") or JAF_MAX_CONVERSATIONS,
+                _positive(env, "JAF_MEMORY_MAX_MESSAGES") or JAF_MAX_MESSAGES)))  # fmt: skip
+        if not data:
+            return seed.Failure(seed.MemoryConnectionError(
+                "JAF_LEDGERMEM_DATA (or LEDGERMEM_DATA) must name the ledgermem data directory",
+                "Factory",
+            ))  # fmt: skip
         limits = {name: _positive(env, var) for name, var in (
             ("max_sessions", "JAF_MEMORY_MAX_CONVERSATIONS"),
             ("max_messages", "JAF_MEMORY_MAX_MESSAGES"))}  # fmt: skip
@@ -450,21 +681,29 @@ async def create_memory_provider_from_env(env: Mapping[str, str] | None = None) 
 
             url = env.get("JAF_POSTGRES_CONNECTION_STRING") or env.get("LEDGERMEM_STORE")
             if not url:
-                return Failure(MemoryConnectionError(
+                return seed.Failure(seed.MemoryConnectionError(
                     "JAF_POSTGRES_CONNECTION_STRING (or LEDGERMEM_STORE) must name the store",
                     "Factory",
                 ))  # fmt: skip
             store = StoreMemory.open(url, data, tenant=tenant, config=config)
             provider = LedgerMemoryProvider(store.memory, tenant=tenant, closing=store,
                                             store="postgresql", max_messages=limits["max_messages"])  # fmt: skip
-            return Success(provider)
+            return seed.Success(provider)
         memory = Memory.open(data, tenant=tenant, config=config)
     except Exception as exc:  # JAF answers a store it cannot open with a Failure
-        return Failure(MemoryConnectionError(f"cannot open the {kind} store: {exc}", "Factory",
-                                             exc))  # fmt: skip
+        return seed.Failure(seed.MemoryConnectionError(f"cannot open the {kind} store: {exc}",
+                                                       "Factory", exc))  # fmt: skip
     provider = LedgerMemoryProvider(memory, tenant=tenant, closing=memory,
                                     max_messages=limits["max_messages"])  # fmt: skip
-    return Success(provider)
+    return seed.Success(provider)
+
+
+class _JafLimits:
+    """JAF's `InMemoryConfig` limits, read from its variables."""
+
+    def __init__(self, max_conversations: int, max_messages_per_conversation: int) -> None:
+        self.max_conversations = max_conversations
+        self.max_messages_per_conversation = max_messages_per_conversation
 
 
 def _positive(env: Mapping[str, str], name: str) -> int | None:
