@@ -176,7 +176,7 @@ class LedgerMemoryProvider:
             if stored[same:]:
                 await session.remove_async(MESSAGES, [view.id for view, _ in stored[same:]])
             if fields[start + same :]:
-                await self._add(session, [item_of(f) for f in fields[start + same :]])
+                await self._add(session, [item_of(f) for f in self._newest(fields[start + same :])])
             if metadata and not created:
                 await self._add_metadata(session, metadata)
         except LedgerError as exc:
@@ -189,7 +189,7 @@ class LedgerMemoryProvider:
         """Add messages to an existing conversation: one `item.added` (MemoryNotFoundError for
         an unknown conversation, nothing appended)."""
         try:
-            items = [item_of(message_fields(m)) for m in messages]
+            items = [item_of(f) for f in self._newest([message_fields(m) for m in messages])]
             _check_metadata(metadata)
             session = self._session(conversation_id)
             self.memory.require_session(self.tenant, session.id)
@@ -439,6 +439,12 @@ class LedgerMemoryProvider:
         return seed.Success(None)
 
     # -- the parts
+
+    def _newest(self, fields: list[dict]) -> list[dict]:
+        """The messages a conversation can keep, as JAF keeps them: the newest `max_messages`
+        (those before them would be evicted at once; a section never takes more than its
+        `max_items` in one write)."""
+        return fields if self.max_messages is None else fields[-self.max_messages :]
 
     def _kept_from(self, stored: list[tuple[ItemView, dict]], fields: list[dict]) -> int:
         """Where the stored messages start in `fields`: 0, or, when `max_messages` evicted the
