@@ -1,5 +1,5 @@
 """What JAF's own suites found against the JAF adapter (issue 29; docs/adapters/jaf.md, "Drop-in"),
-held here without JAF: the peer run is /work/shared/peers/jaf.sh provider.
+held here without JAF (the peer run: the peers script `jaf.sh provider`).
 
 - Results are JAF's own classes when JAF is installed: a stand-in `jaf` package (written below, as
   small as the names the adapter takes from JAF) plays the installed JAF, so a `Failure` is the
