@@ -193,7 +193,7 @@ def test_storing_the_whole_conversation_again_appends_only_what_changed(mem):
 def test_jaf_limits_are_ledgermem_retention(tmp_path):
     env = {"JAF_LEDGERMEM_DATA": str(tmp_path / "data"), "JAF_MEMORY_MAX_CONVERSATIONS": "2",
            "JAF_MEMORY_MAX_MESSAGES": "3"}  # fmt: skip
-    provider = _data(run(create_memory_provider_from_env(env)))
+    provider = _data(run(create_memory_provider_from_env(env=env)))
     mem = provider.memory
     try:
         conversation = []
@@ -212,7 +212,7 @@ def test_jaf_limits_are_ledgermem_retention(tmp_path):
         assert mem.rebuild().state_hash() == mem.state_hash()
     finally:
         run(provider.close())
-    bad = run(create_memory_provider_from_env({**env, "JAF_MEMORY_MAX_MESSAGES": "0"}))
+    bad = run(create_memory_provider_from_env(env={**env, "JAF_MEMORY_MAX_MESSAGES": "0"}))
     assert isinstance(bad, Failure) and isinstance(bad.error, MemoryConnectionError)
 
 
@@ -264,7 +264,7 @@ def test_bad_input_is_a_failure_with_nothing_appended(mem):
         provider.store_messages("new", [Message(role="user", content="x")], "not a dict"),
         provider.store_messages("new", [Message(role="user", content="x")], {"at": object()}),
         provider.append_messages("kept", [{"role": "user", "content": "x", "message_id": ""}]),
-        provider.store_messages("not an id", [Message(role="user", content="x")]),
+        provider.store_messages(42, [Message(role="user", content="x")]),  # not a string
         provider.get_recent_messages("kept", limit=-1),
         provider.find_conversations(colour="red"),
         provider.store_messages("_tenant", [Message(role="user", content="x")]),  # reserved
@@ -281,18 +281,18 @@ def test_bad_input_is_a_failure_with_nothing_appended(mem):
 
 def test_the_factory_picks_the_file_store_from_the_environment(tmp_path):
     env = {"JAF_MEMORY_TYPE": "memory", "JAF_LEDGERMEM_DATA": str(tmp_path / "data")}
-    provider = _data(run(create_memory_provider_from_env(env)))
+    provider = _data(run(create_memory_provider_from_env(env=env)))
     run(provider.store_messages("c", [Message(role="user", content="kept")]))
     assert isinstance(run(provider.close()), Success)
     closed = run(provider.health_check())
     assert isinstance(closed, Failure) and isinstance(closed.error, MemoryConnectionError)
-    again = _data(run(create_memory_provider_from_env({**env, "JAF_MEMORY_TYPE": "file"})))
+    again = _data(run(create_memory_provider_from_env(env={**env, "JAF_MEMORY_TYPE": "file"})))
     assert [m.content for m in _data(run(again.get_conversation("c"))).messages] == ["kept"]
     run(again.close())
     for bad in ({"JAF_MEMORY_TYPE": "redis", "LEDGERMEM_DATA": str(tmp_path / "data")},
-                {"JAF_MEMORY_TYPE": "memory"},
+                {"JAF_MEMORY_TYPE": "file"},  # no data directory
                 {"JAF_MEMORY_TYPE": "postgres", "LEDGERMEM_DATA": str(tmp_path / "data")}):  # fmt: skip
-        answer = run(create_memory_provider_from_env(bad))
+        answer = run(create_memory_provider_from_env(env=bad))
         assert isinstance(answer, Failure) and isinstance(answer.error, MemoryConnectionError)
 
 
@@ -301,7 +301,7 @@ def test_the_factory_opens_the_postgresql_shared_store(pg_url, tmp_path):  # noq
     init_store(pg_url, 2, data, origin="test.local/jaf")
     env = {"JAF_MEMORY_TYPE": "postgres", "JAF_POSTGRES_CONNECTION_STRING": pg_url,
            "JAF_LEDGERMEM_DATA": str(data), "JAF_LEDGERMEM_TENANT": "acme"}  # fmt: skip
-    provider = _data(run(create_memory_provider_from_env(env)))
+    provider = _data(run(create_memory_provider_from_env(env=env)))
     seen = run(_documented_walk(provider))
     health = _data(run(provider.health_check()))
     assert health["details"]["store"] == "postgresql"
@@ -314,7 +314,7 @@ def test_the_factory_opens_the_postgresql_shared_store(pg_url, tmp_path):  # noq
     with connect(pg_url) as conn:  # the records are the table's rows
         rows = conn.execute("SELECT count(*) FROM lm_record").fetchone()[0]
     assert rows > size  # every record, then log.close
-    again = _data(run(create_memory_provider_from_env(env)))  # the lease was released
+    again = _data(run(create_memory_provider_from_env(env=env)))  # the lease was released
     try:
         assert _data(run(again.get_conversation("weather-chat-1"))).messages == seen["weather"]
         assert _data(run(again.get_stats())) == seen["stats"]

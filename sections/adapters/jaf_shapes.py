@@ -1,20 +1,27 @@
 """JAF's memory shapes (xynehq/jaf-py, `jaf.memory`), and a conversation's messages as ledgermem
-items and back: pure, no memory here (the provider that uses them: sections/adapters/jaf.py).
+items and back: no memory here (the provider that uses them: sections/adapters/jaf.py).
 
-JAF is not imported (ledgermem does not depend on it): messages may be JAF's `Message` objects,
-this module's `Message`, or dicts with the same fields; roles may be strings or enums.
+ledgermem does not depend on JAF. This module defines the shapes with JAF's fields (`Success`,
+`Failure`, its errors, `Message`, `ConversationMemory`, ...); `shapes()` gives the ones results
+are made of: JAF's own classes when JAF is installed (so its engine's `isinstance(result,
+Failure)` sees a failure), these otherwise. JAF is imported on the first call of `shapes()`,
+never at import (JAF's own modules import the provider while JAF is being imported). Messages
+given may be JAF's `Message` objects, this module's, or dicts with the same fields; roles may be
+strings or enums, ids `str` or a `str` subclass (JAF's `MessageId`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
+import importlib
+import importlib.util
 import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeAlias, TypeVar
 
 import orjson
 
@@ -41,7 +48,8 @@ class Failure(Generic[E]):
     error: E
 
 
-Result = Success | Failure
+# A result is a `Success` or a `Failure` of `shapes()`: JAF's classes or this module's.
+Result: TypeAlias = Any
 
 
 class MemoryError(Exception):  # JAF's name; shadows the builtin within this module only
@@ -165,6 +173,8 @@ def _plain(value: object) -> object:
     """JSON-able data from JAF's objects: dataclasses as dicts, enums as their values."""
     if isinstance(value, enum.Enum):
         return _plain(value.value)
+    if isinstance(value, str):
+        return str(value)  # a str subclass (JAF's MessageId) is its string
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, Mapping):
@@ -207,7 +217,7 @@ def message_fields(message: object) -> dict:
     if "message_id" not in fields:
         fields["message_id"] = generate_message_id()
     for name in ("message_id", "tool_call_id"):
-        if name in fields and (type(fields[name]) is not str or not fields[name]):
+        if name in fields and (not isinstance(fields[name], str) or not fields[name]):
             raise InvalidInput(f"{name} must be a non-empty string")
     try:  # JSON, as the log will hold it (tuples become lists, and so on)
         return orjson.loads(orjson.dumps(fields))
@@ -243,28 +253,31 @@ def stored_fields(view: ItemView) -> dict:
     return fields
 
 
-def message_of(fields: dict) -> Message:
-    """A stored message as JAF's `Message`."""
+def message_of(fields: dict) -> Any:
+    """A stored message as JAF's `Message` (of `shapes()`)."""
+    seed = shapes()
     content = fields["content"]
     if isinstance(content, list):
-        content = [MessageContentPart(**p) for p in content]
+        content = [seed.MessageContentPart(**p) for p in content]
     elif not isinstance(content, str):  # an item written another way: its JSON as text
         content = orjson.dumps(content).decode()
     calls = fields.get("tool_calls")
-    return Message(
+    return seed.Message(
         role=fields["role"],
         content=content,
-        attachments=[Attachment(**a) for a in fields["attachments"]]
+        attachments=[seed.Attachment(**a) for a in fields["attachments"]]
         if fields.get("attachments")
         else None,
         tool_call_id=fields.get("tool_call_id"),
         tool_calls=[
-            ToolCall(c["id"], c.get("type", "function"), ToolCallFunction(**c["function"]))
+            seed.ToolCall(
+                c["id"], c.get("type", "function"), seed.ToolCallFunction(**c["function"])
+            )
             for c in calls
         ]
         if calls
         else None,
-        message_id=fields["message_id"],
+        message_id=seed.MessageId(fields["message_id"]),
     )
 
 
@@ -275,3 +288,64 @@ def datetime_of(ts_us: int) -> datetime:
 def microseconds_of(when: datetime) -> int:
     """A datetime in microseconds; a naive one is local time, as JAF's `datetime.now()`."""
     return round(when.timestamp() * 1_000_000)
+
+
+# ---- the shapes results are made of: JAF's when installed, these otherwise ----------------------
+
+
+@dataclass(frozen=True)
+class Shapes:
+    """The classes a provider's results and messages are made of."""
+
+    origin: str  # "jaf" (JAF's own classes) or "ledgermem" (this module's)
+    Success: Any
+    Failure: Any
+    MemoryError: Any
+    MemoryConnectionError: Any
+    MemoryNotFoundError: Any
+    MemoryStorageError: Any
+    ConversationMemory: Any
+    MemoryQuery: Any
+    Message: Any
+    MessageId: Any  # JAF's `str` subclass for message ids; `str` here
+    ToolCall: Any
+    ToolCallFunction: Any
+    MessageContentPart: Any
+    Attachment: Any
+
+
+SEED_NAMES = ("Success", "Failure", "MemoryError", "MemoryConnectionError", "MemoryNotFoundError",
+              "MemoryStorageError", "ConversationMemory", "MemoryQuery", "Message", "ToolCall",
+              "ToolCallFunction", "MessageContentPart", "Attachment")  # fmt: skip
+OURS = Shapes("ledgermem", Success, Failure, MemoryError, MemoryConnectionError,
+              MemoryNotFoundError, MemoryStorageError, ConversationMemory, MemoryQuery, Message,
+              str, ToolCall, ToolCallFunction, MessageContentPart, Attachment)  # fmt: skip
+_resolved: Shapes | None = None
+
+
+def shapes() -> Shapes:
+    """JAF's classes when JAF (`jaf.memory.types`, `jaf.core.types`) can be imported, else this
+    module's; decided on the first call, then kept (`forget_shapes()` decides again)."""
+    global _resolved
+    if _resolved is None:
+        _resolved = _jaf_shapes() or OURS
+    return _resolved
+
+
+def forget_shapes() -> None:
+    """Decide again on the next `shapes()` (for a JAF installed or removed since)."""
+    global _resolved
+    _resolved = None
+
+
+def _jaf_shapes() -> Shapes | None:
+    try:
+        if importlib.util.find_spec("jaf") is None:
+            return None
+        memory = importlib.import_module("jaf.memory.types")
+        core = importlib.import_module("jaf.core.types")
+        found = {name: getattr(memory, name) for name in SEED_NAMES[:8]}
+        found |= {name: getattr(core, name) for name in SEED_NAMES[8:]}
+        return Shapes("jaf", MessageId=getattr(core, "MessageId", str), **found)
+    except Exception:  # another package named jaf, or a JAF without these: ours
+        return None
