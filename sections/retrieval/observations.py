@@ -33,17 +33,19 @@ from sections.model import commands
 from sections.model.commands import Command
 from sections.model.item import Item
 from sections.model.names import OBSERVATION_SCOPES as SCOPES
+from sections.model.names import OBSERVATION_TYPE_MAX as TYPE_MAX
 from sections.model.names import OBSERVATION_TYPES as TYPES
 from sections.model.names import OBSERVATIONS as SECTION
-from sections.model.names import USER_ID
+from sections.model.names import USER_ID, observation_type_error
 from sections.model.state import SessionState
 from sections.model.tokens import TokenCounter
 
 # The vocabulary is the model's (the capture rules check it too): this module's callers know it
-# as observations.SECTION, .TYPES and .SCOPES.
+# as observations.SECTION, .TYPES (the suggested types: any non-blank one of at most TYPE_MAX
+# characters is taken) and .SCOPES.
 __all__ = [
     "DEFAULT_WINDOW_US", "RESERVED_METADATA", "SCOPES", "SECTION", "TITLE_MAX", "TYPES",
-    "USER_ID", "Observation", "Outcome", "decide", "normalize", "owner", "visible_to",
+    "TYPE_MAX", "USER_ID", "Observation", "Outcome", "decide", "normalize", "owner", "visible_to",
 ]  # fmt: skip
 DEFAULT_WINDOW_US = 15 * 60 * 1_000_000
 TITLE_MAX = 500
@@ -67,8 +69,9 @@ class Observation:
         cls, type: str, title: str, content: str, tags=(), topic_key: str | None = None,
         source: dict | None = None,
     ) -> Observation:  # fmt: skip
-        if type not in TYPES:
-            raise InvalidInput(f"observation type {type!r} is not one of {', '.join(TYPES)}")
+        wrong = observation_type_error(type)
+        if wrong:
+            raise InvalidInput(wrong)
         if not isinstance(title, str) or not title.strip() or len(title) > TITLE_MAX:
             raise InvalidInput(
                 f"an observation needs a title: a non-empty string of at most {TITLE_MAX} characters"

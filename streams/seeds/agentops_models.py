@@ -29,7 +29,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError, PydanticUseDefault
 
 from sections.adapters import agentops
-from sections.retrieval.observations import TYPES
+from sections.retrieval.observations import TYPE_MAX, TYPES
 from streams.apidoc import Reply
 from streams.apidoc.models import (
     NOT_BLANK,
@@ -104,10 +104,17 @@ ObservationId = Annotated[
     ),
     WHOLE,
 ]
-if TYPE_CHECKING:  # a Literal of a constant tuple is beyond mypy: to the checker, a string
-    ObservationType = str
-else:
-    ObservationType = Literal[TYPES]
+# Any type the service takes (its CRD lets users name any): non-blank, at most 50 characters;
+# the memory's TYPES, AgentOps' own, are the suggested ones.
+ObservationType = Annotated[
+    str,
+    Field(
+        max_length=TYPE_MAX,
+        pattern=NOT_BLANK,
+        description=f"any non-blank type; suggested: {', '.join(TYPES)}",
+        examples=list(TYPES),
+    ),
+]
 
 
 class Lenient(BaseModel):
