@@ -33,6 +33,8 @@ def observation_type_error(kind: object) -> str | None:
     if len(kind) > OBSERVATION_TYPE_MAX:
         return f"an observation's type is at most {OBSERVATION_TYPE_MAX} characters"
     return None
+
+
 # Where an observation is kept: the session's own `observations` section, or the tenant's, for
 # one user (`metadata.user_id`: the sessions of that user see it) or for every session.
 OBSERVATION_SCOPES = ("session", "user", "tenant")

@@ -16,7 +16,7 @@ from sections.model.state import MemoryState
 from sections.specs import command_specs as specs
 from streams.apidoc import operation
 from streams.seeds import agentops_models as m
-from streams.seeds.agentops_resource import TAGS, AgentOpsResource, observation_answer
+from streams.seeds.agentops_resource import TAGS, AgentOpsResource, observation_answers
 from streams.web.responses import json_response
 
 
@@ -84,7 +84,7 @@ class AgentOpsData(AgentOpsResource):
             {
                 "exported_at": agentops.rfc3339(time.time_ns() // 1000),
                 "sessions": found_sessions,
-                "observations": [observation_answer(s, v) for s, v in found],
+                "observations": observation_answers(memory, p.tenant, found),
             }
         )
 
