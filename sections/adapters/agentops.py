@@ -200,6 +200,21 @@ def end_summary(session: SessionState) -> str:
     return text
 
 
+def transcript_answer(session_id: str, messages: list[dict]) -> dict:
+    """What the service answers an end of a session it does not have: the summary of the
+    transcript alone (its buildSessionSummary), counted, nothing stored."""
+    users = [m["content"] for m in messages if m.get("role") == "user"]
+    assistants = sum(1 for m in messages if m.get("role") == "assistant")
+    summary = ""
+    if messages:
+        summary = f"Session: {len(messages)} messages ({len(users)} user, {assistants} assistant). "
+        if users:
+            summary += f"Started with: {truncate(users[0], QUOTE_CHARS)}"
+        if len(users) > 1:
+            summary += f" Ended with: {truncate(users[-1], QUOTE_CHARS)}"
+    return {"session_id": session_id, "summary": summary, "message_count": len(messages)}
+
+
 def session_json(session: SessionState) -> dict:
     out = {
         "id": session.id,

@@ -14,7 +14,8 @@ the same `metadata.user_id`, or none): one user's topic or content never touches
    (earlier revisions stay in the log);
 2. same normalized content (lowercased, whitespace collapsed) written within the window: an
    `item.updated` that bumps `duplicates` and adds nothing (an observation with another topic
-   key is another topic, never a duplicate; one without a key takes the new write's key);
+   key is another topic, never a duplicate; one without a key takes the new write's key). With
+   `strict_duplicates` (AgentOps' service's rule) the type and title must be the same too;
 3. otherwise an `item.added`.
 
 The window compares integer `ts` values: the time the new record will carry (read before
@@ -63,11 +64,13 @@ class Observation:
     # Where it came from, kept in its metadata by every tier's record (the AgentOps session,
     # the capture rule that fired): {str: str}.
     source: tuple[tuple[str, str], ...] = ()
+    # Tier 2 also requires the same type and title (AgentOps' service deduplicates so)
+    strict_duplicates: bool = False
 
     @classmethod
     def of(
         cls, type: str, title: str, content: str, tags=(), topic_key: str | None = None,
-        source: dict | None = None,
+        source: dict | None = None, strict_duplicates: bool = False,
     ) -> Observation:  # fmt: skip
         wrong = observation_type_error(type)
         if wrong:
@@ -88,7 +91,10 @@ class Observation:
         taken = sorted(set(source) & RESERVED_METADATA)
         if taken:  # they would overwrite what the tiers keep
             raise InvalidInput(f"an observation's source cannot set {taken}")
-        return cls(type, title, content, tuple(tags), topic_key, tuple(sorted(source.items())))
+        return cls(
+            type, title, content, tuple(tags), topic_key, tuple(sorted(source.items())),
+            strict_duplicates is True,
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -163,6 +169,11 @@ def decide(
         other_key = item.metadata.get("topic_key")
         if obs.topic_key is not None and other_key is not None:
             continue  # another topic (the same one was found above)
+        if obs.strict_duplicates and (item.kind, item.metadata.get("title")) != (
+            obs.type,
+            obs.title,
+        ):
+            continue
         content = content_of(item)
         if isinstance(content, str) and normalize(content) == wanted:
             meta = {**item.metadata, **dict(obs.source),

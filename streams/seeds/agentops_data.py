@@ -126,7 +126,7 @@ class AgentOpsData(AgentOpsResource):
                         entry.type, entry.title, entry.content, tenant=p.tenant,
                         session=holder, tags=entry.tags or (),
                         topic_key=entry.topic_key or None,
-                        source={"session_id": entry.session_id},
+                        source={"session_id": entry.session_id}, strict_duplicates=True,
                     )  # fmt: skip
                 except LedgerError:
                     continue

@@ -59,7 +59,7 @@ class AgentOpsObservations(AgentOpsResource):
             outcome = await memory.observe_async(
                 body.type, body.title, body.content, tenant=p.tenant, session=holder,
                 tags=body.tags or (), topic_key=body.topic_key or None,
-                source={"session_id": body.session_id},
+                source={"session_id": body.session_id}, strict_duplicates=True,
             )  # fmt: skip
         return json_response(
             agentops.created_json(outcome.id, outcome.tier, outcome.revision, outcome.duplicates),
@@ -145,8 +145,8 @@ class AgentOpsObservations(AgentOpsResource):
         hard = self._query(request, m.AgentOpsDeleteQuery).hard == "true"
         memory = self.memory(p)
         found = self._read(memory, lambda s: agentops.find(s, p.tenant, wanted))
-        if found is None:
-            raise ApiError(404, "not_found", "observation not found")
+        if found is None:  # nothing to delete: 204 and nothing appended, as the service
+            return Response(status_code=204)
         sid = found[0]
         with self.service.write():
             if hard:  # erased: removed, and every payload holding it redacted
