@@ -6,7 +6,8 @@ the caller's tenant:
 - an AgentOps session is our session of the same id in the caller's tenant, its project kept in
   its metadata (`agentops_project`, lowercased as that service stores it);
 - the observations of (project, scope) are the `observations` section of one holder session,
-  `_agentops:<project>:<scope>`, created on first use. Our three dedup tiers work per section,
+  `_agentops:<project>:<scope>` (any other pair encoded by foreign_ids: `holder`), created on
+  first use. Our three dedup tiers work per section,
   so they key on (project, scope) exactly as that service's do, and an observation id is the seq
   of the record that added it: an integer, unique in the log, as AgentOps' ids are;
 - the AgentOps session an observation came from is kept in its metadata (`session_id`).
