@@ -86,7 +86,7 @@ async def refused(client: Client, tool: str, arguments: dict) -> str:
 
 
 BAD_CALLS = [
-    ("mem_save", {"type": "rumour", "title": "t", "content": "c"}),  # not a type
+    ("mem_save", {"type": "  ", "title": "t", "content": "c"}),  # a blank type
     ("mem_save", {"type": "decision", "title": "", "content": "c"}),  # empty title
     ("mem_save", {"type": "decision", "title": "t", "content": "   "}),  # blank content
     ("mem_save", {"type": "decision", "title": "t", "content": "c", "scope": "world"}),
@@ -106,7 +106,7 @@ async def check_bad_calls(client: Client, head) -> None:
     """Every bad call is an MCP error naming the problem; none appends a record."""
     before = await head()
     texts = [await refused(client, tool, arguments) for tool, arguments in BAD_CALLS]
-    assert "rumour" in texts[0] and "title" in texts[1] and "content" in texts[2]
+    assert "type" in texts[0] and "title" in texts[1] and "content" in texts[2]
     assert "scope" in texts[3] or "world" in texts[3]
     assert "non-empty string" in texts[8] and "limit" in texts[9] + texts[10] + texts[11]
     for uri in (

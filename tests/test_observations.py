@@ -10,7 +10,7 @@ from test_search import Clock
 from eventstore.errors import InvalidInput
 from sections.errors import SessionNotFound
 from sections.model.names import TENANT_SESSION
-from sections.retrieval.observations import DEFAULT_WINDOW_US
+from sections.retrieval.observations import DEFAULT_WINDOW_US, TYPES
 from sections.runtime.memory import Memory
 
 WINDOW = DEFAULT_WINDOW_US
@@ -161,11 +161,22 @@ def test_concurrent_identical_writes_make_one_item(mem, topic_key):
     assert mem.rebuild().state_hash() == mem.state_hash()
 
 
+def test_any_non_blank_type_is_taken_the_suggested_ones_too(mem):
+    """Types are open, as AgentOps' service takes them (its CRD lets users name any)."""
+    for kind in ("opinion", "Runbook step", "t" * 50, *TYPES):
+        outcome = mem.observe(kind, "t", f"a {kind} of note")
+        assert outcome.tier == "inserted"
+    kinds = [item.kind for item in observations(mem)]
+    assert kinds == ["opinion", "Runbook step", "t" * 50, *TYPES]
+
+
 def test_bad_observations_are_refused_and_append_nothing(mem):
     mem.observe("decision", "t", "c")
     start = mem.writer.next_seq
     bad = [
-        ("opinion", "t", "c", {}),
+        (" ", "t", "c", {}),  # any type is taken but a blank one,
+        ("o" * 51, "t", "c", {}),  # or one over 50 characters (AgentOps' limit)
+        (7, "t", "c", {}),
         ("decision", "", "c", {}),
         ("decision", "t", "  ", {}),
         ("decision", "t", 42, {}),

@@ -157,7 +157,7 @@ def test_summaries_and_context_injection_over_http(client):
         (
             "POST",
             "/v1/observations",
-            {"json": {"type": "rumour", "title": "t", "content": "c"}},
+            {"json": {"type": "   ", "title": "t", "content": "c"}},
             400,
         ),
         ("POST", "/v1/observations", {"json": {"type": "decision", "title": "t"}}, 400),

@@ -6,7 +6,8 @@ the caller's tenant:
 - an AgentOps session is our session of the same id in the caller's tenant, its project kept in
   its metadata (`agentops_project`, lowercased as that service stores it);
 - the observations of (project, scope) are the `observations` section of one holder session,
-  `_agentops:<project>:<scope>`, created on first use. Our three dedup tiers work per section,
+  `_agentops:<project>:<scope>` (any other pair encoded by foreign_ids: `holder`), created on
+  first use. Our three dedup tiers work per section,
   so they key on (project, scope) exactly as that service's do, and an observation id is the seq
   of the record that added it: an integer, unique in the log, as AgentOps' ids are;
 - the AgentOps session an observation came from is kept in its metadata (`session_id`).
@@ -20,9 +21,11 @@ to parse (streams/seeds/agentops_models.py).
 from __future__ import annotations
 
 import hashlib
+import json
 from datetime import UTC, datetime
 
 from eventstore.identifiers import is_identifier
+from sections.adapters import foreign_ids
 from sections.model.item import Item
 from sections.model.names import HOLDER_PREFIX
 from sections.model.state import MemoryState, SessionState
@@ -41,9 +44,11 @@ MAX_TAG = 100
 MAX_TAGS = 20
 MAX_PROJECT = 200
 MAX_LIMIT = 1000
-# Ours: a project whose observations are kept, so that any scope the service takes fits the
-# holder's 128-character session id (`_agentops:<project>:<scope>`): 128 - 10 - 1 - 50.
+# The holder ids of the first version, `_agentops:<project>:<scope>` as they were, are kept for
+# the projects and scopes they could name (a project of identifier characters, no ':', at most
+# this long); every other pair is encoded (`holder`).
 MAX_HOLDER_PROJECT = 128 - len(HOLDER_PREFIX) - 1 - MAX_SCOPE
+HOLDER_ROOM = 128 - len(HOLDER_PREFIX)  # of an encoded (project, scope) in a holder id
 CONTEXT_CHARS = 300  # of each observation's content in /context
 CONTEXT_SESSIONS = 3  # summaries in /context
 QUOTE_CHARS = 200  # of each quoted user message in a session summary
@@ -56,29 +61,64 @@ def project_of(value: str) -> str:
     return value.lower()  # the service stores projects lowercased
 
 
+def _plain(project: str, scope: str) -> bool:
+    """Whether (project, scope) has the first version's holder id, itself: a project of at most
+    MAX_HOLDER_PROJECT identifier characters, no ':', not beginning with the encoding's marker
+    (so that no such id is ever an encoded one), and a scope that fits."""
+    return (
+        len(project) <= MAX_HOLDER_PROJECT
+        and ":" not in project
+        and not project.startswith(foreign_ids.MARKER)
+        and is_identifier(f"{HOLDER_PREFIX}{project}:{scope}")
+    )
+
+
+def _pair(project: str, scope: str) -> str:
+    """(project, scope) as one string that gives both back: a JSON array."""
+    return json.dumps([project, scope], ensure_ascii=False, separators=(",", ":"))
+
+
 def holder(project: str, scope: str) -> str:
-    """The session holding the observations of (project, scope)."""
-    return f"{HOLDER_PREFIX}{project}:{scope}"
+    """The session holding the observations of (project, scope): `_agentops:<project>:<scope>`
+    when that is an identifier of the first version's kind (`_plain`), else `_agentops:` and the
+    pair encoded by foreign_ids (any project and scope the service takes; hashed when long)."""
+    if _plain(project, scope):
+        return f"{HOLDER_PREFIX}{project}:{scope}"
+    return HOLDER_PREFIX + foreign_ids.encode(_pair(project, scope), HOLDER_ROOM)
 
 
-def holder_error(project: str, scope: str) -> str | None:
-    """Why (project, scope) cannot name a holder session, or None."""
-    if len(project) > MAX_HOLDER_PROJECT:
-        return f"project exceeds {MAX_HOLDER_PROJECT} chars for observations"
-    if not is_identifier(holder(project, scope)) or ":" in project:
-        return (
-            f"project {project!r} and scope {scope!r} must be made of A-Z a-z 0-9 . _ @ / + - "
-            "(and fit a 128-character session id with the prefix _agentops:)"
-        )
-    return None
+def holder_metadata(project: str, scope: str) -> dict:
+    """The holder session's creation metadata: its project and scope, and the pair itself when
+    its id is hashed (foreign_ids.ORIGINAL_KEY)."""
+    metadata = {"reserved": "AgentOps observations", "project": project, "scope": scope}
+    if not _plain(project, scope) and foreign_ids.needs_original(
+        _pair(project, scope), HOLDER_ROOM
+    ):
+        metadata[foreign_ids.ORIGINAL_KEY] = _pair(project, scope)
+    return metadata
 
 
-def parse_holder(session_id: str) -> tuple[str, str] | None:
-    """(project, scope) of a holder session, or None for any other session."""
+def parse_holder(session_id: str, metadata: dict | None = None) -> tuple[str, str] | None:
+    """(project, scope) of a holder session, or None for any other session (and for a hashed
+    holder id when its metadata is not given)."""
     if not session_id.startswith(HOLDER_PREFIX):
         return None
-    project, sep, scope = session_id[len(HOLDER_PREFIX) :].partition(":")
+    rest = session_id[len(HOLDER_PREFIX) :]
+    if rest.startswith(foreign_ids.MARKER):
+        pair = foreign_ids.decode(rest, metadata)
+        try:
+            project, scope = json.loads(pair) if pair is not None else (None, None)
+        except ValueError:
+            return None
+        return (project, scope) if isinstance(project, str) and isinstance(scope, str) else None
+    project, sep, scope = rest.partition(":")
     return (project, scope) if sep else None
+
+
+def names_of(state: MemoryState, tenant: str, session_id: str) -> tuple[str, str]:
+    """(project, scope) of a holder session of the state."""
+    session = state.sessions.get((tenant, session_id))
+    return parse_holder(session_id, session.metadata if session else None) or ("", "")
 
 
 def holders(state: MemoryState, tenant: str, project: str = "", scope: str = "") -> list[str]:
@@ -87,7 +127,7 @@ def holders(state: MemoryState, tenant: str, project: str = "", scope: str = "")
     for (t, sid), _session in state.sessions.items():
         if t != tenant:
             continue
-        named = parse_holder(sid)
+        named = parse_holder(sid, _session.metadata)
         if named is None or (project and named[0] != project) or (scope and named[1] != scope):
             continue
         found.append(sid)
@@ -161,6 +201,21 @@ def end_summary(session: SessionState) -> str:
     return text
 
 
+def transcript_answer(session_id: str, messages: list[dict]) -> dict:
+    """What the service answers an end of a session it does not have: the summary of the
+    transcript alone (its buildSessionSummary), counted, nothing stored."""
+    users = [m["content"] for m in messages if m.get("role") == "user"]
+    assistants = sum(1 for m in messages if m.get("role") == "assistant")
+    summary = ""
+    if messages:
+        summary = f"Session: {len(messages)} messages ({len(users)} user, {assistants} assistant). "
+        if users:
+            summary += f"Started with: {truncate(users[0], QUOTE_CHARS)}"
+        if len(users) > 1:
+            summary += f" Ended with: {truncate(users[-1], QUOTE_CHARS)}"
+    return {"session_id": session_id, "summary": summary, "message_count": len(messages)}
+
+
 def session_json(session: SessionState) -> dict:
     out = {
         "id": session.id,
@@ -179,9 +234,10 @@ def normalized_hash(content: str) -> str:
     return hashlib.sha256(normalize(content).encode()).hexdigest()
 
 
-def observation_json(holder_id: str, item: Item | ItemView, content: object) -> dict:
-    """An observation in the service's shape. Its counts start at 1, as the service's do."""
-    project, scope = parse_holder(holder_id) or ("", "")
+def observation_json(names: tuple[str, str], item: Item | ItemView, content: object) -> dict:
+    """An observation of (project, scope) `names` in the service's shape. Its counts start at 1,
+    as the service's do."""
+    project, scope = names
     meta = item.metadata
     text = content if isinstance(content, str) else ""
     out = {

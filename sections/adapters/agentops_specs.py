@@ -93,7 +93,7 @@ def rank(memory: Memory, tenant: str, sessions: list[str], query: str, limit: in
 async def ensure_holder(memory: Memory, tenant: str, project: str, scope: str) -> str:
     """The holder session of (project, scope), created on first use."""
     sid = agentops.holder(project, scope)
-    metadata = {"reserved": "AgentOps observations", "project": project, "scope": scope}
+    metadata = agentops.holder_metadata(project, scope)
     await memory.run_async(GET_OR_CREATE_SESSION, tenant, sid, (memory.config, metadata))
     return sid
 

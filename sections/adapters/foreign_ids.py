@@ -28,24 +28,26 @@ ORIGINAL_KEY = "seed_id"  # session metadata: the seed's own id, when it had to 
 _PLAIN = re.compile(rb"[A-Za-z0-9._:@/-]")
 
 
-def encode(seed_id: str) -> str:
-    """The log identifier of a seed's id (TypeError for anything but a str, or a str subclass)."""
+def encode(seed_id: str, room: int = 128) -> str:
+    """The log identifier of a seed's id (TypeError for anything but a str, or a str subclass).
+    `room`: the characters it may take, less than 128 when an adapter puts it after a prefix of
+    its own (an escaped id longer than that is hashed)."""
     if not isinstance(seed_id, str):
         raise TypeError(f"an id must be a string, not {type(seed_id).__name__}")
     seed_id = str(seed_id)  # a str subclass (JAF's ids) is its string
-    if is_identifier(seed_id) and not seed_id.startswith(MARKER):
+    if is_identifier(seed_id) and not seed_id.startswith(MARKER) and len(seed_id) <= room:
         return seed_id
     escaped = MARKER + "".join(
         chr(b) if _PLAIN.fullmatch(bytes((b,))) else f"+{b:02X}" for b in seed_id.encode()
     )
-    if len(escaped) <= 128:
+    if len(escaped) <= room:
         return escaped
     return HASHED + hashlib.sha256(seed_id.encode()).hexdigest()[:40]
 
 
-def needs_original(seed_id: str) -> bool:
+def needs_original(seed_id: str, room: int = 128) -> bool:
     """Whether the log id cannot give the seed's id back (kept in metadata, `ORIGINAL_KEY`)."""
-    return encode(seed_id).startswith(HASHED)
+    return encode(seed_id, room).startswith(HASHED)
 
 
 def decode(log_id: str, metadata: dict | None = None) -> str | None:

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import orjson
 
 from sections.errors import ConfigError
-from sections.model.names import OBSERVATION_SCOPES, OBSERVATION_TYPES
+from sections.model.names import OBSERVATION_SCOPES, observation_type_error
 
 SAVE_KEY, INJECT_KEY = "memory_save_rules", "context_inject_tools"
 FROM_TOOL_ARGS = "from_tool_args"
@@ -120,8 +120,9 @@ def _save_rule(where: str, table: object, seen: set[str]) -> SaveRule:
         (key, _pattern(where, f"match_args.{key}", value)) for key, value in sorted(args.items())
     )
     kind = table.get("type", "discovery")
-    if kind not in OBSERVATION_TYPES:
-        raise ConfigError(f"{where}: type {kind!r} is not one of {', '.join(OBSERVATION_TYPES)}")
+    wrong = observation_type_error(kind)
+    if wrong:
+        raise ConfigError(f"{where}: type {kind!r}: {wrong}")
     scope = table.get("scope", "session")
     if scope not in OBSERVATION_SCOPES:
         raise ConfigError(f"{where}: scope {scope!r} is not one of {', '.join(OBSERVATION_SCOPES)}")

@@ -15,11 +15,26 @@ TENANT_SESSION = "_tenant"
 # group there, and a session's summary counts and quotes its messages.
 CONVERSATION = "messages"
 OBSERVATIONS = "observations"  # long-term memory (sections/retrieval/observations.py)
+# An observation's type is any non-blank string of at most OBSERVATION_TYPE_MAX characters (as
+# AgentOps' service takes it, whose Agent CRD lets users name any type); these are the suggested
+# ones, AgentOps' own, which the schemas list (docs/agentops.md).
 OBSERVATION_TYPES = (
     "decision", "discovery", "bugfix", "pattern", "architecture", "config", "learning",
     "preference",
     "security", "audit",  # what AgentOps' runtime hooks write (docs/agentops.md)
 )  # fmt: skip
+OBSERVATION_TYPE_MAX = 50
+
+
+def observation_type_error(kind: object) -> str | None:
+    """Why `kind` cannot be an observation's type, or None."""
+    if not isinstance(kind, str) or not kind.strip():
+        return f"an observation's type must be a non-blank string, not {kind!r}"
+    if len(kind) > OBSERVATION_TYPE_MAX:
+        return f"an observation's type is at most {OBSERVATION_TYPE_MAX} characters"
+    return None
+
+
 # Where an observation is kept: the session's own `observations` section, or the tenant's, for
 # one user (`metadata.user_id`: the sessions of that user see it) or for every session.
 OBSERVATION_SCOPES = ("session", "user", "tenant")

@@ -14,7 +14,8 @@ the same `metadata.user_id`, or none): one user's topic or content never touches
    (earlier revisions stay in the log);
 2. same normalized content (lowercased, whitespace collapsed) written within the window: an
    `item.updated` that bumps `duplicates` and adds nothing (an observation with another topic
-   key is another topic, never a duplicate; one without a key takes the new write's key);
+   key is another topic, never a duplicate; one without a key takes the new write's key). With
+   `strict_duplicates` (AgentOps' service's rule) the type and title must be the same too;
 3. otherwise an `item.added`.
 
 The window compares integer `ts` values: the time the new record will carry (read before
@@ -33,17 +34,19 @@ from sections.model import commands
 from sections.model.commands import Command
 from sections.model.item import Item
 from sections.model.names import OBSERVATION_SCOPES as SCOPES
+from sections.model.names import OBSERVATION_TYPE_MAX as TYPE_MAX
 from sections.model.names import OBSERVATION_TYPES as TYPES
 from sections.model.names import OBSERVATIONS as SECTION
-from sections.model.names import USER_ID
+from sections.model.names import USER_ID, observation_type_error
 from sections.model.state import SessionState
 from sections.model.tokens import TokenCounter
 
 # The vocabulary is the model's (the capture rules check it too): this module's callers know it
-# as observations.SECTION, .TYPES and .SCOPES.
+# as observations.SECTION, .TYPES (the suggested types: any non-blank one of at most TYPE_MAX
+# characters is taken) and .SCOPES.
 __all__ = [
     "DEFAULT_WINDOW_US", "RESERVED_METADATA", "SCOPES", "SECTION", "TITLE_MAX", "TYPES",
-    "USER_ID", "Observation", "Outcome", "decide", "normalize", "owner", "visible_to",
+    "TYPE_MAX", "USER_ID", "Observation", "Outcome", "decide", "normalize", "owner", "visible_to",
 ]  # fmt: skip
 DEFAULT_WINDOW_US = 15 * 60 * 1_000_000
 TITLE_MAX = 500
@@ -61,14 +64,17 @@ class Observation:
     # Where it came from, kept in its metadata by every tier's record (the AgentOps session,
     # the capture rule that fired): {str: str}.
     source: tuple[tuple[str, str], ...] = ()
+    # Tier 2 also requires the same type and title (AgentOps' service deduplicates so)
+    strict_duplicates: bool = False
 
     @classmethod
     def of(
         cls, type: str, title: str, content: str, tags=(), topic_key: str | None = None,
-        source: dict | None = None,
+        source: dict | None = None, strict_duplicates: bool = False,
     ) -> Observation:  # fmt: skip
-        if type not in TYPES:
-            raise InvalidInput(f"observation type {type!r} is not one of {', '.join(TYPES)}")
+        wrong = observation_type_error(type)
+        if wrong:
+            raise InvalidInput(wrong)
         if not isinstance(title, str) or not title.strip() or len(title) > TITLE_MAX:
             raise InvalidInput(
                 f"an observation needs a title: a non-empty string of at most {TITLE_MAX} characters"
@@ -85,7 +91,10 @@ class Observation:
         taken = sorted(set(source) & RESERVED_METADATA)
         if taken:  # they would overwrite what the tiers keep
             raise InvalidInput(f"an observation's source cannot set {taken}")
-        return cls(type, title, content, tuple(tags), topic_key, tuple(sorted(source.items())))
+        return cls(
+            type, title, content, tuple(tags), topic_key, tuple(sorted(source.items())),
+            strict_duplicates is True,
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -160,6 +169,11 @@ def decide(
         other_key = item.metadata.get("topic_key")
         if obs.topic_key is not None and other_key is not None:
             continue  # another topic (the same one was found above)
+        if obs.strict_duplicates and (item.kind, item.metadata.get("title")) != (
+            obs.type,
+            obs.title,
+        ):
+            continue
         content = content_of(item)
         if isinstance(content, str) and normalize(content) == wanted:
             meta = {**item.metadata, **dict(obs.source),

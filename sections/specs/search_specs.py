@@ -235,12 +235,14 @@ def observation_args(
     type: str, title: str, content: str, *, tags: list[str] | tuple[str, ...] = (),
     topic_key: str | None = None, session: str | None = None, source: dict | None = None,
     from_session: str | None = None, user: str | SourceUser | None = None,
+    strict_duplicates: bool = False,
 ) -> tuple:  # fmt: skip
     """OBSERVE's arguments: the observation, checked (`source`: where it came from, {str: str}
     kept in its metadata), the session that will hold it, whether that is the tenant's, the
     session a tenant-wide one came from (`from_session`, kept in `metadata.session`) and the user
-    a tenant-wide one is for (`user`, kept in `metadata.user_id`; None: the whole tenant)."""
-    obs = Observation.of(type, title, content, tags, topic_key, source)
+    a tenant-wide one is for (`user`, kept in `metadata.user_id`; None: the whole tenant).
+    `strict_duplicates`: a duplicate needs the same type and title too (AgentOps')."""
+    obs = Observation.of(type, title, content, tags, topic_key, source, strict_duplicates)
     if from_session is not None and (session is not None or not isinstance(from_session, str)):
         raise InvalidInput("from_session names the session a tenant-wide observation came from")
     if user is not None and session is not None:

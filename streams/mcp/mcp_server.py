@@ -20,8 +20,9 @@ from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
 from pydantic import Field
 
-from sections.retrieval.observations import SCOPES, TYPES
+from sections.retrieval.observations import SCOPES, TYPE_MAX, TYPES
 from sections.retrieval.views import MAX_TOP_K
+from streams.apidoc.models import NOT_BLANK
 from streams.mcp import mcp_tools
 from streams.mcp.mcp_tools import SECTION_URI, SESSION_URI, Backend, Refusal
 
@@ -45,9 +46,20 @@ class Caller:
 
 Resolve = Callable[[Context, str], Awaitable[Caller]]
 
-# Built from the memory's own lists, so the tools' schemas cannot drift from what it accepts.
-ObservationType = Literal[TYPES]  # type: ignore[valid-type]  # why: a Literal of a tuple named at run time, which only the interpreter expands
-Scope = Literal[SCOPES]  # type: ignore[valid-type]  # why: as ObservationType
+# Built from the memory's own lists, so the tools' schemas cannot drift from what it accepts:
+# any non-blank type of at most TYPE_MAX characters, TYPES the suggested ones.
+ObservationType = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=TYPE_MAX,
+        pattern=NOT_BLANK,
+        description=f"what kind of knowledge this is: {', '.join(TYPES)}, or any other "
+        f"non-blank name of at most {TYPE_MAX} characters",
+        examples=list(TYPES),
+    ),
+]
+Scope = Literal[SCOPES]  # type: ignore[valid-type]  # why: a Literal of a tuple named at run time, which only the interpreter expands
 
 
 def _text(value: dict) -> str:
@@ -80,7 +92,7 @@ def build_server(resolve: Resolve, name: str = "ledgermem") -> MCPServer:
         "minutes is counted as a duplicate (tier 'duplicate'), not saved twice.",
     )
     async def mem_save(
-        type: Annotated[ObservationType, Field(description="what kind of knowledge this is")],
+        type: ObservationType,
         title: Annotated[str, Field(description="a short title, at most 500 characters")],
         content: Annotated[str, Field(description="the observation itself")],
         ctx: Context,

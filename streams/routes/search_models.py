@@ -7,12 +7,12 @@ sections/retrieval/observations.py `Observation.of`); these models say the same 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
-from sections.retrieval.observations import TITLE_MAX, TYPES
+from sections.retrieval.observations import TITLE_MAX, TYPE_MAX, TYPES
 from sections.retrieval.views import MAX_TOP_K
 from streams.apidoc.models import (
     NOT_BLANK,
@@ -88,10 +88,16 @@ class SearchHits(Open):
 
 # ---- observations --------------------------------------------------------------------------
 
-if TYPE_CHECKING:  # a Literal of a constant tuple is beyond mypy: to the checker, a string
-    ObservationType = str
-else:
-    ObservationType = Literal[TYPES]
+ObservationType = Annotated[
+    str,
+    Field(
+        max_length=TYPE_MAX,
+        pattern=NOT_BLANK,
+        description=f"any non-blank type of at most {TYPE_MAX} characters; suggested: "
+        + ", ".join(TYPES),
+        examples=list(TYPES),
+    ),
+]
 
 
 class _Observation(Strict):

@@ -16,7 +16,7 @@ from sections.model.state import MemoryState
 from sections.specs import command_specs as specs
 from streams.apidoc import operation
 from streams.seeds import agentops_models as m
-from streams.seeds.agentops_resource import TAGS, AgentOpsResource, observation_answer
+from streams.seeds.agentops_resource import TAGS, AgentOpsResource, observation_answers
 from streams.web.responses import json_response
 
 
@@ -84,7 +84,7 @@ class AgentOpsData(AgentOpsResource):
             {
                 "exported_at": agentops.rfc3339(time.time_ns() // 1000),
                 "sessions": found_sessions,
-                "observations": [observation_answer(s, v) for s, v in found],
+                "observations": observation_answers(memory, p.tenant, found),
             }
         )
 
@@ -126,7 +126,7 @@ class AgentOpsData(AgentOpsResource):
                         entry.type, entry.title, entry.content, tenant=p.tenant,
                         session=holder, tags=entry.tags or (),
                         topic_key=entry.topic_key or None,
-                        source={"session_id": entry.session_id},
+                        source={"session_id": entry.session_id}, strict_duplicates=True,
                     )  # fmt: skip
                 except LedgerError:
                     continue

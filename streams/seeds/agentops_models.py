@@ -9,8 +9,8 @@ Three things differ from the rest of the API, because the service does them so:
 - its refusals are `{"error": "message"}` (`AgentOpsError`), in its words. A guard before the
   handler (a foreign Origin, an unknown Host, a body not sent as JSON) or a store with no leader
   answers in ledgermem's own shape, `ErrorReply`;
-- a project and scope must name our holder session (`_agentops:<project>:<scope>`): that is
-  sections/adapters/agentops.py `holder_error`'s judgment, in its words.
+- a project and scope are any strings the service takes: our holder session's id encodes them
+  (sections/adapters/agentops.py `holder`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated, Literal, Self
 
 from pydantic import (
-    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -29,7 +28,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError, PydanticUseDefault
 
 from sections.adapters import agentops
-from sections.retrieval.observations import TYPES
+from sections.retrieval.observations import TYPE_MAX, TYPES
 from streams.apidoc import Reply
 from streams.apidoc.models import (
     NOT_BLANK,
@@ -44,10 +43,6 @@ from streams.apidoc.models import (
 )
 from streams.apidoc.operation import RETRY_AFTER
 from streams.web.errors import Problem, problems, should
-
-# A project or scope names the holder session `_agentops:<project>:<scope>` (an identifier of
-# at most 128 characters); a project has no ':' as it ends at the first one.
-PROJECT_CHARS = "A-Za-z0-9._@/+\\-"  # the '-' escaped: in a class it could make a range
 
 
 def _service_count(value: object) -> object:
@@ -64,27 +59,6 @@ def _service_count(value: object) -> object:
     return min(number, agentops.MAX_LIMIT)
 
 
-def _not_blank(value: str) -> str:
-    if not value.strip():
-        raise PydanticCustomError("blank", "must not be blank")
-    return value
-
-
-def _at_most(limit: int) -> AfterValidator:
-    """The service's own limit of a text field whose pattern is ours (`holder_error`'s)."""
-
-    def check(value: str) -> str:
-        if len(value) > limit:
-            raise PydanticCustomError(
-                "string_too_long", "must be at most {max_length} characters", {"max_length": limit}
-            )
-        return value
-
-    return AfterValidator(check)
-
-
-HOLDER_PROJECT = f"^[{PROJECT_CHARS}]{{1,{agentops.MAX_HOLDER_PROJECT}}}$"
-HOLDER_SCOPE = f"^[{PROJECT_CHARS}:]{{0,{agentops.MAX_SCOPE}}}$"
 Time = Annotated[str, Field(json_schema_extra={"format": "date-time"})]
 if TYPE_CHECKING:  # what a handler is given: the count, read (the service's text or its default)
     Limit = int
@@ -104,10 +78,17 @@ ObservationId = Annotated[
     ),
     WHOLE,
 ]
-if TYPE_CHECKING:  # a Literal of a constant tuple is beyond mypy: to the checker, a string
-    ObservationType = str
-else:
-    ObservationType = Literal[TYPES]
+# Any type the service takes (its CRD lets users name any): non-blank, at most 50 characters;
+# the memory's TYPES, AgentOps' own, are the suggested ones.
+ObservationType = Annotated[
+    str,
+    Field(
+        max_length=TYPE_MAX,
+        pattern=NOT_BLANK,
+        description=f"any non-blank type; suggested: {', '.join(TYPES)}",
+        examples=list(TYPES),
+    ),
+]
 
 
 class Lenient(BaseModel):
@@ -155,34 +136,18 @@ class AgentOpsNewObservation(Lenient):
     type: ObservationType
     title: Title
     content: Content
-    # The patterns say what `holder_error` takes (checked below, in its words), after the
-    # service's own checks of the text.
-    project: Annotated[
-        str,
-        Field(json_schema_extra={"pattern": HOLDER_PROJECT}),
-        AfterValidator(_not_blank),
-        _at_most(agentops.MAX_PROJECT),
-    ] = Field(description="kept lowercased")
-    scope: (
-        Annotated[
-            str,
-            Field(json_schema_extra={"pattern": HOLDER_SCOPE}),
-            _at_most(agentops.MAX_SCOPE),  # empty: the default scope
-        ]
-        | None
-    ) = Field(None, description=f'default (also when empty) "{agentops.DEFAULT_SCOPE}"')
+    # Any project and scope the service takes: our holder session's id encodes them
+    # (sections/adapters/agentops.py `holder`).
+    project: Annotated[str, Field(max_length=agentops.MAX_PROJECT, pattern=NOT_BLANK)] = Field(
+        description="kept lowercased"
+    )
+    scope: Annotated[str, Field(max_length=agentops.MAX_SCOPE)] | None = Field(
+        None, description=f'default (also when empty) "{agentops.DEFAULT_SCOPE}"'
+    )
     tags: Tags | None = None
     topic_key: Annotated[str, Field(max_length=agentops.MAX_TOPIC)] | None = Field(
         None, description="the same key in the same project and scope updates in place"
     )
-
-    @model_validator(mode="after")
-    def _names_a_holder(self) -> Self:
-        project = agentops.project_of(self.project)
-        wrong = agentops.holder_error(project, self.scope or agentops.DEFAULT_SCOPE)
-        if wrong:
-            raise PydanticCustomError("holder", wrong)
-        return self
 
 
 _CHANGES = ("type", "title", "content", "tags")

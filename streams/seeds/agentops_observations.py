@@ -20,7 +20,7 @@ from streams.seeds.agentops_resource import (
     CREATES,
     TAGS,
     AgentOpsResource,
-    observation_answer,
+    observation_answers,
     observation_id,
 )
 from streams.web.errors import ApiError
@@ -59,7 +59,7 @@ class AgentOpsObservations(AgentOpsResource):
             outcome = await memory.observe_async(
                 body.type, body.title, body.content, tenant=p.tenant, session=holder,
                 tags=body.tags or (), topic_key=body.topic_key or None,
-                source={"session_id": body.session_id},
+                source={"session_id": body.session_id}, strict_duplicates=True,
             )  # fmt: skip
         return json_response(
             agentops.created_json(outcome.id, outcome.tier, outcome.revision, outcome.duplicates),
@@ -74,12 +74,12 @@ class AgentOpsObservations(AgentOpsResource):
             found = agentops.find(state, p.tenant, wanted)
             return [found] if found is not None else []
 
+        memory = self.memory(p)
         with self.service.write():
-            found = await reads.read_observations(self.memory(p), p.tenant, select, purpose)
+            found = await reads.read_observations(memory, p.tenant, select, purpose)
         if not found:
             raise ApiError(404, "not_found", "observation not found")
-        sid, view = found[0]
-        return observation_answer(sid, view)
+        return observation_answers(memory, p.tenant, found)[0]
 
     @operation(
         "getAgentOpsObservation",
@@ -145,8 +145,8 @@ class AgentOpsObservations(AgentOpsResource):
         hard = self._query(request, m.AgentOpsDeleteQuery).hard == "true"
         memory = self.memory(p)
         found = self._read(memory, lambda s: agentops.find(s, p.tenant, wanted))
-        if found is None:
-            raise ApiError(404, "not_found", "observation not found")
+        if found is None:  # nothing to delete: 204 and nothing appended, as the service
+            return Response(status_code=204)
         sid = found[0]
         with self.service.write():
             if hard:  # erased: removed, and every payload holding it redacted
@@ -175,8 +175,7 @@ class AgentOpsObservations(AgentOpsResource):
             found = [pair for pair in found if not query.type or pair[1].kind == query.type]
             return found[::-1][: query.limit]  # newest first
 
+        memory = self.memory(p)
         with self.service.write():
-            found = await reads.read_observations(
-                self.memory(p), p.tenant, select, "agentops.recent"
-            )
-        return json_response([observation_answer(s, v) for s, v in found])
+            found = await reads.read_observations(memory, p.tenant, select, "agentops.recent")
+        return json_response(observation_answers(memory, p.tenant, found))

@@ -112,6 +112,9 @@ class AgentOpsResource:
             raise Invalid(refusal(exc, model)) from None
 
 
-def observation_answer(holder: str, view: ItemView) -> dict:
-    """An observation a read found, in the service's shape."""
-    return agentops.observation_json(holder, view, view.content)
+def observation_answers(memory: Memory, tenant: str, found: list[tuple[str, ItemView]]) -> list:
+    """The observations a read found, in the service's shape: each with its holder's project
+    and scope (read from the holder: an encoded id may not hold them)."""
+    sids = {sid for sid, _ in found}
+    names = memory.read(lambda state: {sid: agentops.names_of(state, tenant, sid) for sid in sids})
+    return [agentops.observation_json(names[sid], view, view.content) for sid, view in found]

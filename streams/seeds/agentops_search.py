@@ -135,9 +135,9 @@ class AgentOpsSearch(AgentOpsResource):
 
         def select(state: MemoryState) -> list:
             found = agentops.find(state, p.tenant, anchor)
-            named = agentops.parse_holder(found[0]) if found is not None else None
-            if named is None:
+            if found is None:
                 return []
+            named = agentops.names_of(state, p.tenant, found[0])
             every = agentops.observations_of(
                 state, p.tenant, agentops.holders(state, p.tenant, named[0])
             )

@@ -9,6 +9,7 @@ from starlette.responses import Response
 
 from sections.adapters import agentops
 from sections.adapters import agentops_specs as reads
+from sections.errors import SessionEnded
 from sections.model.state import MemoryState
 from sections.specs import command_specs as specs
 from streams.apidoc import operation
@@ -54,22 +55,41 @@ class AgentOpsSessions(AgentOpsResource):
         tags=TAGS,
     )
     async def end_session(self, request: Request) -> Response:
+        """The service ends any id with 200 (an UPDATE that may touch no row), and the runtime
+        takes any other status as a failure: an unknown session is answered from the transcript
+        alone and an ended one as it is, both appending nothing (docs/agentops.md)."""
         p = self.service.principal(request, "write")
         # Not a list: 400, as the Go decoder refuses it (0 or "" was taken as no transcript)
         body = await self._parsed(request, m.AgentOpsEndSession, required=False)
         memory = self.memory(p)
-        session = memory.session(request.path_params["id"], tenant=p.tenant, create=False)
+        session_id = request.path_params["id"]
         messages = [message.model_dump() for message in body.messages or ()]
-        args = (specs.transcript_items(messages) if messages else None, None, None)
-        with self.service.write():
-            await memory.run_async(specs.END_SESSION, p.tenant, session.id, args)
 
-        def answer(state: MemoryState) -> dict:
-            ended = state.sessions[(p.tenant, session.id)]
-            return {"session_id": session.id, "summary": agentops.end_summary(ended),
-                    "message_count": ended.messages}  # fmt: skip
+        def answer(state: MemoryState) -> dict | None:
+            found = state.sessions.get((p.tenant, session_id))
+            if found is None:
+                return None
+            return {"session_id": session_id, "summary": agentops.end_summary(found),
+                    "message_count": found.messages}  # fmt: skip
 
-        return json_response(self._read(memory, answer))
+        def ended(state: MemoryState) -> bool | None:
+            found = state.sessions.get((p.tenant, session_id))
+            return None if found is None else found.ended_seq is not None
+
+        state = self._read(memory, ended)
+        if state is None:  # unknown: nothing to end, nothing recorded, as the service
+            return json_response(agentops.transcript_answer(session_id, messages))
+        if not state:
+            args = (specs.transcript_items(messages) if messages else None, None, None)
+            try:
+                with self.service.write():
+                    await memory.run_async(specs.END_SESSION, p.tenant, session_id, args)
+            except SessionEnded:  # another end came first: answered as it is
+                pass
+        found = self._read(memory, answer)
+        if found is None:  # removed meanwhile
+            return json_response(agentops.transcript_answer(session_id, messages))
+        return json_response(found)
 
     @operation(
         "listRecentAgentOpsSessions",

@@ -19,6 +19,8 @@ fd_reserve = 64                # file descriptors kept for the log, never used f
 store = "postgresql://ledgermem@db/ledgermem"  # a shared store (docs/scale-out.md); else files
 lease_seconds = 5.0            # a partition leader's lease on the shared store
 advertise_url = "http://10.0.0.5:8000"  # where other replicas reach this one (forwarding)
+agentops_tenant = "agents"     # AgentOps calls without a token act for it (off when unset)
+agentops_networks = ["10.42.0.0/16"]  # the peers they may come from, besides loopback
 
 [[tokens]]
 token = "s3cret"
@@ -78,6 +80,10 @@ class Settings:
     store: str | None = None  # a shared store's postgresql:// URL; None: the file log in `data`
     lease_seconds: float = 5.0  # a partition leader's lease (store mode)
     advertise_url: str | None = None  # this replica's URL for the others; None: the bound one
+    # AgentOps' routes without a token act for this tenant (read, write), from loopback and
+    # `agentops_networks` only (docs/agentops.md, "A runtime without a token"); None: off
+    agentops_tenant: str | None = None
+    agentops_networks: tuple[str, ...] = ()  # peer networks (CIDR) besides loopback
     extra: dict[str, object] = field(default_factory=dict)
 
     def check(self) -> Settings:
@@ -96,6 +102,20 @@ class Settings:
             raise InvalidInput(
                 f"advertise_url must be an http:// or https:// URL, not {self.advertise_url!r}"
             )
+        if self.agentops_tenant is not None and not is_identifier(self.agentops_tenant):
+            raise InvalidInput(
+                f"agentops_tenant must be a tenant name (an identifier), not {self.agentops_tenant!r}"
+            )
+        if self.agentops_networks and self.agentops_tenant is None:
+            raise InvalidInput("agentops_networks needs agentops_tenant: the tenant they reach")
+        for network in self.agentops_networks:
+            try:
+                ipaddress.ip_network(network, strict=False)
+            except ValueError:
+                raise InvalidInput(
+                    f"agentops_networks: {network!r} is not a network (10.0.0.0/8, fd00::/8, an "
+                    "address)"
+                ) from None
         if not self.tokens and not self.allow_remote and not _is_loopback(self.host):
             raise InvalidInput(
                 f"refusing to listen on {self.host} without API tokens: configure tokens, or set "

@@ -15,6 +15,7 @@ cannot talk its way into another tenant by adding headers.
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import time
 from dataclasses import dataclass
 
@@ -53,9 +54,46 @@ def authenticate(
 ) -> Principal:
     if is_forwarded(conn):
         return forwarded_principal(conn, replica_secret)
+    given = presented_token(conn)
+    if given is None and settings.agentops_tenant is not None:
+        trusted = peer_principal(conn, settings)
+        if trusted is not None:
+            return trusted
     if not settings.tokens:
         return OPEN
-    return _token_principal(presented_token(conn), settings)
+    return _token_principal(given, settings)
+
+
+# The first segment of AgentOps' routes (streams/seeds/agentops_api.py), which no /v1 path has
+AGENTOPS_ROUTES = frozenset(
+    ("sessions", "observations", "search", "context", "timeline", "stats", "export", "import")
+)
+PEER_SCOPES = frozenset(("read", "write"))
+
+
+def peer_principal(conn: HTTPConnection, settings: Settings) -> Principal | None:
+    """A call to AgentOps' routes with no credential at all, as the runtime agentops-core
+    deploys makes it (it is given a URL, no token): the tenant `agentops_tenant` with `read`
+    and `write`, when the TCP peer is loopback or in `agentops_networks`; else None (judged
+    as any call without a token: 401 when tokens are configured). The peer is the connection's
+    own address (uvicorn believes X-Forwarded-For from loopback proxies only), never a header
+    the caller chooses; the guards (Host, Origin, JSON bodies) have run before."""
+    segments = conn.scope.get("path", "").split("/")
+    if len(segments) < 2 or segments[1] not in AGENTOPS_ROUTES:
+        return None
+    client = conn.client
+    try:
+        peer = ipaddress.ip_address(client.host if client is not None else "")
+    except ValueError:
+        return None
+    if isinstance(peer, ipaddress.IPv6Address) and peer.ipv4_mapped is not None:
+        peer = peer.ipv4_mapped
+    allowed = peer.is_loopback or any(
+        peer in ipaddress.ip_network(net, strict=False) for net in settings.agentops_networks
+    )
+    if not allowed or settings.agentops_tenant is None:
+        return None
+    return Principal(settings.agentops_tenant, PEER_SCOPES)
 
 
 def _token_principal(given: str | None, settings: Settings) -> Principal:
