@@ -121,11 +121,34 @@ def test_scopes_and_refusals(mem):
     assert own.session == "ana-1"
 
 
-def test_a_snapshot_index_without_users_is_built_anew(tmp_path):
+def test_a_snapshot_index_of_an_older_format_is_built_anew(tmp_path):
     old = SearchIndex()
-    with old.lock:
+    with old.lock:  # an image saved by code before documents kept their users (format 2)
         old._db.execute("ALTER TABLE docs DROP COLUMN owner")
+        old._db.execute("UPDATE meta SET value = '2' WHERE key = 'format'")
     image = old.serialize()
     old.close()
-    with pytest.raises(Exception, match="owner"):
+    with pytest.raises(Exception, match="another format"):
         SearchIndex(image)
+
+
+def test_an_owner_filtered_search_finds_that_users_documents_and_the_tenants_own(mem):
+    """`Query.owners` (recall's scope, matched inside FTS5): the documents of the sessions of
+    those users and the tenant's observations of no user or of them; nothing else."""
+    from sections.retrieval.search import Query
+
+    for sid in ("ana-1", "ana-2", "bob-1", "none-1"):
+        mem.session(sid).add("messages", f"kiwi note from {sid}", role="user")
+    mem.observe("learning", "t", "kiwi for everyone")
+    mem.observe("learning", "t", "kiwi for ana", user="ana")
+    mem.observe("learning", "t", "kiwi for bob", user="bob")
+    index = mem.search_index
+
+    def found(owners):
+        hits = index.search("default", Query("kiwi", top_k=50, owners=owners))
+        return {mem.session(h.session).get(h.section, [h.id])[0].content for h in hits}
+
+    assert found(("ana",)) == {"kiwi note from ana-1", "kiwi note from ana-2",
+                               "kiwi for everyone", "kiwi for ana"}  # fmt: skip
+    assert found((None,)) == {"kiwi note from none-1", "kiwi for everyone"}
+    assert found(("bob", "ana")) == found(("ana",)) | {"kiwi note from bob-1", "kiwi for bob"}

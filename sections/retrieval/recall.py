@@ -92,6 +92,15 @@ def is_holder(session_id: str) -> bool:
     return session_id == TENANT_SESSION or session_id.startswith(HOLDER_PREFIX)
 
 
+def scope_of(
+    state: MemoryState, tenant: str, session_id: str, across_users: bool
+) -> tuple[tuple[str, ...] | None, str | None]:
+    """`scope_sessions`, and the session's user."""
+    session = state.sessions.get((tenant, session_id))
+    user = session.user if session is not None else None
+    return scope_sessions(state, tenant, session_id, across_users), user
+
+
 def scope_sessions(
     state: MemoryState, tenant: str, session_id: str, across_users: bool
 ) -> tuple[str, ...] | None:
@@ -124,8 +133,10 @@ def _admitted(
     session = state.sessions.get((tenant, session_id))
     section = session.sections.get(section_name) if session is not None else None
     item = section.items.get(id_) if section is not None else None
-    if item is None:
+    if session is None or item is None:
         return None  # gone since the index was queried
+    if session_id != TENANT_SESSION and not across_users and session.user != user:
+        return None  # another user's past (the index's filter says so too: defence in depth)
     if session_id == TENANT_SESSION and not (across_users or visible_to(item, user)):
         return None
     return item

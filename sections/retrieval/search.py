@@ -23,6 +23,7 @@ started.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import sqlite3
 import threading
@@ -34,6 +35,7 @@ import orjson
 from eventstore.errors import WriterClosed
 from eventstore.record import Record
 from sections.model.item import item_id
+from sections.model.names import TENANT_SESSION
 from sections.model.state import MemoryState
 from sections.retrieval.documents import (
     K_BITS,
@@ -49,8 +51,9 @@ from sections.retrieval.documents import (
 TOKENIZER = "porter unicode61 remove_diacritics 2"
 # What the index holds and how: an image saved by a snapshot with another format is not loaded
 # (the index is built from the state instead). 2: a message's speaker is indexed as its title;
-# 3: each document keeps its user (`owner_of`).
-INDEX_FORMAT = "3"
+# 3: each document keeps its user (`owner_of`); 4: and its FTS5 row holds its owner's token
+# (`owner_token`), so a search of one user's documents reads that user's rows only.
+INDEX_FORMAT = "4"
 COMMIT_EVERY = 1000  # writes: lets FTS5 merge its segments now and then (queries read fewer)
 MIN_COMMON_DOCS = 50  # fewer documents than this say too little of which words are common
 MAX_QUERY_TERMS = 32  # a pasted page as a query costs one OR per word: bound it
@@ -94,6 +97,35 @@ class Query:
     # Whose documents: None, everyone's; else those of no user and of these users (a document's
     # user: the module's docstring), never another user's. () is a session of no user's view.
     users: tuple[str, ...] | None = None
+    # Only the documents of these owners (a user, or None: of no user) and the tenant's own of
+    # no user (its observations, which every session sees), matched inside FTS5 by their owner
+    # token: recall's scope, cheap however large the tenant (docs/recall.md).
+    owners: tuple[str | None, ...] | None = None
+
+
+TENANTS_OWN = "t0"  # the owner token of the tenant's own documents of no user
+
+
+def owner_token(owner: str | None) -> str:
+    """The word a document's FTS5 row holds for its owner: digits after a letter, which no
+    tokenizer step (case folding, the Porter stemmer) changes; `o0` for no user's."""
+    if owner is None:
+        return "o0"
+    return "o" + str(int(hashlib.sha256(owner.encode()).hexdigest()[:15], 16) + 1)
+
+
+def _row_owner(doc: Doc) -> str:
+    return (
+        TENANTS_OWN
+        if doc.session == TENANT_SESSION and doc.owner is None
+        else owner_token(doc.owner)
+    )
+
+
+def _owned_by(owners: tuple[str | None, ...]) -> str:
+    """The FTS5 condition: the row's owner is one of these, or it is the tenant's own."""
+    tokens = [owner_token(o) for o in owners] + [TENANTS_OWN]
+    return "(" + " OR ".join(f'owner : "{t}"' for t in tokens) + ")"
 
 
 def match_expression(text: str) -> str | None:
@@ -124,11 +156,6 @@ class SearchIndex:
             self._db.execute(
                 "PRAGMA page_size = 16384"
             )  # long doclists on fewer pages: ~10% faster
-        if image is not None and "owner" not in {
-            row[1] for row in self._db.execute("PRAGMA table_info(docs)")
-        }:  # saved before documents kept their user: build the index anew
-            self._db.close()
-            raise sqlite3.DatabaseError("the index image predates the docs' owner column")
         self._db.execute("PRAGMA secure_delete = ON")
         # A transaction kept open across writes, committed every COMMIT_EVERY of them: FTS5
         # flushes its pending terms into a new index segment at every commit, which made each
@@ -172,7 +199,8 @@ class SearchIndex:
         if table is None:
             table = f"fts_{len(self._tables)}"
             self._db.execute(
-                f"CREATE VIRTUAL TABLE {table} USING fts5(title, text, tokenize = '{TOKENIZER}')"
+                f"CREATE VIRTUAL TABLE {table} USING fts5(title, text, owner,"
+                f" tokenize = '{TOKENIZER}')"
             )
             self._db.execute("INSERT INTO tenants VALUES (?, ?)", (tenant, table))
             self._tables[tenant] = table
@@ -191,8 +219,8 @@ class SearchIndex:
                     text = (found.fetchone() or ("",))[0]
                 self._remove(doc.tenant, [doc.row])
             self._db.execute(
-                f"INSERT INTO {table} (rowid, title, text) VALUES (?, ?, ?)",
-                (doc.row, doc.title, text),
+                f"INSERT INTO {table} (rowid, title, text, owner) VALUES (?, ?, ?, ?)",
+                (doc.row, doc.title, text, _row_owner(doc)),
             )
             self._db.execute(
                 "INSERT INTO docs VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -336,6 +364,7 @@ class SearchIndex:
         if query.until is not None:
             where.append("d.ts < ?")
             args.append(query.until)
+        owned = _owned_by(query.owners) if query.owners is not None else None
         with self.lock:
             if self._closed:
                 raise WriterClosed("the search index is closed")
@@ -343,19 +372,19 @@ class SearchIndex:
             table = self._tables.get(tenant)
             if table is None:
                 return []
-            if query.common is not None and where:
-                expression = self._informative(table, query, expression, where, args[1:])
-                args[0] = expression
+            if query.common is not None and (where or owned):
+                expression = self._informative(table, query, expression, where, args[1:], owned)
+            args[0] = expression if owned is None else f"{owned} AND ({expression})"
             if where:  # the filters need the docs table; without them the join costs ~10%
                 filters = "".join(" AND " + w for w in where)
                 sql = (
-                    f"SELECT {table}.rowid, bm25({table}) AS rank FROM {table}"
+                    f"SELECT {table}.rowid, bm25({table}, 1, 1, 0) AS rank FROM {table}"
                     f" JOIN docs d ON d.id = {table}.rowid WHERE {table} MATCH ?{filters}"
                     f" ORDER BY rank, {table}.rowid LIMIT ?"
                 )
             else:
                 sql = (
-                    f"SELECT rowid, bm25({table}) AS rank FROM {table} WHERE {table} MATCH ?"
+                    f"SELECT rowid, bm25({table}, 1, 1, 0) AS rank FROM {table} WHERE {table} MATCH ?"
                     " ORDER BY rank, rowid LIMIT ?"
                 )
             ranked = self._db.execute(sql, (*args, query.top_k)).fetchall()
@@ -392,24 +421,30 @@ class SearchIndex:
         return hits
 
     def _informative(
-        self, table: str, query: Query, expression: str, where: list[str], filters: list
-    ) -> str:
+        self, table: str, query: Query, expression: str, where: list[str], filters: list,
+        owned: str | None,
+    ) -> str:  # fmt: skip
         """The query's words without those in more than `query.common` of the filtered
         documents, when there are enough of them to tell (all of them if none is left)."""
         assert query.common is not None
-        condition = " AND ".join(where)
-        in_scope = self._db.execute(f"SELECT count(*) FROM docs d WHERE {condition}", filters)
-        total = in_scope.fetchone()[0]
+
+        def count(words: str | None) -> int:
+            match = " AND ".join(f"({m})" for m in (owned, words) if m is not None)
+            if not where:  # the owners alone: FTS5 counts them from their own rows
+                sql = f"SELECT count(*) FROM {table} WHERE {table} MATCH ?"
+                return self._db.execute(sql, (match,)).fetchone()[0]
+            condition = " AND ".join(where)
+            if not match:
+                sql = f"SELECT count(*) FROM docs d WHERE {condition}"
+                return self._db.execute(sql, filters).fetchone()[0]
+            sql = (f"SELECT count(*) FROM {table} JOIN docs d ON d.id = {table}.rowid"
+                   f" WHERE {table} MATCH ? AND {condition}")  # fmt: skip
+            return self._db.execute(sql, (match, *filters)).fetchone()[0]
+
+        total = count(None)
         if total < MIN_COMMON_DOCS:
             return expression
-        kept = []
-        for word in expression.split(" OR "):
-            found = self._db.execute(
-                f"SELECT count(*) FROM {table} JOIN docs d ON d.id = {table}.rowid"
-                f" WHERE {table} MATCH ? AND {condition}", (word, *filters),
-            ).fetchone()[0]  # fmt: skip
-            if 0 < found <= query.common * total:
-                kept.append(word)
+        kept = [w for w in expression.split(" OR ") if 0 < count(w) <= query.common * total]
         return " OR ".join(kept) if kept else expression
 
     def purge(self) -> None:

@@ -136,14 +136,13 @@ def _recall_candidates(ctx: CommandContext, call: Call, extra: Extra) -> tuple[l
         return [], []
     tenant, session_id = call.tenant, call.session_id
     across = ctx.config.recall_crosses_users(tenant)
-    scope = ctx.read(lambda state: recall.scope_sessions(state, tenant, session_id, across))
+    scope, user = ctx.read(lambda state: recall.scope_of(state, tenant, session_id, across))
     query = Query(
         recall.query_text(extra.query[: inject.QUERY_CHARS]),
-        sessions=scope,
         top_k=recall.CANDIDATES,
         common=recall.COMMON,
-        also=((TENANT_SESSION, OBSERVATIONS),) if scope is not None else (),
         snippets=False,
+        owners=None if scope is None else (user,),
     )
     lexical = [recall.Candidate(h.session, h.section, h.id, h.score)
                for h in ctx.search(tenant, query)]  # fmt: skip

@@ -138,9 +138,14 @@ def _ranked(
         return query.sessions, user
 
     sessions, user = ctx.read(sessions_of)
-    wanted = replace(query, text=recall.query_text(query.text), sessions=sessions,
+    # A user's scope is matched by owner inside the index (cheap in a large tenant); a session's
+    # by its id, with the tenant's observations it sees.
+    by_owner = scope == "user"
+    wanted = replace(query, text=recall.query_text(query.text),
+                     sessions=None if by_owner else sessions, owners=(user,) if by_owner else None,
                      top_k=recall.CANDIDATES, snippets=False, common=recall.COMMON,
-                     also=((TENANT_SESSION, OBSERVATIONS),) if sessions is not None else ())  # fmt: skip
+                     also=((TENANT_SESSION, OBSERVATIONS),)
+                     if sessions is not None and not by_owner else ())  # fmt: skip
     candidates = [recall.Candidate(h.session, h.section, h.id, h.score)
                   for h in ctx.search(tenant, wanted)]  # fmt: skip
     near = ctx.similar(tenant, query.text,
