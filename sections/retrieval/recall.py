@@ -93,11 +93,14 @@ def is_holder(session_id: str) -> bool:
 
 
 def scope_of(
-    state: MemoryState, tenant: str, session_id: str, across_users: bool
+    state: MemoryState, tenant: str, session_id: str, across_users: bool, sessions: bool = True
 ) -> tuple[tuple[str, ...] | None, str | None]:
-    """`scope_sessions`, and the session's user."""
+    """`scope_sessions` (when `sessions`, else None: it walks every session), and the
+    session's user."""
     session = state.sessions.get((tenant, session_id))
     user = session.user if session is not None else None
+    if not sessions:
+        return None, user
     return scope_sessions(state, tenant, session_id, across_users), user
 
 

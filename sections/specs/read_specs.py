@@ -136,18 +136,23 @@ def _recall_candidates(ctx: CommandContext, call: Call, extra: Extra) -> tuple[l
         return [], []
     tenant, session_id = call.tenant, call.session_id
     across = ctx.config.recall_crosses_users(tenant)
-    scope, user = ctx.read(lambda state: recall.scope_of(state, tenant, session_id, across))
+    semantic = ctx.config.recall_semantic  # its index filters by session, not by owner
+    scope, user = ctx.read(
+        lambda state: recall.scope_of(state, tenant, session_id, across, sessions=semantic)
+    )
     query = Query(
         recall.query_text(extra.query[: inject.QUERY_CHARS]),
         top_k=recall.CANDIDATES,
         common=recall.COMMON,
         snippets=False,
-        owners=None if scope is None else (user,),
+        owners=None if across else (user,),
     )
     lexical = [recall.Candidate(h.session, h.section, h.id, h.score)
                for h in ctx.search(tenant, query)]  # fmt: skip
-    near = ctx.similar(tenant, extra.query[: inject.QUERY_CHARS],
-                       None if scope is None else (*scope, TENANT_SESSION), recall.SIMILAR)  # fmt: skip
+    near = [] if not semantic else ctx.similar(
+        tenant, extra.query[: inject.QUERY_CHARS],
+        None if scope is None else (*scope, TENANT_SESSION), recall.SIMILAR,
+    )  # fmt: skip
     return lexical, near
 
 
