@@ -18,7 +18,7 @@ from pydantic import Field
 from starlette.requests import Request
 from starlette.responses import Response
 
-from sections.adapters.kaos import LocalMemory
+from sections.adapters.kaos import LocalMemory, event_json
 from streams.apidoc import operation
 from streams.apidoc.models import (
     WHOLE,
@@ -95,7 +95,7 @@ class KaosApi(Api):
             events = await local.recent_events(
                 min(query.limit, MAX_LIMIT), query.session_id or None
             )
-        found = [e.to_dict() for e in events]
+        found = [event_json(e) for e in events]  # content in its typed JSON form
         return json_response({"agent": tenant, "events": found, "total": len(found)})
 
     @operation(
