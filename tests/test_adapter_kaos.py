@@ -325,6 +325,13 @@ def test_memory_endpoints_answer_kaos_shapes_per_tenant(tmp_path):
         assert [e["content"] for e in one["events"]] == ["Hey"]
         sessions = client.get("/memory/sessions", headers=A).json()
         assert sessions == {"agent": "acme", "sessions": ["chat-1", "chat-2"], "total": 2}
+        encoded = client.put("/v1/sessions/+chat+201", headers=A)  # KAOS's "chat 1"
+        assert encoded.status_code == 201
+        client.post(items.format("+chat+201"), json={"content": "spaced", "role": "user"},
+                    headers=A)  # fmt: skip
+        spaced = client.get("/memory/events", params={"session_id": "+chat+201"}, headers=A)
+        assert [e["content"] for e in spaced.json()["events"]] == ["spaced"]
+        assert client.get("/memory/sessions", headers=A).json()["sessions"][-1] == "chat 1"
         theirs = client.get("/memory/events", headers=B).json()
         assert [e["content"] for e in theirs["events"]] == ["secret"]  # tenants stay apart
         assert client.get("/memory/events", params={"session_id": "other"},
