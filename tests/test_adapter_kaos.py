@@ -23,7 +23,7 @@ from helpers.tenant_server import A, B, two_tenants
 from eventstore.errors import InvalidInput
 from eventstore.file_sink import Durability
 from sections.adapters.kaos import LocalMemory, MemoryEvent, NullMemory, memory_from_env
-from sections.errors import ConfigError, SessionExists
+from sections.errors import ConfigError
 from sections.model.config import MemoryConfig
 from sections.runtime.memory import Memory
 
@@ -210,9 +210,17 @@ def test_configuration_from_kaos_environment_variables(tmp_path):
         )  # fmt: skip
         assert run(memory.create_session("agent", "u", "s")) == "s"
     finally:
-        memory.memory.close()
+        run(memory.close())
+    with Memory.open(tmp_path / "data") as reopened:  # LEDGERMEM_DATA: durable
+        assert [s["session"] for s in reopened.list_sessions()] == ["s"]
+    in_process = memory_from_env(env={"MEMORY_MAX_SESSIONS": "7"})  # KAOS's `local`: in memory
+    assert isinstance(in_process, LocalMemory) and in_process.max_sessions == 7
+    where = in_process.memory.data.root
+    assert run(in_process.create_session("agent", "u", "chat 1")) == "chat 1"
+    run(in_process.close())
+    assert not where.exists()
     for bad in ({"MEMORY_TYPE": "redis"}, {"MEMORY_ENABLED": "maybe"},
-                {"MEMORY_MAX_SESSIONS": "0"}, {"MEMORY_MAX_SESSION_EVENTS": "many"}, {}):  # fmt: skip
+                {"MEMORY_MAX_SESSIONS": "0"}, {"MEMORY_MAX_SESSION_EVENTS": "many"}):  # fmt: skip
         with pytest.raises(ConfigError):
             memory_from_env(env=bad)
 
@@ -226,14 +234,15 @@ def test_bad_input_is_refused_with_nothing_appended(mem):
                  memory.delete_session("_tenant"), memory.get_session_events("_tenant")):  # fmt: skip
         with pytest.raises(InvalidInput):  # the tenant's own session is no KAOS session
             run(call)
-    with pytest.raises(SessionExists):
-        run(memory.create_session("agent", "u", "bad"))  # never replaced, never lost
     with pytest.raises(InvalidInput):
         run(memory.create_session("agent", "u", "_tenant"))
     with pytest.raises(InvalidInput):
-        run(memory.create_session("agent", "u", "not an identifier"))
+        run(memory.create_session("agent", "u", 42))  # a session id is a string
     bad_events = [
-        ("bad", "user_message", {1, 2}, None),  # content that is not JSON
+        ("bad", "user_message", object(), None),  # content of a class the encoding does not know
+        ("bad", "user_message", "x", {"at": object()}),
+        ("bad", "user_message", "x", {1: "not a string key"}),
+        ("bad", "user_message", "x", {"event_time": "mine"}),  # the adapter's key
         ("bad", "", "x", None),  # no event type
         ("bad", "user_message", "x", "not a dict"),
         ("bad", "user_message", "x", {"event_id": "mine"}),  # the adapter's key
@@ -316,6 +325,13 @@ def test_memory_endpoints_answer_kaos_shapes_per_tenant(tmp_path):
         assert [e["content"] for e in one["events"]] == ["Hey"]
         sessions = client.get("/memory/sessions", headers=A).json()
         assert sessions == {"agent": "acme", "sessions": ["chat-1", "chat-2"], "total": 2}
+        encoded = client.put("/v1/sessions/+chat+201", headers=A)  # KAOS's "chat 1"
+        assert encoded.status_code == 201
+        client.post(items.format("+chat+201"), json={"content": "spaced", "role": "user"},
+                    headers=A)  # fmt: skip
+        spaced = client.get("/memory/events", params={"session_id": "+chat+201"}, headers=A)
+        assert [e["content"] for e in spaced.json()["events"]] == ["spaced"]
+        assert client.get("/memory/sessions", headers=A).json()["sessions"][-1] == "chat 1"
         theirs = client.get("/memory/events", headers=B).json()
         assert [e["content"] for e in theirs["events"]] == ["secret"]  # tenants stay apart
         assert client.get("/memory/events", params={"session_id": "other"},

@@ -17,16 +17,20 @@ events too.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from eventstore.errors import InvalidInput
-from sections.errors import ConfigError, SectionNotFound, SessionNotFound
-from sections.model.config import MemoryConfig
+from sections.adapters import foreign_ids
+from sections.adapters.kaos_content import decode_content, encode_content
+from sections.adapters.kaos_store import MAKE_ROOM, open_own, release
+from sections.errors import ConfigError, SectionNotFound, SessionExists, SessionNotFound
 from sections.model.item_filter import event_type
 from sections.model.names import TENANT_SESSION
 from sections.runtime.memory import ItemView, Memory
@@ -35,6 +39,7 @@ from sections.specs import command_specs
 
 EVENTS = "events"  # the section KAOS's events are added to
 EVENT_ID = "event_id"  # the item metadata key that keeps KAOS's id of the event
+EVENT_TIME = "event_time"  # the item metadata key that keeps the event's own timestamp
 CONVERSATION = ("user_message", "agent_response")  # what build_conversation_context renders
 CUSTOM = "custom"  # KAOS's catch-all type; any other string is taken as well
 DEFAULT_MAX_SESSIONS = 1000
@@ -108,12 +113,28 @@ def _k(item_id: str) -> int:
 
 
 def event_of(view: ItemView) -> MemoryEvent:
-    """An item as KAOS's event: its type (kind, or what its role implies), its content, its
-    metadata without the kept KAOS id, which is the event's id (the item id for an item that
-    was not added as a KAOS event), and the time its record was written."""
+    """An item as KAOS's event: its type (kind, or what its role implies), its content and
+    metadata as they were given (`decode_content`), without the kept KAOS id, which is the
+    event's id (the item id for an item that was not added as a KAOS event), and the kept
+    timestamp, which is the event's own (the time its record was written for an item that was
+    not added as a KAOS event)."""
     metadata = dict(view.metadata)
     event_id = metadata.pop(EVENT_ID, None) or view.id
-    return MemoryEvent(event_id, _time(view.ts), event_type(view) or CUSTOM, view.content, metadata)
+    stamp = metadata.pop(EVENT_TIME, None)
+    timestamp = _time(view.ts) if stamp is None else decode_content(stamp)
+    return MemoryEvent(
+        event_id, timestamp, event_type(view) or CUSTOM, decode_content(view.content),
+        {k: decode_content(v) for k, v in metadata.items()},
+    )  # fmt: skip
+
+
+def event_json(event: MemoryEvent) -> dict[str, Any]:
+    """`event.to_dict()` as JSON (what `GET /memory/events` answers): content and metadata
+    values in the adapter's typed form (`encode_content`), the timestamp ISO-8601."""
+    data = event.to_dict()
+    data["content"] = encode_content(event.content)
+    data["metadata"] = {k: encode_content(v) for k, v in event.metadata.items()}
+    return data
 
 
 def _check_event(event: MemoryEvent) -> dict:
@@ -126,12 +147,20 @@ def _check_event(event: MemoryEvent) -> dict:
         raise InvalidInput("event_id must be a non-empty string")
     if type(event.metadata) is not dict:
         raise InvalidInput("metadata must be a dict")
-    if EVENT_ID in event.metadata:
-        raise InvalidInput(f"metadata key {EVENT_ID!r} is the adapter's: it keeps the event id")
+    for key in (EVENT_ID, EVENT_TIME):
+        if key in event.metadata:
+            raise InvalidInput(f"metadata key {key!r} is the adapter's: it keeps the event's own")
+    if not all(type(k) is str for k in event.metadata):
+        raise InvalidInput("metadata keys must be strings")
+    metadata = {k: encode_content(v) for k, v in event.metadata.items()}
     item = {
-        "content": event.content,
+        "content": encode_content(event.content),
         "kind": event.event_type,
-        "metadata": {**event.metadata, EVENT_ID: event.event_id},
+        "metadata": {
+            **metadata,
+            EVENT_ID: event.event_id,
+            EVENT_TIME: encode_content(event.timestamp),
+        },  # fmt: skip
     }
     role = {"user_message": "user", "agent_response": "assistant"}.get(event.event_type)
     if role is not None:
@@ -142,21 +171,30 @@ def _check_event(event: MemoryEvent) -> dict:
 class LocalMemory:
     """KAOS's `LocalMemory` on a ledgermem `Memory` (one tenant).
 
-    KAOS's limits are ledgermem's retention (docs/sections.md, "Retention"):
-    `max_events_per_session` is the `max_items` of the `events` section of the sessions this
-    adapter creates (an add past it evicts the oldest event, in the same record); `max_sessions`
-    is the memory's own `max_sessions` for the tenant, which is configuration of the `Memory`
-    (`MemoryConfig(max_sessions=...)`, `[retention] max_sessions`): left out, it is read from
-    there, and given, it must agree (ConfigError otherwise). `context_limit` is
-    `MEMORY_CONTEXT_LIMIT`, kept for the agent's delegation context. `reader="operator"` makes
-    reads that are traced but do not count as the agent's use (the HTTP endpoints use it)."""
+    Constructed as KAOS constructs it, `LocalMemory()` or `LocalMemory(max_sessions=...,
+    max_events_per_session=...)`, it is in-process and not durable, as KAOS's is: a memory of its
+    own on a temporary directory (no fsync), closed and removed by `close()` or when the adapter
+    is collected. `data_dir=` makes that memory durable in a directory (opened, and closed by
+    `close()`); `memory=` uses a `Memory` of the caller's (which the caller closes).
+
+    KAOS's limits: `max_events_per_session` is the `max_items` of the `events` section of the
+    sessions this adapter creates (an add past it evicts the oldest event, in the same record).
+    `max_sessions` (KAOS's default 1000) is checked as KAOS checks it: a creation that finds the
+    tenant with `max_sessions` sessions or more first deletes the least recently active tenth
+    (at least one), each a `session.deleted`. A memory the adapter opens also has it as its own
+    `MemoryConfig(max_sessions=...)`; with `memory=`, it is the memory's bound for the tenant
+    (left out, it is read from there; given, it must agree: ConfigError otherwise).
+    `context_limit` is `MEMORY_CONTEXT_LIMIT`, kept for the agent's delegation context.
+    `reader="operator"` makes reads that are traced but do not count as the agent's use (the
+    HTTP endpoints use it). Session ids are any string (sections/adapters/foreign_ids.py)."""
 
     def __init__(
         self,
         max_sessions: int | None = None,
         max_events_per_session: int = DEFAULT_MAX_EVENTS,
         *,
-        memory: Memory,
+        memory: Memory | None = None,
+        data_dir: str | os.PathLike[str] | None = None,
         tenant: str | None = None,
         context_limit: int = 6,
         reader: str = "agent",
@@ -165,8 +203,16 @@ class LocalMemory:
                             ("context_limit", context_limit)):  # fmt: skip
             if type(value) is not int or value < 1:
                 raise ConfigError(f"{name} must be a positive integer")
+        if max_sessions is not None and (type(max_sessions) is not int or max_sessions < 1):
+            raise ConfigError("max_sessions must be a positive integer")
         if reader not in ("agent", "operator"):
             raise InvalidInput("reader must be 'agent' or 'operator'")
+        if memory is not None and data_dir is not None:
+            raise ConfigError("give memory= or data_dir=, not both")
+        self._finalizer: weakref.finalize | None = None
+        if memory is None:
+            memory, temp_dir = open_own(data_dir, max_sessions or DEFAULT_MAX_SESSIONS, tenant)
+            self._finalizer = weakref.finalize(self, release, memory, temp_dir)
         tenant = tenant or memory.tenant
         bound = memory.config.max_sessions_for(tenant)
         if max_sessions is not None and max_sessions != bound:
@@ -182,11 +228,18 @@ class LocalMemory:
         self.context_limit = context_limit
         self.reader = reader
 
+    def _log_id(self, session_id: str) -> str:
+        """The log's id of a KAOS session id (any string: foreign_ids); never the reserved
+        `_tenant` (facts and tenant-wide observations), which is no KAOS session: InvalidInput."""
+        if not isinstance(session_id, str):
+            raise InvalidInput(f"a session id is a string, not {type(session_id).__name__}")
+        log_id = foreign_ids.encode(session_id)
+        command_specs.check_not_reserved(log_id)
+        return log_id
+
     def _session(self, session_id: str) -> Session:
-        """A handle on one of the tenant's sessions; never the reserved `_tenant` (facts and
-        tenant-wide observations), which is no KAOS session: InvalidInput."""
-        command_specs.check_not_reserved(session_id)
-        return Session(self.memory, self.tenant, session_id)
+        """A handle on one of the tenant's sessions, by its KAOS id."""
+        return Session(self.memory, self.tenant, self._log_id(session_id))
 
     def _sections(self) -> dict[str, dict]:
         """The section a KAOS session keeps its events in: unbounded in tokens, at most
@@ -194,37 +247,62 @@ class LocalMemory:
         return {EVENTS: {"budget_tokens": None, "policy": "fifo",
                          "max_items": self.max_events_per_session}}  # fmt: skip
 
+    def _creation(self, session_id: str, app_name: str, user_id: str) -> tuple:
+        config = self.memory.config.with_overrides(self._sections())
+        metadata: dict[str, Any] = {"app_name": app_name, "user_id": user_id}
+        if foreign_ids.needs_original(session_id):
+            metadata[foreign_ids.ORIGINAL_KEY] = session_id
+        return config, metadata
+
+    def _exists(self, log_id: str) -> bool:
+        try:
+            self.memory.require_session(self.tenant, log_id)
+        except SessionNotFound:
+            return False
+        return True
+
+    async def _make_room(self) -> None:
+        """KAOS's bound, before a creation: `MAKE_ROOM` (one decision, under the memory's lock)."""
+        if self.max_sessions is not None:
+            await self.memory.run_async(MAKE_ROOM, self.tenant, None, (self.max_sessions,))
+
     # -- sessions
 
     async def create_session(
         self, app_name: str, user_id: str, session_id: str | None = None
     ) -> str:
-        """A new session (SessionExists if the id is taken: ledgermem never replaces one)."""
+        """A new, empty session; as in KAOS, one that had the id is replaced (deleted first:
+        its `session.deleted` then the new `session.created`)."""
         session_id = session_id or f"session_{uuid.uuid4().hex[:12]}"
-        command_specs.check_not_reserved(session_id)
-        config = self.memory.config.with_overrides(self._sections())
-        metadata = {"app_name": app_name, "user_id": user_id}
-        await self.memory.run_async(
-            command_specs.CREATE_SESSION, self.tenant, session_id, (config, metadata)
-        )
-        return session_id
+        log_id = self._log_id(session_id)
+        await self._make_room()
+        for _ in range(3):  # another caller may create it between the delete and the create
+            with contextlib.suppress(SessionNotFound):
+                await self._session(session_id).delete_async()
+            try:
+                await self.memory.run_async(command_specs.CREATE_SESSION, self.tenant, log_id,
+                                            self._creation(session_id, app_name, user_id))  # fmt: skip
+            except SessionExists:
+                continue
+            return session_id
+        raise SessionExists(f"session {session_id!r} is being created by another caller")
 
     async def get_or_create_session(
         self, session_id: str, app_name: str = "agent", user_id: str = "user"
     ) -> str:
-        command_specs.check_not_reserved(session_id)
-        config = self.memory.config.with_overrides(self._sections())
-        metadata = {"app_name": app_name, "user_id": user_id}
-        await self.memory.run_async(
-            command_specs.GET_OR_CREATE_SESSION, self.tenant, session_id, (config, metadata)
-        )
+        log_id = self._log_id(session_id)
+        if self._exists(log_id):
+            return session_id
+        await self._make_room()
+        await self.memory.run_async(command_specs.GET_OR_CREATE_SESSION, self.tenant, log_id,
+                                    self._creation(session_id, app_name, user_id))  # fmt: skip
         return session_id
 
     async def get_session(self, session_id: str) -> SessionMemory | None:
         """The session with its events (a read: traced), or None."""
         session = self._session(session_id)
         try:
-            info = self.memory.session_info(self.tenant, session_id)
+            info = self.memory.session_info(self.tenant, session.id)
             views = await session.events_async(reader=self.reader)
         except SessionNotFound:
             return None
@@ -235,8 +313,13 @@ class LocalMemory:
         )  # fmt: skip
 
     async def list_sessions(self, user_id: str | None = None) -> list[str]:
+        """The tenant's sessions by their KAOS ids, in creation order."""
         where = {"user_id": user_id} if user_id else None
-        return [s["session"] for s in self.memory.list_sessions(self.tenant, where)]
+        found = []
+        for s in self.memory.list_sessions(self.tenant, where):
+            seed_id = foreign_ids.decode(s["session"], s["metadata"])
+            found.append(s["session"] if seed_id is None else seed_id)
+        return found
 
     async def delete_session(self, session_id: str) -> bool:
         """Delete the session (`session.deleted`); False when there is none."""
@@ -302,7 +385,7 @@ class LocalMemory:
         if limit == 0:
             return []
         if session_id is not None:
-            sessions = [session_id]
+            sessions = [self._log_id(session_id)]
         else:
             found = self.memory.list_sessions(self.tenant)
             found.sort(key=lambda s: s["active_ts"], reverse=True)
@@ -315,7 +398,9 @@ class LocalMemory:
                 if views[-limit].ts > active[n]:
                     break  # no event of this session or an older one can be among the newest
             try:
-                views += await self._session(sid).events_async(recent=limit, reader=self.reader)
+                views += await Session(self.memory, self.tenant, sid).events_async(
+                    recent=limit, reader=self.reader
+                )
             except SessionNotFound:
                 continue
         views.sort(key=lambda v: (v.seq, _k(v.id)))
@@ -339,7 +424,7 @@ class LocalMemory:
         for view in views:
             kind = event_type(view)
             assert kind is not None  # the events asked for: CONVERSATION's types
-            lines.append(f"{speaker[kind]}: {view.content}")
+            lines.append(f"{speaker[kind]}: {decode_content(view.content)}")
         return "\n".join(lines)
 
     # -- statistics and retention
@@ -363,7 +448,10 @@ class LocalMemory:
         return len(removed)
 
     async def close(self) -> None:
-        """Nothing to release: the `Memory` belongs to the caller."""
+        """Close the memory the adapter opened (an in-process one is removed); nothing for a
+        `memory=` of the caller's, which the caller closes."""
+        if self._finalizer is not None:
+            self._finalizer()
 
 
 def _event_counts(state, tenant: str) -> list[int]:
@@ -378,6 +466,9 @@ def _event_counts(state, tenant: str) -> list[int]:
         for (t, sid), s in state.sessions.items()
         if t == tenant and sid != TENANT_SESSION
     ]
+
+
+InMemorySessionService = LocalMemory  # KAOS's other name for it
 
 
 class NullMemory:
@@ -462,10 +553,12 @@ def memory_from_env(
     """KAOS's memory as its `MEMORY_*` variables describe it: `MEMORY_ENABLED` (false: a
     `NullMemory`), `MEMORY_TYPE` (`local`: a `LocalMemory` over ledgermem; KAOS's `redis` is
     refused: the log is the store), `MEMORY_CONTEXT_LIMIT`, `MEMORY_MAX_SESSIONS`,
-    `MEMORY_MAX_SESSION_EVENTS`. Without `memory`, the ledgermem data directory
-    `LEDGERMEM_DATA` is opened with `max_sessions` = `MEMORY_MAX_SESSIONS` (1000 by default,
-    as KAOS; the caller closes `result.memory`); with one, `MEMORY_MAX_SESSIONS`, if set, must
-    agree with its bound. ConfigError for a value that cannot work."""
+    `MEMORY_MAX_SESSION_EVENTS`. Without `memory`, `max_sessions` is `MEMORY_MAX_SESSIONS`
+    (1000 by default, as KAOS) and the memory is the adapter's own: in the ledgermem data
+    directory `LEDGERMEM_DATA` when it is set (durable), else in-process and not durable, as
+    KAOS's `local` memory is (`await result.close()` releases either). With one,
+    `MEMORY_MAX_SESSIONS`, if set, must agree with its bound. ConfigError for a value that
+    cannot work."""
     env = os.environ if env is None else env
     enabled = env.get("MEMORY_ENABLED", "true").strip().lower()
     if enabled not in _TRUE + _FALSE:
@@ -480,16 +573,8 @@ def memory_from_env(
         "context_limit": _int_env(env, "MEMORY_CONTEXT_LIMIT", 6),
     }
     if memory is None:  # KAOS's default bound unless the variable says otherwise
-        data = env.get("LEDGERMEM_DATA")
-        if not data:
-            raise ConfigError("LEDGERMEM_DATA must name the ledgermem data directory")
         bound = _int_env(env, "MEMORY_MAX_SESSIONS", DEFAULT_MAX_SESSIONS)
-        memory = Memory.open(data, config=MemoryConfig(max_sessions=bound))
-        try:
-            return LocalMemory(**options, memory=memory)
-        except BaseException:
-            memory.close()
-            raise
+        return LocalMemory(bound, **options, data_dir=env.get("LEDGERMEM_DATA") or None)
     if env.get("MEMORY_MAX_SESSIONS"):  # a memory of the caller's: the bound must agree
         options["max_sessions"] = _int_env(env, "MEMORY_MAX_SESSIONS", DEFAULT_MAX_SESSIONS)
     return LocalMemory(**options, memory=memory)

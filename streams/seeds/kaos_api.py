@@ -18,7 +18,9 @@ from pydantic import Field
 from starlette.requests import Request
 from starlette.responses import Response
 
-from sections.adapters.kaos import LocalMemory
+from sections.adapters import foreign_ids
+from sections.adapters.kaos import LocalMemory, event_json
+from sections.errors import SessionNotFound
 from streams.apidoc import operation
 from streams.apidoc.models import (
     WHOLE,
@@ -91,11 +93,10 @@ class KaosApi(Api):
     )
     async def events(self, request: Request) -> Response:
         tenant, local, query = self._local(request)
+        session_id = _seed_id(local, query.session_id) if query.session_id else None
         with self.service.write():  # reads append their traces
-            events = await local.recent_events(
-                min(query.limit, MAX_LIMIT), query.session_id or None
-            )
-        found = [e.to_dict() for e in events]
+            events = await local.recent_events(min(query.limit, MAX_LIMIT), session_id)
+        found = [event_json(e) for e in events]  # content in its typed JSON form
         return json_response({"agent": tenant, "events": found, "total": len(found)})
 
     @operation(
@@ -108,6 +109,17 @@ class KaosApi(Api):
         tenant, local, _ = self._local(request)
         sessions = await local.list_sessions()
         return json_response({"agent": tenant, "sessions": sessions, "total": len(sessions)})
+
+
+def _seed_id(local: LocalMemory, log_id: str) -> str:
+    """KAOS's id of the session a log id names (the route takes log ids): `foreign_ids.decode`,
+    with the session's metadata for a hashed one."""
+    try:
+        metadata = local.memory.session_info(local.tenant, log_id)["metadata"]
+    except SessionNotFound:
+        metadata = None
+    seed_id = foreign_ids.decode(log_id, metadata)
+    return log_id if seed_id is None else seed_id
 
 
 def routes(service: Service) -> list[RawRoute]:

@@ -120,7 +120,7 @@ def _exporters(names: list[str], environ: Mapping[str, str]) -> list:
     """The exporters OTEL_TRACES_EXPORTER names: `otlp` (over OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL,
     `http/protobuf` by default as the specification says, `grpc` if its exporter is installed)
     and `console`. Each exporter reads its endpoint, headers, timeout and compression itself."""
-    out = []
+    out: list = []  # exporters of whichever OTLP transports are installed
     for name in names:
         if name == "otlp":
             protocol = (
@@ -131,16 +131,18 @@ def _exporters(names: list[str], environ: Mapping[str, str]) -> list:
             if protocol == "grpc":
                 try:
                     from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
-                        OTLPSpanExporter,
+                        OTLPSpanExporter as GrpcSpanExporter,
                     )
                 except ImportError:
                     raise ValueError(
                         "OTEL_EXPORTER_OTLP_PROTOCOL=grpc needs "
                         "opentelemetry-exporter-otlp-proto-grpc installed; or use http/protobuf"
                     ) from None
+                out.append(GrpcSpanExporter())
             else:
                 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-            out.append(OTLPSpanExporter())
+
+                out.append(OTLPSpanExporter())
         elif name == "console":
             from opentelemetry.sdk.trace.export import ConsoleSpanExporter
 
