@@ -94,6 +94,11 @@ class ConversationMemory:
         self._event_bus: Any = None
         self._session_id: str | None = None
         memory = memory if memory is not None else _default_memory(self)
+        # The token counter's vocabulary (~0.3 s, once per process) loads here, when MARSYS
+        # builds an agent, not inside its first add: MARSYS times parallel branches from it.
+        warm = getattr(memory.counter, "warm", None)
+        if callable(warm):
+            warm()
         session_id = session_id or uuid.uuid4().hex
         _, created = memory.get_or_create(session_id, tenant=tenant, sections=sections)
         self.session: Session = memory.session(session_id, tenant=tenant, create=False)
