@@ -24,6 +24,7 @@ Categories 1-4 with evidence count; 5 (adversarial) has none to find.
   - `latency_ms`: context assembly at 2,000 tokens, p50/p95, and the CPU per assembly.
 - `--scale N` adds N filler items (other users' sessions, 100-item batches) before the
   questions, so assembly's latency is measured in a tenant of that size.
+- `--recall off`: contexts assembled without recall, the baseline it is measured against.
 - `--semantic on|off|both`: the whole run with the semantic extra on, off, or both side by side
   (the default when the extra is installed), with `on_vs_off` ratios.
 
@@ -115,6 +116,8 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=0, help="questions per conversation (0: all)")
     parser.add_argument("--semantic", choices=("on", "off", "both"), default=None,
                         help="default: both when the extra is installed, else off")  # fmt: skip
+    parser.add_argument("--recall", choices=("on", "off"), default="on",
+                        help="off: the context as it was before recall (the baseline)")  # fmt: skip
     args = parser.parse_args()
     if not args.data.exists():
         sys.exit(f"no data at {args.data}: give --data PATH to LoCoMo's locomo-dev.json")
@@ -223,8 +226,13 @@ def run(samples: list[dict], on: bool, args: argparse.Namespace) -> dict:
                         if evidence & inside:
                             ref_ctx_at[(budget, category)] += 1
                         wall, cpu = time.perf_counter(), time.process_time()
-                        record, messages = session.assemble(budget, query=text, observations=20,
-                                                            summaries=5)  # fmt: skip
+                        record, messages = session.assemble(
+                            budget,
+                            query=text,
+                            observations=20,
+                            summaries=5,
+                            recall=args.recall == "on",
+                        )
                         if budget == 2000:
                             latencies.append(1000 * (time.perf_counter() - wall))
                             cpu_per_assembly.append(1000 * (time.process_time() - cpu))
