@@ -387,3 +387,36 @@ def test_refusals_are_marsys_message_errors_when_marsys_is_installed(mem, monkey
     finally:
         marsys_parts._seed_installed.cache_clear()
         marsys_parts._refusal.cache_clear()
+
+
+def test_the_sliding_window_packs_the_newest_backward_and_keeps_tool_bundles(mem):
+    """MARSYS's `sliding_window` mode: above the threshold, `get_messages` gives the newest
+    messages within the target (less the headroom), a tool result never without its call, the
+    newest alone when even it does not fit; below it, everything. The messages stay stored."""
+    from sections.adapters.marsys import ActiveContextPolicy
+
+    window = ActiveContextPolicy(mode="sliding_window")
+    memory = ManagedConversationMemory(ManagedMemoryConfig(threshold_tokens=60,
+                                                           active_context=window), memory=mem)  # fmt: skip
+    memory.add(role="user", content="a short question")
+    assert len(memory.get_messages()) == 1  # below the threshold: all of them
+    for i in range(8):
+        memory.add(role="user", content=f"message number {i} with some words in it")
+    call = {"id": "c1", "type": "function", "function": {"name": "look", "arguments": "{}"}}
+    memory.add(role="assistant", content="", tool_calls=[call])
+    memory.add(role="tool", content="the result of the look", tool_call_id="c1")
+    got = memory.get_messages()
+    target = int(memory.config.compaction_target_tokens * 0.9)
+    views = memory.session.get("messages", reader="operator")
+    kept = views[-len(got) :]
+    assert 2 <= len(got) < len(views) and sum(v.tokens for v in kept) <= target
+    assert [m["role"] for m in got[-2:]] == ["assistant", "tool"]  # the bundle whole
+    assert len(memory.get_raw_messages()) == 11  # nothing removed: a view, not a compaction
+    tight = ManagedConversationMemory(ManagedMemoryConfig(threshold_tokens=5,
+                                                          active_context=window), memory=mem,
+                                      session_id="tight")  # fmt: skip
+    tight.add(role="user", content="one message far longer than the whole window allows " * 3)
+    tight.add(role="user", content="and the newest, also longer than the window " * 3)
+    assert [m["content"] for m in tight.get_messages()] == [
+        "and the newest, also longer than the window " * 3
+    ]

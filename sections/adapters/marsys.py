@@ -29,15 +29,21 @@ from typing import Any
 
 from eventstore.errors import InvalidInput
 from sections.adapters.marsys_messages import (
+    ID_KEY,
     MemoryResetEvent,
     MessageError,
     MessageNotFound,
     StoredMessage,
     _default_memory,
+    _message,
+    _message_fields,
+    _new_message_id,
+    _newest_within,
     _not_found,
     _plain,
     _refuse,
     _seed,
+    _view_fields,
     llm_dict,
 )
 from sections.errors import CannotCompact, SummarizerFailed
@@ -46,17 +52,8 @@ from sections.model.compaction import Summarizer
 from sections.runtime.memory import ItemView, Memory
 from sections.runtime.session import Session
 
-MESSAGE_FIELDS = (
-    "name",
-    "tool_calls",
-    "agent_calls",
-    "images",
-    "tool_call_id",
-    "reasoning_details",
-    "structured_data",
-)
+STRATEGIES = "marsys.agents.memory_strategies"
 UPDATABLE = ("role", "content")  # what an update may change in ledgermem's item model
-ID_KEY = "message_id"  # item metadata: the message's own id (MARSYS's `Message.message_id`)
 
 
 __all__ = [
@@ -327,47 +324,6 @@ class ConversationMemory:
         return message_id if any(item == message_id for item, _ in ids) else None
 
 
-def _new_message_id(fields: dict) -> str:
-    """A new message's id, as MARSYS makes it (its `Message`, when installed, also checks the
-    fields as MARSYS does: a refusal is MARSYS's `MessageError`)."""
-    message_class = _seed("marsys.agents.memory", "Message")
-    if message_class is None:
-        return str(uuid.uuid4())
-    keys = ("role", "content", "name", "tool_calls", "agent_calls", "images", "tool_call_id")
-    return message_class(**{k: fields.get(k) for k in keys}).message_id
-
-
-def _message_fields(message: object) -> tuple[dict, str]:
-    """A message's fields and its id (a new one when it has none)."""
-    keys = ("role", "content", *MESSAGE_FIELDS)
-    if isinstance(message, dict):
-        unknown = set(message) - {"role", "content", ID_KEY, *MESSAGE_FIELDS}
-        if unknown or "role" not in message:
-            raise _refuse(f"a message needs a role; unknown fields {sorted(unknown)}")
-        found = {k: message.get(k) for k in keys}
-        given = message.get(ID_KEY)
-    else:
-        if getattr(message, "role", None) is None:
-            raise _refuse("a message needs a role")
-        found = {k: getattr(message, k, None) for k in keys}
-        given = getattr(message, ID_KEY, None)
-    if given is not None and (not isinstance(given, str) or not given):
-        raise _refuse("a message_id must be a non-empty string")
-    return found, str(given) if given else str(uuid.uuid4())
-
-
-def _view_fields(view: ItemView) -> dict:
-    return {"role": view.role, "content": view.content,
-            **{k: view.extra.get(k) for k in MESSAGE_FIELDS}}  # fmt: skip
-
-
-def _message(view: ItemView) -> Any:
-    fields = {**_view_fields(view), ID_KEY: view.metadata.get(ID_KEY, view.id)}
-    fields["role"] = fields["role"] or "user"
-    message_class = _seed("marsys.agents.memory", "Message") or StoredMessage
-    return message_class(**fields)
-
-
 def _policy_value(policy: Any, part: str, name: str, default: Any) -> Any:
     return getattr(getattr(policy, part, None), name, default)
 
@@ -385,7 +341,7 @@ class ActiveContextPolicy:
     (`tool_truncation`) and summary (`summarization`), as attribute namespaces."""
 
     enabled: bool = True
-    mode: str = "compaction"  # MARSYS's other mode, "sliding_window", is not provided
+    mode: str = "compaction"  # or "sliding_window": `get_messages` packs the newest backward
     min_reduction_ratio: float = 0.4
     tool_truncation: Any = field(
         default_factory=lambda: _Settings(max_tool_message_tokens=1200, grace_recent_messages=1)
@@ -481,10 +437,17 @@ class ManagedConversationMemory(ConversationMemory):
         summarizer: Summarizer | None = None,
     ) -> None:
         self.config = config or ManagedMemoryConfig()
-        self.trigger_strategy = trigger_strategy
-        self.process_strategy = process_strategy
-        self.retrieval_strategy = retrieval_strategy
-        self.token_counter = getattr(self.config, "token_counter", None)
+        # MARSYS's own defaults when it is installed (kept as attributes, as MARSYS's code
+        # reads them; ledgermem's compaction and window do what they would), else None.
+        self.trigger_strategy = trigger_strategy or _seed_new(STRATEGIES, "SimpleThresholdTrigger")
+        self.process_strategy = process_strategy or _seed_new(STRATEGIES, "NoOpProcessStrategy")
+        self.retrieval_strategy = retrieval_strategy or _seed_new(
+            STRATEGIES, "BackwardPackingRetrieval"
+        )
+        self.token_counter = getattr(self.config, "token_counter", None) or _seed_new(
+            "marsys.utils.tokens", "DefaultTokenCounter",
+            image_token_estimate=getattr(self.config, "image_token_estimate", 800),
+        )  # fmt: skip
         self.metadata: dict[str, Any] = {}
         settings = {section: _section_settings(self.config)}
         super().__init__(None, memory=memory, session_id=session_id, tenant=tenant,
@@ -497,6 +460,28 @@ class ManagedConversationMemory(ConversationMemory):
         self._remove_all(self.session.get(self.section, reader="operator"))
         self.metadata.clear()
         self._emit_reset_event()
+
+    def get_messages(self) -> list[dict]:
+        """The messages for the model. In MARSYS's `sliding_window` mode, once they pass
+        `threshold_tokens`: the newest that fit `compaction_target_tokens` less the window's
+        headroom, packed backward, a tool result never without its call (the newest alone when
+        even it does not fit). Otherwise, as in MARSYS's compaction mode, all of them."""
+        views = self.session.get(self.section)
+        policy = self.config.active_context
+        windowed = (
+            getattr(policy, "enabled", True) and getattr(policy, "mode", "") == "sliding_window"
+        )
+        if windowed and sum(v.tokens for v in views) > self.config.threshold_tokens:
+            headroom = float(_policy_value(policy, "sliding_window", "headroom_percent", 0.1))
+            views = _newest_within(
+                views, int(self.config.compaction_target_tokens * (1 - headroom))
+            )
+        return [llm_dict(v) for v in views]
+
+    @property
+    def _estimated_total_tokens(self) -> int:
+        """MARSYS's running token estimate, which its code reads: the section's own count."""
+        return self._section_stats()["tokens"]
 
     def get_cache_stats(self) -> dict:
         """MARSYS's cache statistics. Nothing is cached here (every read is the log's state):
@@ -591,3 +576,9 @@ def _section_settings(config: Any) -> dict:
     mirror = ManagedMemoryConfig(threshold_tokens=config.threshold_tokens,
                                  active_context=config.active_context)  # fmt: skip
     return mirror.section_settings()
+
+
+def _seed_new(module: str, name: str, **kwargs: Any) -> Any:
+    """A new instance of MARSYS's class `module.name` when MARSYS is installed, else None."""
+    found = _seed(module, name)
+    return found(**kwargs) if found is not None else None

@@ -11,6 +11,7 @@ import importlib.util
 import shutil
 import tempfile
 import time
+import uuid
 import weakref
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +25,17 @@ from sections.model.render import STRUCTURED
 from sections.runtime.memory import ItemView, Memory
 
 # -- MARSYS's own classes, when it is installed
+
+MESSAGE_FIELDS = (
+    "name",
+    "tool_calls",
+    "agent_calls",
+    "images",
+    "tool_call_id",
+    "reasoning_details",
+    "structured_data",
+)
+ID_KEY = "message_id"  # item metadata: the message's own id (MARSYS's `Message.message_id`)
 
 
 @functools.cache
@@ -170,3 +182,67 @@ def _discard(memory: Memory, path: str) -> None:
         memory.close()
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+def _new_message_id(fields: dict) -> str:
+    """A new message's id, as MARSYS makes it (its `Message`, when installed, also checks the
+    fields as MARSYS does: a refusal is MARSYS's `MessageError`)."""
+    message_class = _seed("marsys.agents.memory", "Message")
+    if message_class is None:
+        return str(uuid.uuid4())
+    keys = ("role", "content", "name", "tool_calls", "agent_calls", "images", "tool_call_id")
+    return message_class(**{k: fields.get(k) for k in keys}).message_id
+
+
+def _message_fields(message: object) -> tuple[dict, str]:
+    """A message's fields and its id (a new one when it has none)."""
+    keys = ("role", "content", *MESSAGE_FIELDS)
+    if isinstance(message, dict):
+        unknown = set(message) - {"role", "content", ID_KEY, *MESSAGE_FIELDS}
+        if unknown or "role" not in message:
+            raise _refuse(f"a message needs a role; unknown fields {sorted(unknown)}")
+        found = {k: message.get(k) for k in keys}
+        given = message.get(ID_KEY)
+    else:
+        if getattr(message, "role", None) is None:
+            raise _refuse("a message needs a role")
+        found = {k: getattr(message, k, None) for k in keys}
+        given = getattr(message, ID_KEY, None)
+    if given is not None and (not isinstance(given, str) or not given):
+        raise _refuse("a message_id must be a non-empty string")
+    return found, str(given) if given else str(uuid.uuid4())
+
+
+def _view_fields(view: ItemView) -> dict:
+    return {"role": view.role, "content": view.content,
+            **{k: view.extra.get(k) for k in MESSAGE_FIELDS}}  # fmt: skip
+
+
+def _message(view: ItemView) -> Any:
+    fields = {**_view_fields(view), ID_KEY: view.metadata.get(ID_KEY, view.id)}
+    fields["role"] = fields["role"] or "user"
+    message_class = _seed("marsys.agents.memory", "Message") or StoredMessage
+    return message_class(**fields)
+
+
+def _newest_within(views: list[ItemView], budget: int) -> list[ItemView]:
+    """The newest messages whose stored tokens fit `budget`, in order: packed backward, a tool
+    result with every message back to the call that issued it (or the packing stops there)."""
+    kept: list[ItemView] = []
+    spent = 0
+    at = len(views) - 1
+    while at >= 0:
+        start = at
+        if views[at].role == "tool":  # back to the assistant message whose call it answers
+            while start > 0 and views[start].role == "tool":
+                start -= 1
+        bundle = views[start : at + 1]
+        cost = sum(v.tokens for v in bundle)
+        if spent + cost > budget:
+            if not kept:
+                kept = [views[-1]]  # MARSYS: the newest message alone rather than nothing
+            break
+        kept[:0] = bundle
+        spent += cost
+        at = start - 1
+    return kept
