@@ -420,3 +420,38 @@ def test_the_sliding_window_packs_the_newest_backward_and_keeps_tool_bundles(mem
     assert [m["content"] for m in tight.get_messages()] == [
         "and the newest, also longer than the window " * 3
     ]
+
+
+def test_the_agents_compaction_model_writes_the_summary(mem):
+    """With MARSYS's `runtime["compaction_model"]`, compaction asks that model (its `arun`)
+    and its JSON answer becomes the summary: a user message opening with the requests' roll-up.
+    A model that answers something else fails the compaction, which appends nothing."""
+    answer = orjson.dumps({"user_request_summary": "ship the report", "summary": "drafted",
+                           "salient_facts": ["due Friday"], "open_threads": []}).decode()  # fmt: skip
+
+    class Model:
+        def __init__(self, content: str) -> None:
+            self.content, self.asked = content, []
+
+        async def arun(self, **kwargs):
+            self.asked.append(kwargs)
+            return types.SimpleNamespace(content=self.content)
+
+    def conversation(session_id: str) -> ManagedConversationMemory:
+        memory = ManagedConversationMemory(ManagedMemoryConfig(threshold_tokens=50), memory=mem,
+                                           session_id=session_id)  # fmt: skip
+        for i in range(12):
+            memory.add(role="user", content=f"request {i}: " + "detail " * 15)
+            memory.add(role="assistant", content=f"answer {i}: " + "words " * 15)
+        return memory
+
+    memory, model = conversation("with-model"), Model(answer)
+    assert asyncio.run(memory._run_compaction({"compaction_model": model})) is None
+    assert model.asked and model.asked[0]["json_mode"] is True
+    rollups = [m for m in memory.get_messages() if "[User Requests Summary]" in str(m["content"])]
+    assert len(rollups) == 1 and rollups[0]["role"] == "user"
+    assert "ship the report" in rollups[0]["content"] and "- due Friday" in rollups[0]["content"]
+    bad = conversation("bad-model")
+    before = len(_types(mem, "bad-model"))
+    assert asyncio.run(bad.compact_if_needed({"compaction_model": Model("not json")})) is False
+    assert "section.compacted" not in _types(mem, "bad-model")[before:]

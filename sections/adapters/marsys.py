@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from eventstore.errors import InvalidInput
+from sections.adapters.marsys_compaction import model_summarizer
 from sections.adapters.marsys_messages import (
     ID_KEY,
     MemoryResetEvent,
@@ -503,7 +504,8 @@ class ManagedConversationMemory(ConversationMemory):
     async def compact_if_needed(self, runtime: dict | None = None) -> bool:
         """Compact when the messages pass `threshold_tokens` (and `active_context` is enabled
         in its `compaction` mode), toward `compaction_target_tokens`. True when a
-        `section.compacted` record was appended. `runtime` is MARSYS's and unused."""
+        `section.compacted` record was appended. With MARSYS's `runtime["compaction_model"]`,
+        that model writes the summary (sections/adapters/marsys_compaction.py)."""
         policy = self.config.active_context
         if not getattr(policy, "enabled", True) or getattr(policy, "mode", "compaction") not in (
             "compaction",
@@ -516,12 +518,17 @@ class ManagedConversationMemory(ConversationMemory):
         self._emit_compaction_event(status="started", pre_tokens=before["tokens"],
                                     pre_messages=before["items"])  # fmt: skip
         started = time.time()
-        size = await self._compact(2**62)
+        model = (runtime or {}).get("compaction_model")
+        summarizer = self.summarizer
+        if model is not None and hasattr(model, "arun"):  # the agent's model, as MARSYS does
+            limit = _policy_value(policy, "summarization", "output_max_tokens", 6000)
+            summarizer = model_summarizer(model, int(limit))
+        size = await self._compact(2**62, summarizer)
         share = max(self.config.compaction_target_tokens, 1) / max(before["tokens"], 1)
         target = int(size["bytes_before"] * min(share, 1.0)) if size else 0
-        done = await self._compact(target) if target else None
+        done = await self._compact(target, summarizer) if target else None
         if done is None or not done["compacted"]:
-            done = await self._compact(size["bytes_before"] - 1) if size else None
+            done = await self._compact(size["bytes_before"] - 1, summarizer) if size else None
         after = self._section_stats()
         compacted = bool(done and done["compacted"])
         self._emit_compaction_event(
@@ -543,11 +550,11 @@ class ManagedConversationMemory(ConversationMemory):
         """The name MARSYS's `MemoryManager.compact_if_needed` calls."""
         await self.compact_if_needed(runtime)
 
-    async def _compact(self, target_bytes: int) -> dict | None:
+    async def _compact(self, target_bytes: int, summarizer: Any = None) -> dict | None:
         try:
             return await self.session.compact_for_payload_error_async(
                 target_bytes, section=self.section, budget=2**31, sections=[self.section],
-                summarizer=self.summarizer,
+                summarizer=summarizer or self.summarizer,
             )  # fmt: skip
         except (CannotCompact, SummarizerFailed):
             return None
