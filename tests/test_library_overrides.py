@@ -178,6 +178,8 @@ def test_the_guarded_http_protocol_overrides_callbacks_uvicorn_still_has_and_rea
         "on_message_complete": ["self"],
         "handle_websocket_upgrade": ["self"],
         "connection_lost": ["self", "exc"],
+        "on_header": ["self", "name", "value"],
+        "send_400_response": ["self", "msg"],
     }
     for name, expected in callbacks.items():
         assert parameters(getattr(HttpToolsProtocol, name)) == expected, (
@@ -187,6 +189,12 @@ def test_the_guarded_http_protocol_overrides_callbacks_uvicorn_still_has_and_rea
     assert missing(state, HttpToolsProtocol) == set(), "HttpToolsProtocol's state moved"
     # The body deadline is armed after the cycle is made there, and the body writer needs it.
     assert "RequestResponseCycle(" in source(HttpToolsProtocol.on_headers_complete)
+    # The head's bounds: uvicorn keeps the target in `url` and each header line in `headers`,
+    # and answers a parser error (a refusing callback's exception) with `send_400_response`.
+    assert "self.url += url" in source(HttpToolsProtocol.on_url)
+    assert "self.headers.append(" in source(HttpToolsProtocol.on_header)
+    assert "parse_url(self.url)" in source(HttpToolsProtocol.on_headers_complete)
+    assert "send_400_response(" in source(HttpToolsProtocol.data_received)
 
 
 # ---- 3. uvicorn: CycleBodyWriter --------------------------------------------------------------

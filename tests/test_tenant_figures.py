@@ -1,7 +1,8 @@
-"""Issue 13, item 7: with tokens, log-wide figures need `admin`; a tenant sees its own.
+"""Issue 13, item 7: with tokens, log-wide figures need a scope of their own; a tenant sees its
+own. Issue 30, item 7: that scope is `log`, never a tenant's `admin` (which erasure needs).
 
 A real `ledgermem serve` with three tokens: two tenants that write, and an operator with the
-admin scope. A tenant's `/v1/log/status` and `/metrics` must not show the log's head, append
+log scope. A tenant's `/v1/log/status` and `/metrics` must not show the log's head, append
 counts, fsyncs or other tenants' subscribers; they show the tenant's own figures instead.
 """
 
@@ -14,14 +15,14 @@ from server import Server
 
 from eventstore.reader import LogReader
 
-TOKENS = "ta:acme:read+write,tb:beta:read+write,op:acme:read+admin"
+TOKENS = "ta:acme:read+write,tb:beta:read+write,op:acme:read+log"
 
 
 def _auth(token: str) -> dict:
     return {"authorization": f"Bearer {token}"}
 
 
-def test_a_tenant_sees_its_own_figures_and_only_admin_sees_the_log_wide_ones(tmp_path):
+def test_a_tenant_sees_its_own_figures_and_only_the_log_scope_sees_the_log_wide_ones(tmp_path):
     env = {"LEDGERMEM_TOKENS": TOKENS}
     with Server(tmp_path / "d", "--unsafe-no-fsync", env=env) as server:
         acme = httpx.Client(base_url=server.url, headers=_auth("ta"), timeout=30)
@@ -85,3 +86,46 @@ def test_a_tenant_sees_its_own_figures_and_only_admin_sees_the_log_wide_ones(tmp
     assert acme_status["appends"] >= 6  # session.created and five items, at least
     assert 'ledgermem_tenant_appends{tenant="beta"} 4.0' in metrics
     assert 'ledgermem_tenant_items{tenant="beta"} 3.0' in metrics
+
+
+def test_a_tenant_s_admin_token_reads_nothing_log_wide(tmp_path):
+    """Two tenants, each with an admin token (the scope erasure needs), and an auditor with
+    `log`: the admins see their own tenant's figures only, never the other's identifiers."""
+    config = tmp_path / "settings.toml"
+    config.write_text(
+        '[[tokens]]\ntoken = "a-admin"\ntenant = "acme"\nscopes = ["read", "write", "admin"]\n'
+        '[[tokens]]\ntoken = "b-admin"\ntenant = "beta"\n\n'  # no scopes: the tenant's three
+        '[[tokens]]\ntoken = "auditor"\ntenant = "ops"\nscopes = ["read", "log"]\n'
+    )
+    with Server(tmp_path / "d", "--unsafe-no-fsync", "--config", str(config)) as server:
+        a = httpx.Client(base_url=server.url, headers=_auth("a-admin"), timeout=30)
+        b = httpx.Client(base_url=server.url, headers=_auth("b-admin"), timeout=30)
+        auditor = httpx.Client(base_url=server.url, headers=_auth("auditor"), timeout=30)
+        assert b.put("/v1/sessions/someone@example.com", json={}).status_code == 201
+        assert a.put("/v1/sessions/a1", json={}).status_code == 201
+        for n in range(3):
+            a.post("/v1/sessions/a1/sections/findings/items", json={"content": f"a{n}"})
+        # A checkpoint covers the records (entry bundles are served against it).
+        for _ in range(100):
+            if auditor.get("/v1/log/status").json()["checkpoint"]["size"]:
+                break
+            time.sleep(0.1)
+        for client, tenant in ((a, "acme"), (b, "beta")):
+            status = client.get("/v1/log/status").json()
+            assert (status["scope"], status["tenant"]) == ("tenant", tenant)
+            metrics = client.get("/metrics").text
+            assert "ledgermem_log_head_seq" not in metrics
+            assert "ledgermem_appends_total" not in metrics
+            entries = client.get("/v1/log/tile/entries/000.p/1")
+            assert entries.status_code == 403, entries.text
+            assert entries.json()["error"]["code"] == "forbidden"
+            assert "'log' scope" in entries.json()["error"]["message"]
+        assert "someone@example.com" not in a.get("/metrics").text
+        # Erasure still works with admin alone: the tenant's own data.
+        erased = a.post("/v1/sessions/a1/erase", json={"all": True, "reason": "asked"})
+        assert erased.status_code == 200, erased.text
+        # The auditor reads the log: its status, its metrics and the entry bundles.
+        status = auditor.get("/v1/log/status").json()
+        assert status["scope"] == "log"
+        assert "ledgermem_log_head_seq" in auditor.get("/metrics").text
+        assert auditor.get("/v1/log/tile/entries/000.p/1").status_code == 200

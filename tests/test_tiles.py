@@ -416,7 +416,10 @@ def test_go_s_tlog_refuses_a_checkpoint_signed_by_another_key(log, go_client):
 def test_with_tokens_entry_bundles_are_the_operator_s_and_proofs_a_tenant_s_own(log, tmp_path):
     data = tmp_path / "data"
     shutil.copytree(log["data"], data)
-    tokens = {"LEDGERMEM_TOKENS": "reader:acme:read,other:beta:read,op:ops:read+admin"}
+    tokens = {
+        "LEDGERMEM_TOKENS": "reader:acme:read,other:beta:read,op:ops:read+log,"
+        "eraser:acme:read+write+admin"
+    }
     with Server(data, env=tokens) as server:
 
         def status(path: str, token: str, **params) -> int:
@@ -426,6 +429,9 @@ def test_with_tokens_entry_bundles_are_the_operator_s_and_proofs_a_tenant_s_own(
         assert status("/v1/log/tile/0/000", "reader") == 200
         assert status("/v1/log/tile/entries/000", "reader") == 403
         assert status("/v1/log/tile/entries/000", "op") == 200
+        # A tenant's admin (erasure) is not the log scope (issue 30, item 7).
+        assert status("/v1/log/tile/entries/000", "eraser") == 403
+        assert status("/v1/log/proof/inclusion", "eraser", seq=3) == 200  # its own record
         assert status("/v1/log/proof/inclusion", "reader", seq=3) == 200  # acme's record
         assert status("/v1/log/proof/inclusion", "other", seq=3) == 404  # not beta's
         assert status("/v1/log/proof/inclusion", "op", seq=3) == 200

@@ -14,7 +14,8 @@ is the log's own name, not this URL). In store mode every partition is a log of 
 Tiles and proofs are hashes; they are served against the newest signed checkpoint, so every
 answer leads to a root a client can check with the log's vkey alone. Entry bundles hold every
 tenant's identifiers (docs/format.md: opaque ids, never personal data, but still the whole log's
-shape), so with API tokens they need the `admin` scope; tiles and proofs need `read`.
+shape), so with API tokens they need the `log` scope (never implied by a tenant's `admin`);
+tiles and proofs need `read`.
 docs/proofs.md has the routes, the caching rules and a client's walk.
 """
 
@@ -50,7 +51,7 @@ from streams.routes.proofs_models import (
     LogInclusionQuery,
 )
 from streams.routes.query import parse_query
-from streams.routes.status import ADMIN, parse_count, status_partition
+from streams.routes.status import LOG, parse_count, status_partition
 from streams.routes.status_models import CHECKPOINT_NOTE, PartitionQuery
 from streams.server.service import Service
 from streams.web.auth import Principal
@@ -131,7 +132,7 @@ class ProofsApi:
             partition = _partition(given, service.partitions)
             cluster = service.cluster
             foreign = cluster is not None and partition != cluster.partition_of(principal.tenant)
-            if foreign and ADMIN not in principal.scopes:
+            if foreign and LOG not in principal.scopes:
                 raise ApiError(403, "forbidden", "a tenant's token reads its own partition")
         else:
             asked = query.partition if query is not None else None
@@ -171,7 +172,7 @@ class ProofsApi:
             tile = parse_tile_path(rest)
         except BadTilePath as exc:
             raise ApiError(404, "not_found", f"no such tile: {exc}") from None
-        _, view = self._view(request, ADMIN if tile.is_entries else "read")
+        _, view = self._view(request, LOG if tile.is_entries else "read")
         size = view.checkpoint().size
         try:
             data = await asyncio.to_thread(view.tiles.read, tile, size)
@@ -218,7 +219,7 @@ class ProofsApi:
                 f"seq {seq} is not covered by the checkpoint of size {checkpoint.size}",
             )
         hashes, line = await asyncio.to_thread(self._inclusion, view, seq, checkpoint.size)
-        if ADMIN not in principal.scopes and _tenant_of(line) != principal.tenant:
+        if LOG not in principal.scopes and _tenant_of(line) != principal.tenant:
             # the same answer as for a seq that does not exist, so ids of others stay unknown
             raise ApiError(404, "not_found", f"no record {seq} of this tenant")
         if text:

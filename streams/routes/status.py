@@ -1,8 +1,8 @@
 """Health, readiness, Prometheus metrics and the log's status (head, checkpoint, verifier).
 
 Log-wide figures (the head, the checkpoint, append counts, fsyncs, every subscriber) are the
-operator's: with API tokens they need the `admin` scope. A tenant's token gets the same routes
-with its own figures only (`tenant_status`, `tenant_metrics`): its sessions, items, records
+operator's: with API tokens they need the `log` scope (a tenant's `admin` does not imply it). A
+tenant's token gets the same routes with its own figures only (`tenant_status`, `tenant_metrics`): its sessions, items, records
 appended since the service started, its newest record's seq as `head` and its own subscribers.
 Without tokens every caller is the operator, as before. docs/service.md has the table.
 
@@ -37,6 +37,7 @@ from streams.routes.status_models import (
 )
 from streams.server.metrics import CHANNELS
 from streams.server.service import NotLeaderHere, Service
+from streams.server.settings import LOG_SCOPE
 from streams.web.auth import Principal
 
 if TYPE_CHECKING:
@@ -47,7 +48,7 @@ from streams.web.errors import ApiError, error_response, refusal_code
 from streams.web.responses import json_response
 from streams.web.routing import RawRoute, routes_of
 
-ADMIN = "admin"  # the scope that sees log-wide figures
+LOG = LOG_SCOPE  # the scope that sees log-wide figures (never implied by a tenant's admin)
 STATUS = ("status",)  # the document's tag
 NOT_READY = Reply(
     ErrorReply,
@@ -94,13 +95,13 @@ def routes(service: Service) -> list[RawRoute]:
 
     @operation(
         "getMetrics",
-        "Prometheus metrics: log-wide with the admin scope, else the token's tenant's own",
+        "Prometheus metrics: log-wide with the log scope, else the token's tenant's own",
         replies={200: Reply(description="the exposition format 0.0.4", media_type="text/plain")},
         tags=STATUS,
     )
     async def metrics(request: Request) -> Response:
         principal = service.principal(request, "read")
-        if ADMIN in principal.scopes:
+        if LOG in principal.scopes:
             text = service.metrics.exposition()
         else:
             text = tenant_metrics(service, principal.tenant)
@@ -109,13 +110,13 @@ def routes(service: Service) -> list[RawRoute]:
     @operation(
         "getLogStatus",
         "the log's status: head, newest checkpoint, subscribers, verifier (a tenant's own figures "
-        "without the admin scope; every partition on a replica of a shared store)",
+        "without the log scope; every partition on a replica of a shared store)",
         replies={200: Status},
         tags=STATUS,
     )
     async def log_status(request: Request) -> Response:
         principal = service.principal(request, "read")
-        if ADMIN in principal.scopes:
+        if LOG in principal.scopes:
             return json_response(log_status_of(service))
         return json_response(tenant_status(service, principal.tenant))
 
@@ -180,7 +181,7 @@ def status_partition(service: Service, principal: Principal, number: int | None)
             404, "not_found", f"no partition {number}: partitions are 0..{partitions - 1}"
         )
     cluster = service.cluster
-    if cluster is not None and ADMIN not in principal.scopes:
+    if cluster is not None and LOG not in principal.scopes:
         return cluster.partition_of(principal.tenant)
     return number or 0
 
@@ -291,7 +292,7 @@ def tenant_status(service: Service, tenant: str) -> dict:
     """`/v1/log/status` for a tenant's token: the keys of the operator's answer (so one client
     reads both), with the tenant's own figures and null where only a log-wide figure exists."""
     figures = tenant_figures(service, tenant)
-    hidden = "a log-wide figure: it needs the admin scope"
+    hidden = "a log-wide figure: it needs the log scope"
     where: dict[str, int]
     if service.cluster is None:
         verifier, origin, vkey, where = (

@@ -42,7 +42,12 @@ from typing import Any
 from eventstore.errors import InvalidInput
 from eventstore.identifiers import is_identifier
 
-SCOPES = ("read", "write", "admin")
+# `log`: the log-wide reads (every tenant's figures and identifiers: entry bundles, the log's
+# /v1/log/status and /metrics, any partition), for operators and auditors. A tenant's `admin`
+# (erasure) never implies it, and a token that names no scopes gets `TENANT_SCOPES`.
+LOG_SCOPE = "log"
+SCOPES = ("read", "write", "admin", LOG_SCOPE)
+TENANT_SCOPES = ("read", "write", "admin")
 DEFAULT_TENANT = "default"
 
 
@@ -144,7 +149,7 @@ def _parse_tokens(raw: object) -> tuple[Token, ...]:
             or not entry["token"]
         ):
             raise InvalidInput("each token needs a non-empty 'token' string")
-        raw_scopes = entry.get("scopes", list(SCOPES))
+        raw_scopes = entry.get("scopes", list(TENANT_SCOPES))
         if not isinstance(raw_scopes, list) or not all(isinstance(s, str) for s in raw_scopes):
             raise InvalidInput(f"token scopes must be a list among {', '.join(SCOPES)}")
         scopes = frozenset(raw_scopes)

@@ -12,6 +12,12 @@ server's HTTP protocol (streams/web/library_overrides.py, `http_protocol`) keeps
   timed: a response may stream for as long as it likes (SSE, JSONL, long-poll), and a WebSocket
   leaves the HTTP protocol at its upgrade; such streams are bounded by
   `max_subscribers_per_client` instead.
+- bounds on a request's head (issue 30, item 3): its request line and header lines at most
+  `MAX_HEAD_BYTES` bytes and `MAX_HEADER_LINES` header lines, counted as they arrive, before
+  the parser buffers them (httptools keeps a header's value whole until its line ends, and
+  uvicorn every header until the head ends). Past either a client gets `HEAD_TOO_LARGE` or
+  `TOO_MANY_HEADERS` (431, with the JSON error body every refusal has) and its connection is
+  closed; whatever it sends after is dropped unread.
 - `ConnectionBudget`, which derives the most connections from `RLIMIT_NOFILE`: the soft limit
   (raised to the hard one first) less the descriptors already open, less `fd_reserve` kept for
   the log's files and the reader threads, less the listen backlog (connections the event loop
@@ -21,6 +27,7 @@ server's HTTP protocol (streams/web/library_overrides.py, `http_protocol`) keeps
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 from dataclasses import dataclass
@@ -28,6 +35,9 @@ from dataclasses import dataclass
 from eventstore.errors import InvalidInput
 
 MIN_CONNECTIONS = 16
+MAX_HEAD_BYTES = 64 * 1024  # a request's line and header lines, their CRLFs included
+MAX_HEADER_LINES = 100
+REFUSED_LINGER = 1.0  # seconds a refused connection stays open for its answer to be read
 MAX_BACKLOG = 2048
 
 
@@ -96,3 +106,28 @@ def _plain_response(status: bytes, message: bytes) -> bytes:
 
 TOO_MANY = _plain_response(b"503 Service Unavailable", b"too many connections; retry later\n")
 TOO_SLOW = _plain_response(b"408 Request Timeout", b"the request took too long to arrive\n")
+
+
+def _json_error(status: bytes, code: str, message: str) -> bytes:
+    body = json.dumps({"error": {"code": code, "message": message}}).encode()
+    return b"".join(
+        [
+            b"HTTP/1.1 " + status + b"\r\n",
+            b"content-type: application/json\r\n",
+            b"content-length: %d\r\n" % len(body),
+            b"connection: close\r\n\r\n",
+            body,
+        ]
+    )
+
+
+HEAD_TOO_LARGE = _json_error(
+    b"431 Request Header Fields Too Large",
+    "headers_too_large",
+    f"a request's line and headers are at most {MAX_HEAD_BYTES} bytes",
+)
+TOO_MANY_HEADERS = _json_error(
+    b"431 Request Header Fields Too Large",
+    "headers_too_large",
+    f"a request has at most {MAX_HEADER_LINES} header lines",
+)

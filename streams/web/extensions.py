@@ -19,6 +19,10 @@ from typing import Protocol
 
 BODY_WRITER = "ledgermem.http.body_writer"
 FRAME_WRITER = "ledgermem.websocket.frame_writer"
+# Not a writer: the authority (`host[:port]`, bytes) of a request sent in absolute form
+# (`GET http://host/path HTTP/1.1`), which names the host in place of `Host` (RFC 9112, 3.2.2);
+# the guard (streams/web/guards.py) checks it. uvicorn keeps only the target's path.
+TARGET_AUTHORITY = "ledgermem.http.target_authority"
 
 
 class BodyWriter(Protocol):

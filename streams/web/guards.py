@@ -7,7 +7,10 @@ any origin, and lets a DNS-rebinding page *read* answers by giving the service's
 name. So, before any route runs:
 
 - `Host` must name the service: the loopback names, the bound host, and `allowed_hosts`. A
-  rebinding page's requests carry its own name. (Bound to a wildcard address with no
+  rebinding page's requests carry its own name. An empty `Host` and two `Host` lines name
+  none of them; a target in absolute form (`GET http://name/path`) names its host in place of
+  `Host`, as RFC 9112 has it, and that name is checked. A request without `Host` (HTTP/1.0)
+  passes. (Bound to a wildcard address with no
   `allowed_hosts`, the service cannot know its names and accepts any.)
 - `Origin`, which browsers send on every cross-origin request and every POST, must be the
   service's own or in `allowed_origins`. Without `Origin`, a browser's `Sec-Fetch-Site` still
@@ -30,6 +33,7 @@ from typing import TYPE_CHECKING
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from streams.web.errors import error_response
+from streams.web.extensions import TARGET_AUTHORITY
 
 if TYPE_CHECKING:
     from streams.server.settings import Settings
@@ -63,12 +67,12 @@ class GuardPolicy:
         `Origin` and `Sec-Fetch-Site` only `Host` decides, and its verdict is kept per value."""
         headers = _headers(scope)
         if b"origin" not in headers and b"sec-fetch-site" not in headers:
-            host = headers.get(b"host")
-            if self.hosts is None or not host:
+            host = _named_host(scope, headers)
+            if self.hosts is None or host is None:
                 return True
             known = self._host_verdicts.get(host)
             if known is None:
-                known = host_name(host.decode("latin-1")) in self.hosts
+                known = _names(self.hosts, host)
                 if len(host) <= 128:
                     if len(self._host_verdicts) >= KEPT_VERDICTS:
                         self._host_verdicts.clear()
@@ -113,15 +117,38 @@ def _headers(scope: Scope) -> dict[bytes, bytes]:
     if cached is not None and cached[0] is raw:  # not a copy of the scope given other headers
         return cached[1]
     headers = {name: value for name, value in raw}
+    if len(headers) < len(raw) and sum(name == b"host" for name, _ in raw) > 1:
+        # Two Host lines name no one host: their list (`a, b`) is no name of the service.
+        headers[b"host"] = b", ".join(value for name, value in raw if name == b"host")
     scope[_HEADERS] = (raw, headers)
     return headers
+
+
+def _named_host(scope: Scope, headers: dict[bytes, bytes]) -> bytes | None:
+    """The host the request names: an absolute-form target's authority (RFC 9112, 3.2.2: it
+    takes the place of `Host`), else `Host` (None when absent, as HTTP/1.0 may send it)."""
+    extensions = scope.get("extensions")
+    if extensions:
+        authority = extensions.get(TARGET_AUTHORITY)
+        if authority is not None:
+            return bytes(authority)
+    return headers.get(b"host")
+
+
+def _names(hosts: frozenset[str], host: bytes) -> bool:
+    """Whether a `Host` value names one of `hosts`: empty names none, and neither does a list
+    (two `Host` lines, joined by `_headers`)."""
+    return b"," not in host and host_name(host.decode("latin-1")) in hosts
 
 
 def request_refusal(scope: Scope, policy: GuardPolicy) -> tuple[int, str, str] | None:
     """Why this request is refused by its Host and Origin, as (status, code, message); or None."""
     headers = _headers(scope)
+    named = _named_host(scope, headers)
     host = headers.get(b"host", b"").decode("latin-1")
-    if policy.hosts is not None and host and host_name(host) not in policy.hosts:
+    # An empty Host, two of them, or an absolute-form target naming another host: forged.
+    if policy.hosts is not None and named is not None and not _names(policy.hosts, named):
+        host = named.decode("latin-1")
         return (
             421,
             "unknown_host",

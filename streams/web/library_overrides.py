@@ -19,7 +19,11 @@ library's code each override names and run those tests.
    `handle_websocket_upgrade`, `connection_lost`, and its `connections`, `loop`, `transport`,
    `cycle`, `scope`; behaviour). uvicorn has no deadline for a request's headers or body and
    accepts connections until the process runs out of descriptors: the connection budget and
-   the two read deadlines of streams/web/connections.py live here.
+   the two read deadlines of streams/web/connections.py live here. Nor does it bound a
+   request's head (httptools buffers a header line whole, uvicorn every line): the head's
+   bounds live here too (`on_header`, `send_400_response`, `url`, `headers`), fed to the parser
+   a bounded piece at a time, and the authority of an absolute-form target, which uvicorn
+   drops, goes into the scope (`TARGET_AUTHORITY`) for the Host check.
 
 3. `CycleBodyWriter` (uvicorn, as 2: `RequestResponseCycle`'s `response_started`,
    `response_complete`, `chunked_encoding`, `disconnected`, `flow.write_paused`, `transport`,
@@ -58,6 +62,7 @@ library's code each override names and run those tests.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import weakref
 from collections.abc import Callable
 from types import FrameType
@@ -75,8 +80,17 @@ from websockets.http11 import Request
 from websockets.protocol import State
 
 from streams.web.coalesce import TurnTransport
-from streams.web.connections import TOO_MANY, TOO_SLOW, ConnectionBudget
-from streams.web.extensions import BODY_WRITER, FRAME_WRITER
+from streams.web.connections import (
+    HEAD_TOO_LARGE,
+    MAX_HEAD_BYTES,
+    MAX_HEADER_LINES,
+    REFUSED_LINGER,
+    TOO_MANY,
+    TOO_MANY_HEADERS,
+    TOO_SLOW,
+    ConnectionBudget,
+)
+from streams.web.extensions import BODY_WRITER, FRAME_WRITER, TARGET_AUTHORITY
 from streams.web.routing import ROUTE, RouteTable
 
 # The distributions whose internals this module reaches into: [lowest, highest) versions each
@@ -124,6 +138,8 @@ def http_protocol(
     class GuardedHttpProtocol(HttpToolsProtocol):
         _deadline: asyncio.TimerHandle | None = None
         _refused = False
+        _in_head = True  # the parser is between requests or inside a request's head
+        _head_bytes = 0  # bytes fed to the parser since the current head began (about)
 
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
             transport = _stream_transport(transport)
@@ -136,15 +152,48 @@ def http_protocol(
             self._arm(header_timeout)
 
         def data_received(self, data: bytes) -> None:
-            if not self._refused:
+            # A head is fed to the parser at most MAX_HEAD_BYTES at a time: one that has not
+            # ended by then is refused before the parser (or uvicorn) holds more of it.
+            while data and not self._refused:
+                if not self._in_head:
+                    self._feed(data)
+                    return
+                room = MAX_HEAD_BYTES - self._head_bytes
+                if room <= 0:
+                    self._refuse(HEAD_TOO_LARGE)
+                    return
+                piece, data = data[:room], data[room:]
+                self._head_bytes += len(piece)
+                self._feed(piece)
+
+        def _feed(self, data: bytes) -> None:
+            # `_HeadRefused` is raised by a parser callback, as httptools passes it on
+            with contextlib.suppress(_HeadRefused):
                 super().data_received(data)
+
+        def send_400_response(self, msg: str) -> None:
+            if not self._refused:  # else a callback refused the head: answered already
+                super().send_400_response(msg)
 
         def on_message_begin(self) -> None:
             super().on_message_begin()
             if self._deadline is None:  # a kept-alive connection's next request
                 self._arm(header_timeout)
 
+        def on_header(self, name: bytes, value: bytes) -> None:
+            if len(self.headers) >= MAX_HEADER_LINES:
+                self._refuse(TOO_MANY_HEADERS)
+                raise _HeadRefused()  # stops the parser; uvicorn's 400 is skipped above
+            super().on_header(name, value)
+
         def on_headers_complete(self) -> None:
+            self._in_head = False
+            self._head_bytes = 0
+            url = self.url
+            if url[:1] != b"/" and url != b"*":  # absolute-form: its authority names the host
+                authority = url.partition(b"://")[2].partition(b"/")[0].partition(b"?")[0]
+                target: dict[str, Any] = self.scope.setdefault("extensions", {})
+                target[TARGET_AUTHORITY] = authority.rpartition(b"@")[2]
             super().on_headers_complete()
             self._arm(body_timeout)
             cycle = self.cycle
@@ -155,6 +204,8 @@ def http_protocol(
 
         def on_message_complete(self) -> None:
             self._disarm()
+            self._in_head = True
+            self._head_bytes = 0
             super().on_message_complete()
 
         def handle_websocket_upgrade(self) -> None:
@@ -173,6 +224,23 @@ def http_protocol(
             if self._deadline is not None:
                 self._deadline.cancel()
                 self._deadline = None
+
+        def _refuse(self, answer: bytes) -> None:
+            """Answer 431 and close: the write side at once, the connection once the client
+            has had `REFUSED_LINGER` seconds to read the answer (what it still sends meanwhile
+            is dropped unread; closing with it unread would reset the connection, and the
+            client might never see the answer)."""
+            self._refused = True
+            self._disarm()
+            transport = self.transport
+            if transport.is_closing():
+                return
+            transport.write(answer)
+            if transport.can_write_eof():
+                transport.write_eof()
+                self.loop.call_later(REFUSED_LINGER, transport.close)
+            else:
+                transport.close()
 
         def _too_slow(self) -> None:
             self._deadline = None
@@ -207,6 +275,10 @@ def http_protocol(
             super().handle_websocket_upgrade()
 
     return CoalescingHttpProtocol
+
+
+class _HeadRefused(Exception):
+    """Raised from a parser callback to stop parsing a refused head."""
 
 
 class CycleBodyWriter:
