@@ -14,9 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from eventstore import layout
+from eventstore import layout, segfile
 from eventstore import reader as reader_module
-from eventstore import segfile
 from eventstore.checkpoint import SigningKey
 from eventstore.reader import LogReader
 from eventstore.record import Record
@@ -106,7 +105,7 @@ def test_every_reader_kind_reads_the_file_while_appends_and_rewrites_interleave(
     rng = random.Random(7)
     events: list[int] = []
     try:
-        for i in range(1500):
+        for i in range(500):
             record = writer.append(
                 "a", f"s{i % 3}", "m", "item.added", {"i": i, "pad": "y" * rng.randrange(80)}
             )
@@ -176,14 +175,10 @@ def test_a_reused_inode_does_not_revive_an_old_index(tmp_path, small_stride):
     segment = log_dir / layout.segment_name(0)
     first_inode = segment.stat().st_ino
     targets = iter(seqs[:20])
-    reused = False
-    for _ in range(20):
+    for _ in range(20):  # ext4 and tmpfs give it back within a few (unless a reader holds it)
         writer.redact([next(targets)], "test")
         if segment.stat().st_ino == first_inode:
-            reused = True
             break
-    if not reused:
-        pytest.skip("this file system did not reuse the inode")
     for i in range(30):
         writer.append("a", "s", "m", "t", {"i": i, "pad": "q" * 100})
     final = _final_lines(log_dir)
