@@ -13,8 +13,9 @@ Offsets belong to one file, not to a name: a redaction renames a new file over t
 the lines after its first target move. So a read opens the segment once, and both the index
 check and the bytes come from that open file (never a second open of the name, which may be
 another file by then). An index holds its own file open: the inode it was built from cannot be
-freed and given to a later file of the same name, so "same inode" means "same file" (a bounded
-number are held; an evicted index is rebuilt or reloaded and checked).
+freed and given to a later file of the same name, so "same inode" means "same file". Only the
+most recently used few hold one (descriptors are budgeted: `fd_reserve`); an index that let its
+file go is trusted again only after every slot is checked against the lines, as a saved one is.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from .record import Record
 INDEX_STRIDE = 256
 
 
-HELD_INDEXES = 64  # segment indexes kept in memory per reader, each holding its file open
+HELD_INDEXES = 8  # segment indexes per reader that hold their file open (the rest are checked)
 
 
 class _SegmentIndex:
@@ -49,14 +50,20 @@ class _SegmentIndex:
     def __init__(self, f: BinaryIO, st: os.stat_result) -> None:
         # Its own descriptor of the file the offsets are of: while it is open, no other file
         # can get this inode number, so `ident` cannot match a later file of the same name.
-        self.held = os.fdopen(os.dup(f.fileno()), "rb", buffering=0)
+        self.held: BinaryIO | None = None
+        self.hold(f)
         self.ident = (st.st_dev, st.st_ino)
         self.size = 0  # bytes covered: the end of the last complete line indexed
         self.lines = 0  # complete lines covered
         self.offsets = array("Q")  # offset of line k*STRIDE
 
+    def hold(self, f: BinaryIO) -> None:
+        self.held = os.fdopen(os.dup(f.fileno()), "rb", buffering=0)
+
     def close(self) -> None:
-        self.held.close()
+        if self.held is not None:
+            self.held.close()
+            self.held = None
 
 
 class LogReader:
@@ -198,14 +205,22 @@ class LogReader:
             index.ident != (st.st_dev, st.st_ino)
             or index.size > st.st_size
             or not self._continues(n, f, index, st)
+            # Let go of its file: the inode number may be another file's since.
+            or (index.held is None and not self._index_points_at_lines(f, n, index))
         ):
             index.close()  # another file (a rewrite), or this one was cut back and rewritten
             index = None
         if index is None:
             index = self._load_index(n, f, st) or _SegmentIndex(f, st)
+        elif index.held is None:
+            index.hold(f)
+            if index.offsets:  # the slots are checked; the lines after the last are read again
+                index.size = index.offsets.pop()
+                index.lines = len(index.offsets) * INDEX_STRIDE
         self._indexes[n] = index  # the most recently used last
-        while len(self._indexes) > HELD_INDEXES:
-            self._indexes.pop(next(iter(self._indexes))).close()
+        held = [i for i in self._indexes.values() if i.held is not None]
+        for old in held[: len(held) - HELD_INDEXES]:
+            old.close()  # kept, to be checked before it is used again
         if index.size < st.st_size:
             self._extend(index, f)
             if index.lines == self._seg_size:
@@ -256,6 +271,8 @@ class LogReader:
     def _index_points_at_lines(self, f: BinaryIO, n: int, index: _SegmentIndex) -> bool:
         """Trust a saved index only if every slot points at the start of the line it claims."""
         offsets = index.offsets
+        if not offsets:
+            return True
         if offsets[0] != 0 or any(a >= b for a, b in zip(offsets, offsets[1:], strict=False)):
             return False
         if offsets[-1] >= index.size:
