@@ -8,6 +8,14 @@ segment a sparse index holds the byte offset of every 256th line. It is kept in 
 with the file, is rebuilt when the file is replaced (a redaction rewrites it), and, when the
 reader is given an index directory, is saved there for full segments so a restart need not
 rescan them. A saved index is checked against the line it points at before it is trusted.
+
+Offsets belong to one file, not to a name: a redaction renames a new file over the segment, and
+the lines after its first target move. So a read opens the segment once, and both the index
+check and the bytes come from that open file (never a second open of the name, which may be
+another file by then). An index holds its own file open: the inode it was built from cannot be
+freed and given to a later file of the same name, so "same inode" means "same file". Only the
+most recently used few hold one (descriptors are budgeted: `fd_reserve`); an index that let its
+file go is trusted again only after every slot is checked against the lines, as a saved one is.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ import time
 from array import array
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 import orjson
 
@@ -32,14 +41,29 @@ from .record import Record
 INDEX_STRIDE = 256
 
 
-class _SegmentIndex:
-    __slots__ = ("inode", "size", "lines", "offsets")
+HELD_INDEXES = 8  # segment indexes per reader that hold their file open (the rest are checked)
 
-    def __init__(self, inode: int) -> None:
-        self.inode = inode
+
+class _SegmentIndex:
+    __slots__ = ("held", "ident", "size", "lines", "offsets")
+
+    def __init__(self, f: BinaryIO, st: os.stat_result) -> None:
+        # Its own descriptor of the file the offsets are of: while it is open, no other file
+        # can get this inode number, so `ident` cannot match a later file of the same name.
+        self.held: BinaryIO | None = None
+        self.hold(f)
+        self.ident = (st.st_dev, st.st_ino)
         self.size = 0  # bytes covered: the end of the last complete line indexed
         self.lines = 0  # complete lines covered
         self.offsets = array("Q")  # offset of line k*STRIDE
+
+    def hold(self, f: BinaryIO) -> None:
+        self.held = os.fdopen(os.dup(f.fileno()), "rb", buffering=0)
+
+    def close(self) -> None:
+        if self.held is not None:
+            self.held.close()
+            self.held = None
 
 
 class LogReader:
@@ -70,32 +94,36 @@ class LogReader:
             n = seq >> self.seg_bits
             path = self.log_dir / layout.segment_name(n)
             try:
-                position = self._locate(n, path, seq)
+                f = open(path, "rb")  # noqa: SIM115  # why: closed below, after the generator's use
             except FileNotFoundError:
                 return
-            if position is None:
-                return  # seq is beyond what is written
-            offset, at = position
-            # Skip from the indexed line to seq, then yield without per-line bookkeeping: this
-            # loop runs once per record of every replay.
-            found = segfile.iter_lines(path, offset)
-            if at < seq:
-                for _ in found:
-                    at += 1
-                    if at == seq:
-                        break
+            with f:
+                # The offset is of this open file, and its bytes are read from it: a rewrite
+                # renamed over the segment meanwhile is another file, read on the next call.
+                position = self._locate(n, f, seq)
+                if position is None:
+                    return  # seq is beyond what is written
+                offset, at = position
+                # Skip from the indexed line to seq, then yield without per-line bookkeeping:
+                # this loop runs once per record of every replay.
+                found = segfile.iter_open_lines(f, offset)
+                if at < seq:
+                    for _ in found:
+                        at += 1
+                        if at == seq:
+                            break
+                    else:
+                        return  # the segment ends before seq
+                if until is None:
+                    for _, line in found:
+                        yield at, line
+                        at += 1
                 else:
-                    return  # the segment ends before seq
-            if until is None:
-                for _, line in found:
-                    yield at, line
-                    at += 1
-            else:
-                for _, line in found:
-                    if at >= until:
-                        return
-                    yield at, line
-                    at += 1
+                    for _, line in found:
+                        if at >= until:
+                            return
+                        yield at, line
+                        at += 1
             if at <= seq or at & mask:
                 return  # nothing at seq yet, or the segment is still being written
             seq = at
@@ -155,14 +183,14 @@ class LogReader:
 
     # ---- the sparse index ------------------------------------------------------------------
 
-    def _locate(self, n: int, path: Path, seq: int) -> tuple[int, int] | None:
-        """(byte offset, seq there) of an indexed line at or before `seq` in segment n."""
+    def _locate(self, n: int, f: BinaryIO, seq: int) -> tuple[int, int] | None:
+        """(byte offset in `f`, seq there) of an indexed line at or before `seq` in segment n,
+        `f` being segment n's file as the caller opened it."""
         k = seq - (n << self.seg_bits)
         if k == 0:  # from the segment's start: no index needed (and none built for a full read)
-            os.stat(path)  # FileNotFoundError when the segment does not exist yet
             return 0, seq
         with self._index_lock:  # one reader may serve many threads (the service does)
-            index = self._index(n, path)
+            index = self._index(n, f)
             if k > index.lines:
                 return None
             slot = min(k // INDEX_STRIDE, len(index.offsets) - 1)
@@ -170,20 +198,47 @@ class LogReader:
                 return 0, n << self.seg_bits
             return index.offsets[slot], (n << self.seg_bits) + slot * INDEX_STRIDE
 
-    def _index(self, n: int, path: Path) -> _SegmentIndex:
-        st = os.stat(path)
-        index = self._indexes.get(n)
-        if index is None or index.inode != st.st_ino or index.size > st.st_size:
-            index = self._load_index(n, path, st) or _SegmentIndex(st.st_ino)
-            self._indexes[n] = index
+    def _index(self, n: int, f: BinaryIO) -> _SegmentIndex:
+        st = os.fstat(f.fileno())
+        index = self._indexes.pop(n, None)
+        if index is not None and (
+            index.ident != (st.st_dev, st.st_ino)
+            or index.size > st.st_size
+            or not self._continues(n, f, index, st)
+            # Let go of its file: the inode number may be another file's since.
+            or (index.held is None and not self._index_points_at_lines(f, n, index))
+        ):
+            index.close()  # another file (a rewrite), or this one was cut back and rewritten
+            index = None
+        if index is None:
+            index = self._load_index(n, f, st) or _SegmentIndex(f, st)
+        elif index.held is None:
+            index.hold(f)
+            if index.offsets:  # the slots are checked; the lines after the last are read again
+                index.size = index.offsets.pop()
+                index.lines = len(index.offsets) * INDEX_STRIDE
+        self._indexes[n] = index  # the most recently used last
+        held = [i for i in self._indexes.values() if i.held is not None]
+        for old in held[: len(held) - HELD_INDEXES]:
+            old.close()  # kept, to be checked before it is used again
         if index.size < st.st_size:
-            self._extend(index, path)
+            self._extend(index, f)
             if index.lines == self._seg_size:
                 self._save_index(n, index)
         return index
 
-    def _extend(self, index: _SegmentIndex, path: Path) -> None:
-        for offset, line in segfile.iter_lines(path, index.size):
+    def _continues(self, n: int, f: BinaryIO, index: _SegmentIndex, st: os.stat_result) -> bool:
+        """Whether the bytes after the indexed ones start the next line: false if the file was
+        cut back (a failed write abandoned) and written again since the index was built."""
+        if index.size == 0 or index.size >= st.st_size:
+            return True
+        prefix = b'{"v":1,"seq":%d,' % ((n << self.seg_bits) + index.lines)
+        f.seek(index.size)
+        got = f.read(len(prefix))
+        return len(got) < len(prefix) or got == prefix
+
+    def _extend(self, index: _SegmentIndex, f: BinaryIO) -> None:
+        for offset, line in segfile.iter_open_lines(f, index.size):
             if index.lines % INDEX_STRIDE == 0:
                 index.offsets.append(offset)
             index.lines += 1
@@ -194,7 +249,7 @@ class LogReader:
             return None
         return self.index_dir / (layout.segment_name(n) + ".idx")
 
-    def _load_index(self, n: int, path: Path, st: os.stat_result) -> _SegmentIndex | None:
+    def _load_index(self, n: int, f: BinaryIO, st: os.stat_result) -> _SegmentIndex | None:
         index_path = self._index_path(n)
         if index_path is None:
             return None
@@ -206,25 +261,27 @@ class LogReader:
         slots = -(-self._seg_size // INDEX_STRIDE)
         if len(raw) != 2 + slots or raw[0] != st.st_size or raw[1] != INDEX_STRIDE:
             return None
-        index = _SegmentIndex(st.st_ino)
+        index = _SegmentIndex(f, st)
         index.size, index.lines, index.offsets = st.st_size, self._seg_size, raw[2:]
-        if not self._index_points_at_lines(path, n, index):
+        if not self._index_points_at_lines(f, n, index):
+            index.close()
             return None
         return index
 
-    def _index_points_at_lines(self, path: Path, n: int, index: _SegmentIndex) -> bool:
+    def _index_points_at_lines(self, f: BinaryIO, n: int, index: _SegmentIndex) -> bool:
         """Trust a saved index only if every slot points at the start of the line it claims."""
         offsets = index.offsets
+        if not offsets:
+            return True
         if offsets[0] != 0 or any(a >= b for a, b in zip(offsets, offsets[1:], strict=False)):
             return False
         if offsets[-1] >= index.size:
             return False
-        with open(path, "rb") as f:
-            for slot, offset in enumerate(offsets):
-                f.seek(offset)
-                expected = (n << self.seg_bits) + slot * INDEX_STRIDE
-                if not f.readline().startswith(b'{"v":1,"seq":%d,' % expected):
-                    return False
+        for slot, offset in enumerate(offsets):
+            f.seek(offset)
+            expected = (n << self.seg_bits) + slot * INDEX_STRIDE
+            if not f.readline().startswith(b'{"v":1,"seq":%d,' % expected):
+                return False
         return True
 
     def _save_index(self, n: int, index: _SegmentIndex) -> None:

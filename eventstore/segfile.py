@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 import orjson
 
@@ -45,13 +46,19 @@ def last_lines(path: Path, count: int) -> list[bytes]:
 def iter_lines(path: Path, start: int = 0) -> Iterator[tuple[int, bytes]]:
     """(offset, line without newline) for every complete line from byte `start`."""
     with open(path, "rb") as f:
-        f.seek(start)
-        offset = start
-        for line in f:
-            if not line.endswith(b"\n"):
-                return
-            yield offset, line[:-1]
-            offset += len(line)
+        yield from iter_open_lines(f, start)
+
+
+def iter_open_lines(f: BinaryIO, start: int = 0) -> Iterator[tuple[int, bytes]]:
+    """As `iter_lines`, in a file already open: offsets that were taken from this open file
+    stay right whatever has been renamed over its name since."""
+    f.seek(start)
+    offset = start
+    for line in f:
+        if not line.endswith(b"\n"):
+            return
+        yield offset, line[:-1]
+        offset += len(line)
 
 
 def leaf_hash_of(line: bytes) -> bytes:
