@@ -306,13 +306,17 @@ class PgSink:
             raise Fenced(f"partition {self.partition} is led by {owner} now", owner)
 
     def _retrying(self, write: Callable[[Connection], None]) -> None:
-        """Run an idempotent fenced write, reconnecting while the lease lasts."""
+        """Run an idempotent fenced write, reconnecting while the lease lasts.
+
+        Once the lease's local deadline has passed, the answer is a refusal (`Fenced` with
+        LEASE_EXPIRED: the writer answers CommitRefused, as for an append sent too late),
+        whatever the last attempt met: a lost connection found after the deadline (a leader
+        paused past its lease and woken) is the lease's end, not an unreachable store."""
         delay = BACKOFF_FIRST
+        reason = ""
         while True:
             if not self.lease.valid():
-                raise Fenced(
-                    f"this replica's lease on partition {self.partition} expired", LEASE_EXPIRED
-                )
+                raise self._lease_expired(reason)
             try:
                 write(self._writer())
                 return
@@ -324,14 +328,20 @@ class PgSink:
                 StoreError,
             ) as exc:
                 self._drop_writer()
-                if self.lease.remaining() <= delay:
-                    raise StoreUnreachable(
-                        f"the store stayed unreachable until the lease's deadline: {one_line(exc)}"
-                    ) from None
+                reason = one_line(exc)
             except self._psycopg.Error as exc:  # as an OSError: the writer's timer stops on it
+                if not self.lease.valid():
+                    raise self._lease_expired(one_line(exc)) from None
                 raise StoreUnreachable(f"the store refused a write: {one_line(exc)}") from None
-            time.sleep(delay)
+            # Retry until the deadline, never past it: the loop's first check then refuses.
+            time.sleep(max(0.0, min(delay, self.lease.remaining())))
             delay = min(delay * 2, BACKOFF_MAX)
+
+    def _lease_expired(self, reason: str) -> Fenced:
+        why = f" (the store's last answer: {reason})" if reason else ""
+        return Fenced(
+            f"this replica's lease on partition {self.partition} expired{why}", LEASE_EXPIRED
+        )
 
     def _to_mirror(self, method: str, *arguments: object) -> None:
         if self.mirror is None:
