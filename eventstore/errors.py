@@ -31,7 +31,12 @@ class StalePosition(LedgerError):
 
 
 class LockHeld(LedgerError):
-    """Another writer holds the log's LOCK."""
+    """Another writer holds the log's LOCK. `holder` is what the holder wrote into it
+    (`pid=... host=... since=...`), or "holder unknown"."""
+
+    def __init__(self, message: str, holder: str = "holder unknown") -> None:
+        super().__init__(message)
+        self.holder = holder
 
 
 class CorruptLog(LedgerError):

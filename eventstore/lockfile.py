@@ -31,7 +31,8 @@ class WriterLock:
             os.close(fd)
             raise LockHeld(
                 f"{self.path} is held by another writer ({holder}); "
-                "only one writer may open a log: stop it, or read the files without writing"
+                "only one writer may open a log: stop it, or read the files without writing",
+                holder,
             ) from None
         os.ftruncate(fd, 0)
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

@@ -33,9 +33,10 @@ import orjson
 
 from . import layout, redaction, segfile
 from .atomic import fsync_dir, write_atomically
-from .errors import CorruptLog, InvalidInput
+from .errors import CorruptLog, InvalidInput, LockHeld
 from .filemodes import FILE_MODE, make_dir
 from .linecheck import LineError, check_line
+from .lockfile import WriterLock
 from .record import REDACTION, Record, genesis
 
 log = logging.getLogger("ledgermem.mirror")
@@ -50,6 +51,8 @@ class MirrorDiverged(CorruptLog):
 class Mirror:
     """One partition's log as spec segment files, written from committed lines (a cache)."""
 
+    _file_lock: WriterLock  # `log_dir/LOCK`, held from open to close
+
     def __init__(self) -> None:
         raise TypeError("use Mirror.open()")
 
@@ -57,11 +60,32 @@ class Mirror:
 
     @classmethod
     def open(cls, log_dir: str | os.PathLike[str], origin: str, seg_bits: int) -> Mirror:
-        """Open (creating) the mirror in `log_dir`, cutting an unsound tail of the last segment."""
+        """Open (creating) the mirror in `log_dir`, cutting an unsound tail of the last segment.
+
+        The mirror holds `log_dir/LOCK` (flock, as a log's writer does) until `close`: a second
+        mirror on the same directory, in this process or another (two replicas given one data
+        directory), gets `LockHeld` before it reads or cuts anything."""
         self = object.__new__(cls)  # __init__ refuses: open() is the way in
-        self._setup(make_dir(Path(log_dir)), origin, seg_bits)
-        self._recover()
-        self._check_checkpoint()
+        path = make_dir(Path(log_dir))
+        lock = WriterLock(path / layout.LOCK)
+        try:
+            lock.acquire()
+        except LockHeld as held:
+            raise LockHeld(
+                f"{path} is already written by another mirror ({held.holder}): a mirror has one "
+                "writer; give each replica (and each StoreMemory) its own data directory",
+                held.holder,
+            ) from None
+        try:
+            self._setup(path, origin, seg_bits)
+            self._file_lock = lock
+            self._recover()
+            self._check_checkpoint()
+        except BaseException:
+            with contextlib.suppress(OSError):
+                self._close_fd()
+            lock.release()
+            raise
         return self
 
     def _setup(self, log_dir: Path, origin: str, seg_bits: int) -> None:
@@ -381,7 +405,10 @@ class Mirror:
     def close(self) -> None:
         with self._lock:
             self.closed = True
-            self._close_fd()
+            try:
+                self._close_fd()
+            finally:
+                self._file_lock.release()  # idempotent
 
     def __enter__(self) -> Mirror:
         return self

@@ -14,7 +14,7 @@ import pytest
 
 from eventstore import layout
 from eventstore.checkpoint import SigningKey
-from eventstore.errors import InvalidInput
+from eventstore.errors import InvalidInput, LockHeld
 from eventstore.memory_sink import MemorySink
 from eventstore.mirror import Mirror, MirrorDiverged
 from eventstore.reader import LogReader
@@ -179,6 +179,26 @@ def test_another_logs_directory_is_refused(tmp_path, source):
         mirror.extend(list(sink.lines))
     with pytest.raises(MirrorDiverged, match="origin"):
         Mirror.open(tmp_path / "log", "test.example/mirror/p1", SEG_BITS)
+
+
+def test_a_second_mirror_on_one_directory_is_refused_before_it_touches_the_files(tmp_path, source):
+    """Two replicas given one data directory fed one mirror twice (issue 30, item 6)."""
+    writer, sink, _ = source
+    append(writer, 3)
+    lines = list(sink.lines)
+    log_dir = tmp_path / "log"
+    with Mirror.open(log_dir, ORIGIN, SEG_BITS) as mirror:
+        mirror.extend(lines[:-1])
+        with open(log_dir / layout.segment_name(0), "ab") as f:
+            f.write(lines[-1][:10])  # a torn tail that a second open would cut
+        before = files_bytes(log_dir)
+        with pytest.raises(LockHeld, match="another mirror") as refused:
+            Mirror.open(log_dir, ORIGIN, SEG_BITS)
+        assert "pid=" in refused.value.holder
+        assert files_bytes(log_dir) == before  # nothing cut, nothing written
+    # Closed, the directory opens again.
+    with Mirror.open(log_dir, ORIGIN, SEG_BITS) as again:
+        assert again.size == len(lines) - 1
 
 
 def test_a_redaction_rewrites_its_targets(tmp_path, source):

@@ -40,7 +40,7 @@ from ..sink import (
     Unknown,
 )
 from . import StoreError, require_psycopg, statements
-from .lease import Lease
+from .lease import Lease, safety_margin
 from .schema import StoreInfo, connect, one_line, one_row
 
 if TYPE_CHECKING:
@@ -77,6 +77,7 @@ class PgSink:
         self.fsync_observer: Callable[[float, int], None] | None = None
         self._psycopg = require_psycopg()
         self._conn: Connection | None = connect(url)  # refuses synchronous_commit = off at once
+        self._timeout_ms: int | None = None  # the writer session's statement_timeout (_bound)
         # read_record runs on callers' threads: a connection of its own.
         self._reader: Connection | None = None
         self._reader_lock = threading.Lock()
@@ -134,7 +135,17 @@ class PgSink:
             started = time.monotonic()
             try:
                 conn = self._writer()
+                self._bound(conn)
                 inserted, moved = one_row(conn.execute(sql, params))
+            except self._psycopg.errors.QueryCanceled as exc:
+                # Our own statement deadline (the lease's end): the head row locked, or the
+                # server too slow. A cancelled statement rolled back: nothing was committed, and
+                # the lease ends now, so nothing more may be sent (503 with Retry-After).
+                self._drop_writer()
+                return Unknown(
+                    "not committed: the store did not finish the commit before this replica's "
+                    f"lease on partition {self.partition} ends ({one_line(exc)})"
+                )
             except (self._psycopg.OperationalError, StoreError) as exc:  # StoreError: reconnecting
                 self._drop_writer()
                 decision = self._decide_after_loss(params, started, exc)
@@ -260,6 +271,10 @@ class PgSink:
                             statements.REWRITE_LINE,
                             {"partition": self.partition, "seq": seq, "line": line},
                         )
+            # VACUUM is no fenced write, and on a large table it may take longer than a lease:
+            # it runs without the statement deadline.
+            conn.execute("SET statement_timeout = 0")
+            self._timeout_ms = None
             conn.execute(statements.VACUUM_RECORDS)
 
         self._retrying(rewrite_rows)
@@ -288,10 +303,28 @@ class PgSink:
     def _writer(self) -> Connection:
         if self._conn is None:
             self._conn = connect(self.url)
+            self._timeout_ms = None  # a new session: no statement deadline yet
         return self._conn
+
+    def _bound(self, conn: Connection) -> None:
+        """Give the writer's session a statement deadline within the lease: `statement_timeout`
+        (which counts lock waits too) no later than the lease's local deadline plus half its
+        safety margin, so a locked head row or a server that stopped making progress cuts the
+        statement before the database's lease ends, instead of hanging the writer as long as
+        the stall. A new SET is sent only when the one in force would end too late (the
+        deadline moves forward with each commit and renewal, so under load it is rare)."""
+        slack = safety_margin(self.lease.seconds) / 2
+        now = time.monotonic()
+        current = self._timeout_ms
+        if current is not None and now + current / 1000 <= self.lease.deadline + slack:
+            return
+        ms = max(1, int(self.lease.remaining() * 1000))
+        conn.execute(f"SET statement_timeout = {ms}")
+        self._timeout_ms = ms
 
     def _drop_writer(self) -> None:
         conn, self._conn = self._conn, None
+        self._timeout_ms = None
         if conn is not None:
             with contextlib.suppress(Exception):
                 conn.close()
@@ -306,15 +339,21 @@ class PgSink:
             raise Fenced(f"partition {self.partition} is led by {owner} now", owner)
 
     def _retrying(self, write: Callable[[Connection], None]) -> None:
-        """Run an idempotent fenced write, reconnecting while the lease lasts."""
+        """Run an idempotent fenced write, reconnecting while the lease lasts.
+
+        Once the lease's local deadline has passed, the answer is a refusal (`Fenced` with
+        LEASE_EXPIRED: the writer answers CommitRefused, as for an append sent too late),
+        whatever the last attempt met: a lost connection found after the deadline (a leader
+        paused past its lease and woken) is the lease's end, not an unreachable store."""
         delay = BACKOFF_FIRST
+        reason = ""
         while True:
             if not self.lease.valid():
-                raise Fenced(
-                    f"this replica's lease on partition {self.partition} expired", LEASE_EXPIRED
-                )
+                raise self._lease_expired(reason)
             try:
-                write(self._writer())
+                conn = self._writer()
+                self._bound(conn)
+                write(conn)
                 return
             # A session the server ended for idling in a transaction (schema.connect) is a lost
             # connection too: this replica was paused mid-rewrite; the lease check decides.
@@ -324,14 +363,20 @@ class PgSink:
                 StoreError,
             ) as exc:
                 self._drop_writer()
-                if self.lease.remaining() <= delay:
-                    raise StoreUnreachable(
-                        f"the store stayed unreachable until the lease's deadline: {one_line(exc)}"
-                    ) from None
+                reason = one_line(exc)
             except self._psycopg.Error as exc:  # as an OSError: the writer's timer stops on it
+                if not self.lease.valid():
+                    raise self._lease_expired(one_line(exc)) from None
                 raise StoreUnreachable(f"the store refused a write: {one_line(exc)}") from None
-            time.sleep(delay)
+            # Retry until the deadline, never past it: the loop's first check then refuses.
+            time.sleep(max(0.0, min(delay, self.lease.remaining())))
             delay = min(delay * 2, BACKOFF_MAX)
+
+    def _lease_expired(self, reason: str) -> Fenced:
+        why = f" (the store's last answer: {reason})" if reason else ""
+        return Fenced(
+            f"this replica's lease on partition {self.partition} expired{why}", LEASE_EXPIRED
+        )
 
     def _to_mirror(self, method: str, *arguments: object) -> None:
         if self.mirror is None:

@@ -189,6 +189,14 @@ class Cluster:
     def verifier(self, partition: int) -> BackgroundVerifier | None:
         return self._verifiers.get(partition)
 
+    def failed_verifiers(self) -> dict[int, str]:
+        """The partitions whose mirror's background verifier failed, with what it found."""
+        return {
+            partition: verifier.verdict.error or "failed"
+            for partition, verifier in sorted(self._verifiers.items())
+            if verifier.verdict.state == "failed"
+        }
+
     def leading(self) -> list[int]:
         with self._lock:
             return sorted(p for p, route in self._routes.items() if isinstance(route, Local))

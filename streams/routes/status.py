@@ -53,7 +53,8 @@ STATUS = ("status",)  # the document's tag
 NOT_READY = Reply(
     ErrorReply,
     "not ready: starting or shutting down (not_ready), writes refused until the log reopens, "
-    "or a shared store out of reach (store_unreachable)",
+    "a shared store out of reach (store_unreachable), or the background verifier found a "
+    "record or checkpoint that does not check (verifier_failed)",
 )
 
 
@@ -77,6 +78,14 @@ def routes(service: Service) -> list[RawRoute]:
         if refusal is not None:
             code, _ = refusal_code(refusal)
             return error_response(503, code, f"writes are refused until the log reopens: {refusal}")
+        failed = service.verification_failure()
+        if failed is not None:
+            return error_response(
+                503,
+                "verifier_failed",
+                f"the background verifier failed: {failed}; run `ledgermem verify` on the log "
+                "(docs/verify.md)",
+            )
         if service.cluster is not None:
             unreachable = service.cluster.store_unreachable()
             if unreachable is not None:

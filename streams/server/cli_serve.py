@@ -270,6 +270,12 @@ def startup_problem(exc: BaseException, data: str, store: str | None = None) -> 
     from eventstore.errors import BadKey, LockHeld
     from sections.errors import ConfigError
 
+    if store and isinstance(exc, LockHeld):
+        # Two replicas on one data directory would both feed its mirrors (every line twice).
+        return (
+            f"the data directory {data} is in use by another replica ({exc.holder}); give each "
+            "replica its own --data, with a copy of the keys/ directory of the init-store one"
+        )
     if store and isinstance(exc, BadKey):
         # The message names both vkeys and says to copy keys/ from the init-store directory.
         return " ".join(str(exc).split())

@@ -231,6 +231,20 @@ class Service:
         """Why writes are refused after a failed write (None while they are taken)."""
         return None if self.memory is None else self.memory.failure
 
+    def verification_failure(self) -> str | None:
+        """What a failed background verifier found (the log's, or a partition mirror's with a
+        shared store), as one sentence; None while every verifier passes or catches up."""
+        if self.cluster is not None:
+            failed = self.cluster.failed_verifiers()
+            return (
+                "; ".join(f"partition {partition}: {error}" for partition, error in failed.items())
+                or None
+            )
+        verdict = self.verifier.verdict if self.verifier is not None else None
+        if verdict is None or verdict.state != "failed":
+            return None
+        return verdict.error or "failed"
+
     async def _heal_loop(self) -> None:
         """Reopen the memory after a failed write, retrying with backoff until it heals."""
         delay = HEAL_FIRST_DELAY
