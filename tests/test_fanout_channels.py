@@ -965,7 +965,7 @@ def test_a_cursor_beyond_the_head_is_a_400_naming_the_head_on_every_channel(serv
     head, answers, close, at_head, after = run(main())
     for code, body in answers:
         assert code == 400, body
-        assert body["error"]["code"] == "invalid_input"
+        assert body["error"]["code"] == "cursor_beyond_head"
         assert f"beyond the head of the log ({head})" in body["error"]["message"]
     assert close.code == 1008 and f"({head})" in close.reason
     assert at_head[0] == [] and at_head[1] == head

@@ -22,7 +22,7 @@ class CursorBeyondHead(FanoutError):
     """A cursor past the last record of the log: no record has that seq yet. Taken silently, a
     client whose log was restored from an older backup would skip every record up to it."""
 
-    code = "invalid_input"
+    code = "cursor_beyond_head"
 
 
 class HubClosed(FanoutError):
