@@ -1,4 +1,4 @@
-"""`ledgermem export LOGDIR --session S [--tenant T] OUT`: a session as a self-verifying bundle.
+"""`ledgermem export LOGDIR --session S [--tenant T] [--force] OUT`: a session as a self-verifying bundle.
 
 The bundle holds the current incarnation of the session (everything from its last
 `session.created` on), each record's exact line, an inclusion proof for each against the log's
@@ -10,6 +10,7 @@ records it does cover. The bundle is checked before it is written, and written a
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from eventstore.atomic import write_atomically
@@ -43,10 +44,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="when the newest checkpoint does not cover the session's last records yet, export "
         "the records it covers instead of refusing",
     )
+    parser.add_argument(
+        "--force", action="store_true", help="replace OUT when it exists (else: refused)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     session = check_identifier("session", args.session)
+    if args.out != "-" and os.path.lexists(args.out) and not args.force:
+        raise InvalidInput(f"{args.out} exists: pass --force to replace it, or choose another OUT")
     if args.tenant is not None and check_identifier("tenant", args.tenant) == CONTROL_TENANT:
         raise InvalidInput("tenant '_log' holds the log's control records, not sessions")
     reader = open_reader(args.logdir)

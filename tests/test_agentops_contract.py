@@ -658,3 +658,35 @@ def test_the_contract_replays_the_live_state_and_answers(tmp_path):
     finally:
         api.stop()
         reopened.close()
+
+
+def test_an_item_batch_added_into_a_holder_through_v1_breaks_no_read(client):
+    """A batch's items (ids `seq.n`) added into a holder session through /v1 are not AgentOps
+    observations (whose ids are integers): every AgentOps read leaves them out, answers 200, and
+    reads of the real observations around them still work (issue 30, item 4)."""
+    _session(client, "batched", "batched")
+    obs = _observe(client, session_id="batched", project="batched", content="a real one")
+    obs_id = obs.json()["id"]
+    added = client.post(
+        "/v1/sessions/_agentops:batched:project/sections/observations/items",
+        json={"items": [{"kind": "note", "content": "first"}, {"content": "batched in"}]},
+        headers=A,
+    )
+    assert added.status_code == 201, added.text
+    first, second = (i["id"] for i in added.json()["items"])
+    assert "." in second  # `seq.1`: an id no observation has
+    project = {"project": "batched"}
+    for call in (
+        lambda: client.get("/export", params=project, headers=A),
+        lambda: client.get("/export", headers=A),  # the whole tenant
+        lambda: client.get("/observations/recent", params=project, headers=A),
+        lambda: client.get("/timeline", params={"observation_id": obs_id}, headers=A),
+        lambda: client.get("/search", params={"q": "batched", **project}, headers=A),
+        lambda: client.get("/context", params=project, headers=A),
+    ):
+        answer = call()
+        assert answer.status_code == 200, answer.text
+        assert "batched in" not in answer.text
+    assert client.get("/stats", params=project, headers=A).json()["total_observations"] == 2
+    recent = client.get("/observations/recent", params=project, headers=A).json()
+    assert [o["id"] for o in recent] == [int(first), obs_id]

@@ -310,3 +310,52 @@ def test_the_readme_says_what_the_browser_and_database_tests_need():
         assert needed in readme
     chromium = (ROOT / "tests" / "helpers" / "chromium.py").read_text()
     assert 'Path("/usr/bin/chromium")' in chromium and "pytest.skip" in chromium
+
+
+# -- issue 30: refusals in one line, exit non-zero
+
+
+def test_export_refuses_to_overwrite_an_output_unless_forced(data, tmp_path):
+    out = tmp_path / "kept.bundle"
+    out.write_bytes(b"not to be lost")
+    refused = one_line_error(run("export", data, "--session", "s1", out))
+    assert f"{out} exists" in refused and "--force" in refused
+    assert out.read_bytes() == b"not to be lost"
+    assert run("export", data, "--session", "s1", out, "--force").returncode == 0
+    assert out.read_bytes() != b"not to be lost"
+
+
+def test_serve_refuses_a_port_out_of_range_in_one_line(tmp_path):
+    refused = one_line_error(run("serve", "--data", tmp_path / "d", "--port", "99999"))
+    assert "port must be 0 to 65535" in refused and "Traceback" not in refused
+
+
+def test_serve_says_a_data_directory_that_is_a_file_is_one(tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    refused = one_line_error(run("serve", "--data", afile, "--port", "0"))
+    assert f"the data directory {afile} is a file" in refused
+
+
+@pytest.mark.parametrize(
+    ("tokens", "says"),
+    [
+        ('[[tokens]]\ntoken = "t1"\ntenant = "_log"\n', "token 1 has tenant '_log'"),
+        (
+            '[[tokens]]\ntoken = "t1"\ntenant = "acme"\n[[tokens]]\ntoken = "t1"\ntenant = "b"\n',
+            "tokens 1 and 2 are the same token, listed for tenants 'acme' and 'b'",
+        ),
+    ],
+)
+def test_serve_refuses_a_reserved_or_shared_token_at_start_up(tmp_path, tokens, says):
+    config = tmp_path / "settings.toml"
+    config.write_text(tokens)
+    refused = one_line_error(
+        run("serve", "--data", tmp_path / "d", "--port", "0", "--config", config, timeout=60)
+    )
+    assert says in refused and "t1" not in refused.replace("token 1", "").replace("tokens 1", "")
+    env_refused = one_line_error(
+        run("serve", "--data", tmp_path / "d", "--port", "0", env={"LEDGERMEM_TOKENS":
+            "t1:acme:read,t1:b:read" if "same" in says else "t1:_log:read"}, timeout=60)
+    )  # fmt: skip
+    assert says.split(",")[0].split(" listed")[0] in env_refused

@@ -203,3 +203,46 @@ def test_a_time_written_as_an_integral_double_is_that_integer(client):
                         headers=A)  # fmt: skip
     assert ended.status_code == 200, ended.text
     assert ended.json()["fact"]["invalid_at"] == 6
+
+
+def test_a_key_used_by_another_kind_of_write_is_a_409_naming_it(client):
+    """An item added to `_tenant` through /v1 under a key, then facts asserted under the same
+    key: a 409 naming the key, never the item's record read as facts (a 500), and nothing
+    appended (issue 30, item 5)."""
+    fact = {"subject": "erin", "predicate": "role", "object": "cto"}
+    made = client.post("/v1/facts", json=fact, headers=A)
+    assert made.status_code == 201, made.text  # `_tenant` exists now
+    added = client.post(
+        "/v1/sessions/_tenant/sections/messages/items",
+        json={"content": "not a fact"},
+        headers={**A, "Idempotency-Key": "shared-key-1"},
+    )
+    assert added.status_code == 201, added.text
+    before = head(client)
+    for path, body in (
+        ("/v1/facts", {"subject": "erin", "predicate": "team", "object": "ops"}),
+        (f"/v1/facts/{made.json()['fact']['id']}/retract", {"reason": "moved"}),
+    ):
+        answer = client.post(path, json=body, headers={**A, "Idempotency-Key": "shared-key-1"})
+        assert answer.status_code == 409, answer.text
+        assert answer.json()["error"]["code"] == "idempotency_key_reused"
+        assert "shared-key-1" in answer.json()["error"]["message"]
+    assert head(client) == before
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/facts", {"subject": "fay", "predicate": "role", "object": "cto"}),
+        ("/v1/sessions", {}),
+        ("/v1/sessions/empty-key/sections/messages/items", {"content": "x"}),
+    ],
+)
+def test_an_empty_idempotency_key_is_a_400_and_appends_nothing(client, path, body):
+    if "empty-key" in path:
+        assert client.put("/v1/sessions/empty-key", headers=A).status_code in (200, 201)
+    before = head(client)
+    answer = client.post(path, json=body, headers={**A, "Idempotency-Key": ""})
+    assert answer.status_code == 400, answer.text
+    assert "idempotency key" in answer.json()["error"]["message"]
+    assert head(client) == before

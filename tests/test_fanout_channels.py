@@ -936,3 +936,53 @@ def test_once_the_hub_closes_every_channel_answers_503_and_an_open_websocket_clo
     assert close is not None and (close.code, close.reason) == (1013, message)
     expected = {"error": {"code": "shutting_down", "message": message}}
     assert answers == [(503, expected)] * 4
+
+
+def test_a_cursor_beyond_the_head_is_a_400_naming_the_head_on_every_channel(server):
+    """after=1000 with a shorter log: 400 naming the head (a client of a log restored from an
+    older backup must not skip records), the WebSocket closed 1008; nothing appended
+    (issue 30)."""
+    ws_url = "ws" + server.url.removeprefix("http") + "/v1/stream/ws"
+
+    async def main():
+        async with writer_client(server.url) as client:
+            head = await head_of(client)
+            beyond = head + 1000
+            answers = [
+                await get_json_error(server.url, f"{path}?after={beyond}")
+                for path in ("/v1/stream/sse", "/v1/stream/jsonl", "/v1/events")
+            ]
+            answers.append(
+                await get_json_error(server.url, "/v1/stream/sse", {"Last-Event-ID": str(beyond)})
+            )
+            async with connect(ws_url) as ws:
+                await ws.send(json.dumps({"after": beyond}))
+                with pytest.raises(ConnectionClosed) as closed:
+                    await asyncio.wait_for(ws.recv(), 10)
+            at_head = await poll(server.url, head, wait=0)  # the head itself is a cursor
+            return head, answers, closed.value.rcvd, at_head, await head_of(client)
+
+    head, answers, close, at_head, after = run(main())
+    for code, body in answers:
+        assert code == 400, body
+        assert body["error"]["code"] == "cursor_beyond_head"
+        assert f"beyond the head of the log ({head})" in body["error"]["message"]
+    assert close.code == 1008 and f"({head})" in close.reason
+    assert at_head[0] == [] and at_head[1] == head
+    assert after == head, "a refused subscription appended something"
+
+
+def test_the_long_polls_default_wait_is_capped_by_long_poll_max_wait(tmp_path):
+    env = {**FAST_ENV, "LEDGERMEM_LONG_POLL_MAX_WAIT": "0.5"}
+    with Server(tmp_path / "data", "--unsafe-no-fsync", env=env) as srv:
+
+        async def main():
+            async with writer_client(srv.url) as client:
+                head = await head_of(client)
+            t0 = time.monotonic()
+            async with get(srv.url, f"/v1/events?after={head}") as response:  # no `wait`
+                assert response.status == 200
+                await response.read()
+            return time.monotonic() - t0
+
+        assert run(main()) < 10  # the default, 30 s, before

@@ -149,6 +149,18 @@ def test_a_retried_idempotency_key_returns_the_first_record_even_after_restart(t
         assert len(mem.session("s").get("findings")) == 1
 
 
+def test_an_empty_idempotency_key_is_refused_and_appends_nothing(tmp_path):
+    """An empty key would be one key shared by every caller that sends it (issue 30)."""
+    with Memory.open(tmp_path / "d") as mem:
+        session = mem.session("s")
+        before = mem.writer.next_seq
+        with pytest.raises(InvalidInput, match="idempotency key"):
+            session.add("findings", "x", idempotency_key="")
+        with pytest.raises(InvalidInput, match="idempotency key"):
+            mem.assert_fact("a", "b", "c", idempotency_key="")
+        assert mem.writer.next_seq == before
+
+
 def test_lifetimes_turn_process_commit_and_durable(tmp_path):
     config = MemoryConfig(
         sections=(

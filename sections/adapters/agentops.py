@@ -44,6 +44,7 @@ MAX_TAG = 100
 MAX_TAGS = 20
 MAX_PROJECT = 200
 MAX_LIMIT = 1000
+MAX_ID_DIGITS = 18  # an observation id: an int64, as the service's
 # The holder ids of the first version, `_agentops:<project>:<scope>` as they were, are kept for
 # the projects and scopes they could name (a project of identifier characters, no ':', at most
 # this long); every other pair is encoded (`holder`).
@@ -134,14 +135,21 @@ def holders(state: MemoryState, tenant: str, project: str = "", scope: str = "")
     return sorted(found)
 
 
+def is_observation(item_id: str) -> bool:
+    """Whether an item of a holder's section is an AgentOps observation: its id is the seq of
+    the record that added it, an integer. Anything else the log can hold there (a batch's items,
+    `3710.1`, added through /v1) is ours, not an observation: AgentOps' reads leave it out."""
+    return item_id.isascii() and item_id.isdigit() and len(item_id) <= MAX_ID_DIGITS
+
+
 def observations_of(state: MemoryState, tenant: str, sessions: list[str]) -> list[tuple[str, Item]]:
-    """Every live observation of these holder sessions, oldest first."""
+    """Every live observation of these holder sessions (`is_observation`), oldest first."""
     found: list[tuple[str, Item]] = []
     for sid in sessions:
         session = state.sessions.get((tenant, sid))
         section = session.sections.get(SECTION) if session is not None else None
         if section is not None:
-            found.extend((sid, item) for item in section.items.values())
+            found.extend((sid, item) for item in section.items.values() if is_observation(item.id))
     found.sort(key=lambda pair: pair[1].order)
     return found
 

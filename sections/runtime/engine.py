@@ -41,7 +41,7 @@ from sections.runtime.live_state import LiveState
 from sections.runtime.tracing import Tracing
 from sections.specs import session_specs
 from sections.specs.retention_specs import ERASE_DELETED
-from sections.specs.spec import Call, CommandSpec
+from sections.specs.spec import Call, CommandSpec, check_key
 
 T = TypeVar("T")
 Decide = Callable[[MemoryState], Decision | None]
@@ -107,6 +107,7 @@ class Engine:
     def run(self, spec: CommandSpec, tenant: str, session: str | None = None, args: tuple = (),
             idempotency_key: str | None = None, expected_version: int | None = None) -> Any:  # fmt: skip
         """Run one command of the table (sections/specs/command_specs.py); returns once durable."""
+        check_key(idempotency_key)
         tracing = self.tracing
         if tracing is None:
             return self._run(spec, Call(tenant, session, args, idempotency_key, expected_version))
@@ -142,6 +143,7 @@ class Engine:
                         args: tuple = (), idempotency_key: str | None = None,
                         expected_version: int | None = None) -> Any:  # fmt: skip
         """`run` for asyncio: the same steps; those that read files go to a worker thread."""
+        check_key(idempotency_key)
         call = Call(tenant, session, args, idempotency_key, expected_version)
         tracing = self.tracing
         if tracing is None:

@@ -33,7 +33,7 @@ from sections.retrieval.documents import text_of
 from sections.retrieval.facts import SECTION, FactQuery, NewFact
 from sections.specs.context import CommandContext
 from sections.specs.session_specs import tenant_session
-from sections.specs.spec import Call, CommandSpec, appended, what_was_decided
+from sections.specs.spec import Call, CommandSpec, appended, replayed_from, what_was_decided
 
 EXTRACT_PURPOSE = "facts.extract"
 HOLDER = TENANT_SESSION
@@ -169,6 +169,8 @@ def _asserted(_ctx: CommandContext, record: Record | None, _decision: Decision |
     """(the first record appended, the facts asserted): the REST answer shows the record."""
     if record is None or record.type != "item.added":  # nothing extracted: only the read
         return record, []
+    if _decision is None:  # a retry: the first call's record, which must be an assertion's
+        replayed_from(record, SECTION, "fact assertion")
     return record, facts.asserted(record.seq, record.ts, payload(record))
 
 
@@ -192,7 +194,7 @@ def _retracted(ctx: CommandContext, record: Record | None, decision: Decision | 
     if decision is not None:
         return record, decision.result
     # A retry answered from the first record: the fact as it now is.
-    record = appended(record)
+    record = replayed_from(appended(record), SECTION, "fact retraction")
     id_, tenant = payload(record)["id"], record.tenant
     found = ctx.read(lambda state: facts.tenant_facts(state, tenant, HOLDER))
     return record, next((f for f in found if f.id == id_), None)

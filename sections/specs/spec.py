@@ -26,8 +26,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from eventstore.errors import InvalidInput
 from eventstore.record import Record
-from sections.model.commands import Command, Decision
+from sections.errors import IdempotencyConflict
+from sections.model.commands import Command, Decision, payload
 from sections.model.state import MemoryState
 from sections.specs.context import CommandContext
 
@@ -87,6 +89,27 @@ def decided(decision: Decision | None) -> Decision:
 def appended(record: Record | None) -> Record:
     """The record a result step was given, for a command that always appends one."""
     assert record is not None, "this command always appends"
+    return record
+
+
+def check_key(key: str | None) -> None:
+    """An idempotency key is None (no key) or a non-empty string: an empty one would be a key
+    shared by every caller that sends one."""
+    if key is not None and (type(key) is not str or not key):
+        raise InvalidInput("an idempotency key must be a non-empty string")
+
+
+def replayed_from(record: Record, section: str, command: str) -> Record:
+    """The first call's record of an idempotent retry, which must be one this command makes (a
+    record of `section`): a key is remembered per session and record type, so another kind of
+    write to the same session under the key (an item added to `_tenant` through /v1, before an
+    assertion of facts) is a conflict, never answered as this command's."""
+    if record.section != section:
+        key = payload(record).get("idem") if record.has_payload else None
+        raise IdempotencyConflict(
+            f"idempotency key {key!r} was used for another kind of write (seq {record.seq}, "
+            f"{record.type} in section {record.section!r}), not a {command}: use a new key"
+        )
     return record
 
 

@@ -175,6 +175,10 @@ NOT_BLANK = f"[^{_SPACES}]"
 # quoted or not, weak or not ("7", W/"7", 7).
 Version = Annotated[str, Field(pattern=r'^\s*(W/)?"*-?[0-9]{1,18}"*\s*$')]
 
+# An Idempotency-Key: any non-empty value (an empty one would be shared by every caller that
+# sends one: 400).
+IdempotencyKeyText = Annotated[str, Field(min_length=1)]
+
 # An optional field or query parameter a client leaves out: absent, never null (a query string
 # has no null, and a null is refused where the type has none).
 Absent = SkipJsonSchema[None]

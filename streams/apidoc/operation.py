@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from streams.apidoc.models import Version
+from streams.apidoc.models import IdempotencyKeyText, Version
 
 F = TypeVar("F", bound=Callable)
 _ATTRIBUTE = "api_operation"
@@ -34,7 +34,9 @@ class Header:
 
 IDEMPOTENCY_KEY = Header(
     "Idempotency-Key",
-    "a retry with the same key returns the first call's record and appends nothing",
+    "a retry with the same key returns the first call's record and appends nothing; an empty "
+    "key is 400, a key used before for another kind of write to the same session is 409",
+    IdempotencyKeyText,
 )
 IF_MATCH = Header(
     "If-Match",

@@ -228,7 +228,7 @@ class Cluster:
         await asyncio.to_thread(self._open)
         for partition, mirror in self._mirrors.items():
             reader = MirrorReader(mirror, partition_dir(self.data, partition) / "index")
-            hub = Hub(mirror, reader, self.settings, self.metrics)
+            hub = Hub(mirror, reader, self.settings, self.metrics, refuse_beyond_head=False)
             await hub.start()
             self._hubs[partition] = hub
         self._started_tail().start()

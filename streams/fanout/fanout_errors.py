@@ -18,6 +18,13 @@ class FanoutError(Exception):
         self.message = message
 
 
+class CursorBeyondHead(FanoutError):
+    """A cursor past the last record of the log: no record has that seq yet. Taken silently, a
+    client whose log was restored from an older backup would skip every record up to it."""
+
+    code = "cursor_beyond_head"
+
+
 class HubClosed(FanoutError):
     """The hub has stopped publishing (the service is shutting down): subscribe again later."""
 

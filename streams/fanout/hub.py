@@ -27,7 +27,7 @@ import orjson
 from eventstore.filters import MATCH_ALL, RecordFilter
 from eventstore.record import Record
 from streams.fanout.cursor import DONE, WAIT, CaughtUp, Cursor, ReadLog, Send
-from streams.fanout.fanout_errors import HubClosed, TooManySubscribers
+from streams.fanout.fanout_errors import CursorBeyondHead, HubClosed, TooManySubscribers
 
 log = logging.getLogger("ledgermem.fanout")
 
@@ -360,8 +360,13 @@ class Hub:
         reader: LogLines,
         settings: HubSettings,
         metrics: HubMetrics | None = None,
+        *,
+        refuse_beyond_head: bool = True,
     ) -> None:
+        """`refuse_beyond_head`: a cursor past the log's last record is refused (`subscribe`);
+        off for a hub that follows a mirror, which may lag the log a client saw elsewhere."""
         self.writer = writer
+        self.refuse_beyond_head = refuse_beyond_head
         self.reader = reader
         self.settings = settings
         self.metrics: HubMetrics = metrics if metrics is not None else _NullMetrics()
@@ -505,8 +510,18 @@ class Hub:
 
         `client` (an address) takes one of its places, or pass a `slot` already reserved.
         `batch` bounds one delivery; `stop_after` ends the subscription at that seq. Raises a
-        `FanoutError` (streams/fanout/fanout_errors.py) when the subscriber is refused.
+        `FanoutError` (streams/fanout/fanout_errors.py) when the subscriber is refused: a
+        cursor past the log's last record among them (`CursorBeyondHead`).
         """
+        if self.refuse_beyond_head:
+            # The hub's head may trail the writer by one hand-over: a client that has just
+            # been answered a record's seq may resume from it.
+            head = max(self.head, self.writer.size - 1)
+            if after > head:
+                raise CursorBeyondHead(
+                    f"after={after} is beyond the head of the log ({head}): no record has that "
+                    f"seq yet (a log restored from an older backup?); resume from at most {head}"
+                )
         cursor = Cursor(
             after,
             self.head,

@@ -72,7 +72,7 @@ def observation_id(request: Request) -> int:
             405, "method_not_allowed",
             f"{request.method} is not allowed on /observations/recent; use GET", {"Allow": "GET"},
         )  # fmt: skip
-    if not (value.isascii() and value.isdigit()) or len(value) > 18:
+    if not agentops.is_observation(value):
         raise Invalid("invalid observation id")
     return int(value)
 

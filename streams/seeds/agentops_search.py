@@ -76,6 +76,8 @@ class AgentOpsSearch(AgentOpsResource):
                 )
             seen = {r["id"] for r in results}
             for hit in hits:
+                if not agentops.is_observation(hit.item.id):  # ours, added through /v1
+                    continue
                 if kind and hit.item.kind != kind or int(hit.item.id) in seen:
                     continue
                 results.append(_result(hit.item, -hit.score))

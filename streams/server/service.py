@@ -24,12 +24,14 @@ import asyncio
 import contextlib
 import logging
 import math
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from starlette.requests import HTTPConnection
 from starlette.types import Scope
 
+from eventstore.errors import InvalidInput
 from eventstore.reader import LogReader
 from eventstore.writer import Durability, LogWriter
 from sections.model.config import MemoryConfig, load_config, warm_counter
@@ -159,7 +161,12 @@ class Service:
         self.closing = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
-        self.replica_secret = load_replica_secret(self.settings.data)
+        data = self.settings.data
+        if os.path.exists(data) and not os.path.isdir(data):
+            raise InvalidInput(
+                f"the data directory {data} is a file, not a directory: choose another with --data"
+            )
+        self.replica_secret = load_replica_secret(data)
         # Load the token counter's vocabulary (about a second of CPU) before taking requests,
         # so no write waits for it (sections/model/tokens.py). First: nothing may await between the
         # start of the loops below (the TTL's writes) and `accepting`.

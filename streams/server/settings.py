@@ -41,6 +41,7 @@ from typing import Any
 
 from eventstore.errors import InvalidInput
 from eventstore.identifiers import is_identifier
+from eventstore.record import CONTROL_TENANT
 
 # `log`: the log-wide reads (every tenant's figures and identifiers: entry bundles, the log's
 # /v1/log/status and /metrics, any partition), for operators and auditors. A tenant's `admin`
@@ -92,6 +93,9 @@ class Settings:
     extra: dict[str, object] = field(default_factory=dict)
 
     def check(self) -> Settings:
+        if type(self.port) is not int or not 0 <= self.port <= 65535:
+            raise InvalidInput(f"port must be 0 to 65535 (0: any free one), not {self.port!r}")
+        _check_tokens(self.tokens)
         if self.store is not None and not self.store.startswith(("postgresql://", "postgres://")):
             raise InvalidInput(
                 "store must be a postgresql:// URL (docs/scale-out.md); leave it out for the "
@@ -136,6 +140,27 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def _check_tokens(tokens: tuple[Token, ...]) -> None:
+    """No token for the log's own tenant (its control records), and no token listed twice: which
+    tenant it names would depend on the order of the list. A token is never echoed (a secret):
+    the entries are named by their place in the list."""
+    first: dict[str, int] = {}
+    for number, token in enumerate(tokens, 1):
+        if token.tenant == CONTROL_TENANT:
+            raise InvalidInput(
+                f"token {number} has tenant {CONTROL_TENANT!r}, reserved for the log's control "
+                "records: give it another tenant"
+            )
+        if token.token in first:
+            was = tokens[first[token.token] - 1].tenant
+            also = f"for tenants {was!r} and {token.tenant!r}" if was != token.tenant else "twice"
+            raise InvalidInput(
+                f"tokens {first[token.token]} and {number} are the same token, listed {also}: "
+                "give each entry its own token"
+            )
+        first[token.token] = number
 
 
 def _parse_tokens(raw: object) -> tuple[Token, ...]:

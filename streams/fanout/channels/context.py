@@ -32,7 +32,12 @@ from streams.fanout.channels.query import (
     single,
     stream_partition,
 )
-from streams.fanout.fanout_errors import FanoutError, HubClosed, TooManySubscribers
+from streams.fanout.fanout_errors import (
+    CursorBeyondHead,
+    FanoutError,
+    HubClosed,
+    TooManySubscribers,
+)
 from streams.fanout.hub import Hub, Subscription
 from streams.server.service import NotLeaderHere, Service
 from streams.web.auth import Principal
@@ -53,6 +58,7 @@ class Refusal(NamedTuple):
 # How the hub's refusals reach a client, whatever the channel. A refusal not named here answers
 # as its nearest base class does.
 REFUSALS: dict[type[FanoutError], Refusal] = {
+    CursorBeyondHead: Refusal(400, WS_POLICY_VIOLATION),
     HubClosed: Refusal(503, WS_TRY_AGAIN_LATER),
     TooManySubscribers: Refusal(429, WS_POLICY_VIOLATION),
     FanoutError: Refusal(503, WS_TRY_AGAIN_LATER),

@@ -91,7 +91,7 @@ def number(
 ) -> float:
     value = single(params, name)
     if value is None:
-        return default
+        return min(default, high)  # a default is capped like any value
     try:
         number = float(value)
     except ValueError:
