@@ -73,6 +73,10 @@ class Server:
             self.proc.wait(10)
 
     def __enter__(self) -> Server:
+        # `with Server(...).start() as s:` started it already: a second start would leave the
+        # first process running, unowned, after the test.
+        if self.proc is not None and self.proc.poll() is None:
+            return self
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
