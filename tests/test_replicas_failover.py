@@ -53,7 +53,11 @@ def _tenants() -> dict[int, str]:
 
 TENANTS = _tenants()
 TOKENS = {p: f"token-{tenant}" for p, tenant in TENANTS.items()}
-ENV_TOKENS = ",".join(f"{TOKENS[p]}:{t}:read+write+admin" for p, t in TENANTS.items())
+OPERATOR = "token-operator"  # reads the log-wide figures (/metrics): the `log` scope
+ENV_TOKENS = ",".join(
+    [f"{TOKENS[p]}:{t}:read+write+admin" for p, t in TENANTS.items()]
+    + [f"{OPERATOR}:{TENANTS[0]}:read+log"]
+)
 
 
 def _init_store(url: str, data: Path) -> None:
@@ -341,7 +345,7 @@ async def _forwarded_write(url: str, partition: int) -> None:
 def _forwarded(url: str) -> dict[str, float]:
     """ledgermem_forwarded_requests_total by outcome, from the replica's /metrics."""
     found = {}
-    headers = {"Authorization": f"Bearer {TOKENS[0]}"}  # an admin token: the operator's figures
+    headers = {"Authorization": f"Bearer {OPERATOR}"}  # log-wide figures need the `log` scope
     for line in httpx.get(url + "/metrics", headers=headers, timeout=5).text.splitlines():
         if line.startswith("ledgermem_forwarded_requests_total{"):
             labels, _, value = line.partition("} ")
