@@ -233,22 +233,6 @@ def delete_session(
 # ---- items ------------------------------------------------------------------------------------
 
 
-_ITEM_FIELDS = {
-    "content",
-    "kind",
-    "role",
-    "tags",
-    "priority",
-    "metadata",
-    "group",
-    "name",
-    "tool_calls",
-    "tool_call_id",
-    "images",
-    "reasoning_details",
-    "agent_calls",
-    "structured_data",
-}
 # Fields kept in an item's `extra`: how a message was said rather than what it says. Every read
 # returns them beside the content; context renders them as an OpenAI-style API expects.
 EXTRA_FIELDS = (
@@ -260,6 +244,7 @@ EXTRA_FIELDS = (
     "agent_calls",
     "structured_data",  # MARSYS's: what an agent returned as a dict beside its text
 )
+_ITEM_FIELDS = {"content", "kind", "role", "tags", "priority", "metadata", "group", *EXTRA_FIELDS}
 
 
 def _new_item(
