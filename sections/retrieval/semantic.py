@@ -426,6 +426,8 @@ class SemanticIndex:
             }
 
     def cached(self) -> int:
-        """Vectors in the cache (distinct texts)."""
+        """Vectors in the cache (distinct texts), once what is queued is applied: a removal
+        queued by the writer but not yet reached by the index's thread has already happened."""
         with self.lock:
+            self._apply_queued()
             return len(self._vectors)
