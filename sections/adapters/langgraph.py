@@ -42,6 +42,9 @@ __all__ = ["LedgerSaver"]
 
 PAGE = 64  # checkpoints a list reads per `items.read`, so a `limit` stops early
 ERASE_REASON = "langgraph"
+# Named here: inside the class, `list` is the saver's method.
+Doomed = list[tuple[str, list[str]]]  # (thread id, the item ids to erase) per thread
+Copies = list[dict]  # items to add
 
 
 class LedgerSaver(BaseCheckpointSaver[int]):
@@ -152,7 +155,8 @@ class LedgerSaver(BaseCheckpointSaver[int]):
         pending = []
         for w in writes:
             if w.id in views:
-                value = self.serde.loads_typed(rec.typed_from_json(views[w.id].content["value"]))
+                held: Any = views[w.id].content
+                value = self.serde.loads_typed(rec.typed_from_json(held["value"]))
                 pending.append((w.metadata["task_id"], w.metadata["channel"], value))
         return CheckpointTuple(
             config=_config(thread_id, ns, entry.metadata["checkpoint_id"]),
@@ -188,10 +192,13 @@ class LedgerSaver(BaseCheckpointSaver[int]):
                 continue
             named = rec.chosen(rec.latest_checkpoints(entries), ns, checkpoint_id, before_id)
             for at in range(0, len(named), PAGE):
-                yield thread_id, [
-                    (e, rec.writes_of(entries, e.metadata["ns"], e.metadata["checkpoint_id"]))
-                    for e in named[at : at + PAGE]
-                ]
+                yield (
+                    thread_id,
+                    [
+                        (e, rec.writes_of(entries, e.metadata["ns"], e.metadata["checkpoint_id"]))
+                        for e in named[at : at + PAGE]
+                    ],
+                )
 
     # ---- the checkpointer ---------------------------------------------------------------------
 
@@ -265,7 +272,7 @@ class LedgerSaver(BaseCheckpointSaver[int]):
         return _config(thread_id, ns, checkpoint["id"])
 
     def _write_items(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
-                     task_id: str, task_path: str) -> tuple[str, list[dict]]:  # fmt: skip
+                     task_id: str, task_path: str) -> tuple[str, Copies]:  # fmt: skip
         conf = config["configurable"]
         ns, checkpoint_id = conf.get("checkpoint_ns", ""), conf["checkpoint_id"]
         items = [
@@ -298,7 +305,7 @@ class LedgerSaver(BaseCheckpointSaver[int]):
         if self._entries(thread_id) is not None:
             await self._session(thread_id).erase_all_async(reason=ERASE_REASON)
 
-    def _doomed_by_runs(self, run_ids: Sequence[str]) -> list[tuple[str, list[str]]]:
+    def _doomed_by_runs(self, run_ids: Sequence[str]) -> Doomed:
         wanted = set(run_ids)
         found = []
         for thread_id in self._threads() if wanted else []:
@@ -316,7 +323,7 @@ class LedgerSaver(BaseCheckpointSaver[int]):
         for thread_id, ids in self._doomed_by_runs(run_ids):
             await self._session(thread_id).erase_async(ids, reason=ERASE_REASON)
 
-    def _copies(self, source: str, views: dict[str, ItemView]) -> list[dict]:
+    def _copies(self, source: str, views: dict[str, ItemView]) -> Copies:
         return [
             {"content": v.content, "kind": v.kind, "metadata": v.metadata}
             for v in sorted(views.values(), key=lambda v: (v.seq, v.id))
@@ -335,7 +342,7 @@ class LedgerSaver(BaseCheckpointSaver[int]):
             if items:
                 await self._aadd(target_thread_id, items)
 
-    def _pruned(self, thread_ids: Sequence[str], strategy: str) -> list[tuple[str, list[str]]]:
+    def _pruned(self, thread_ids: Sequence[str], strategy: str) -> Doomed:
         if strategy not in ("keep_latest", "delete"):
             raise ValueError(f"prune strategy {strategy!r}: use 'keep_latest' or 'delete'")
         found = []
@@ -370,4 +377,4 @@ def _ids(page: list[tuple[rec.Entry, list[rec.Entry]]]) -> list[str]:
 
 
 def _matches(metadata: CheckpointMetadata, wanted: dict[str, Any] | None) -> bool:
-    return not wanted or all(metadata.get(k) == v for k, v in wanted.items())  # type: ignore[misc]
+    return not wanted or all(metadata.get(k) == v for k, v in wanted.items())
