@@ -1,0 +1,317 @@
+"""LangGraph's long-term store on a `Memory`: `LedgerStore` (docs/adapters/langgraph.md).
+
+A namespace is a session (`lgstore:<namespace>`, the namespace kept in its metadata), each key
+an item of its section `store` (searchable) or `store_unindexed` (a put with `index=False`),
+whose content is the value and whose metadata is the key and its creation time. A put is one
+record (`item.added`, or `item.updated` for a key held), a delete an `item.removed`, every read
+that returns values an `items.read`. Search ranks with the memory's own ranking: the query goes
+to `Memory.search` with `scope="tenant"` over the namespaces' sessions, which is BM25 and, with
+the `semantic` extra and `recall_semantic` on, its hybrid with embeddings (docs/recall.md).
+`erase_namespace` erases a namespace from the log's files.
+
+Imports LangGraph (the `langgraph` extra): nothing else of ledgermem imports this module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from langgraph.store.base import (
+    BaseStore,
+    GetOp,
+    InvalidNamespaceError,
+    Item,
+    ListNamespacesOp,
+    MatchCondition,
+    Op,
+    PutOp,
+    Result,
+    SearchItem,
+    SearchOp,
+)
+
+from sections.adapters import foreign_ids
+from sections.adapters.langgraph_memory import Held
+from sections.errors import NotFound, SessionNotFound
+from sections.model.state import MemoryState
+from sections.retrieval.views import ItemView
+from sections.runtime.memory import Memory
+from sections.runtime.session import Session
+
+__all__ = ["LedgerStore"]
+
+INDEXED, UNINDEXED = "store", "store_unindexed"
+ADAPTER_KEY, ADAPTER, NAMESPACE_KEY = "adapter", "langgraph-store", "namespace"
+PREFIX = "lgstore:"
+SECTION_SETTINGS: dict[str, dict] = {
+    INDEXED: {"budget_tokens": None, "policy": "none", "lifetime": "durable", "searchable": True},
+    UNINDEXED: {"budget_tokens": None, "policy": "none", "lifetime": "durable"},
+}
+
+
+@dataclass(frozen=True)
+class KeyEntry:
+    """What the state says of one key, without its value."""
+
+    item: str
+    section: str
+    created: int  # microseconds
+    order: tuple[int, int]
+
+
+Keys = dict[tuple[str, ...], dict[str, KeyEntry]]  # namespace -> key -> its newest item
+
+
+def session_of(namespace: tuple[str, ...]) -> str:
+    text = json.dumps(list(namespace), ensure_ascii=False, separators=(",", ":"))
+    return PREFIX + foreign_ids.encode(text, 128 - len(PREFIX))
+
+
+class LedgerStore(BaseStore):
+    """`BaseStore` on a ledgermem memory: `LedgerStore()` in-process (LangGraph's
+    `InMemoryStore`), `data_dir=` durable there, `memory=` a `Memory` of the caller's."""
+
+    def __init__(self, memory: Memory | None = None, *,
+                 data_dir: str | os.PathLike[str] | None = None,
+                 tenant: str | None = None) -> None:  # fmt: skip
+        self._held = Held(memory, data_dir, "ledgermem-langgraph-store-")
+        self.memory = self._held.memory
+        self.tenant = tenant or self.memory.tenant
+
+    def close(self) -> None:
+        self._held.close()
+
+    def __enter__(self) -> LedgerStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- BaseStore ----------------------------------------------------------------------------
+
+    def batch(self, ops: Iterable[Op]) -> list[Result]:
+        """Each op in order, each its own records (a batch is not one transaction)."""
+        results: list[Result] = []
+        for op in ops:
+            if isinstance(op, GetOp):
+                results.append(self._get(op))
+            elif isinstance(op, PutOp):
+                self._put(op)
+                results.append(None)
+            elif isinstance(op, SearchOp):
+                results.append(self._search(op))
+            elif isinstance(op, ListNamespacesOp):
+                results.append(self._list_namespaces(op))
+            else:
+                raise TypeError(f"unknown store operation {type(op).__name__}")
+        return results
+
+    async def abatch(self, ops: Iterable[Op]) -> list[Result]:
+        """`batch` on a worker thread, so the event loop never waits for an fsync."""
+        return await asyncio.to_thread(self.batch, list(ops))
+
+    def erase_namespace(self, namespace: tuple[str, ...], *, reason: str = "langgraph") -> None:
+        """Erase a namespace from the log's files: every record of its session is redacted
+        (a delete only removes a key from the memory, its value stays in the log's history)."""
+        if tuple(namespace) in self._keys():
+            self._session(tuple(namespace)).erase_all(reason=reason)
+
+    # ---- the state, without content -----------------------------------------------------------
+
+    def _keys(self) -> Keys:
+        tenant = self.tenant
+
+        def look(state: MemoryState) -> Keys:
+            found: Keys = {}
+            for (t, _), session in state.sessions.items():
+                if t != tenant or session.metadata.get(ADAPTER_KEY) != ADAPTER:
+                    continue
+                keys: dict[str, KeyEntry] = {}
+                for name in (INDEXED, UNINDEXED):
+                    section = session.sections.get(name)
+                    for item in section.items.values() if section else ():
+                        held = KeyEntry(item.id, name, item.metadata["created"], item.order)
+                        old = keys.get(item.metadata["key"])
+                        if old is None or old.order < held.order:
+                            keys[item.metadata["key"]] = held
+                if keys:
+                    found[tuple(session.metadata[NAMESPACE_KEY])] = keys
+            return found
+
+        return self.memory.read(look)
+
+    def _session(self, namespace: tuple[str, ...]) -> Session[Memory]:
+        return Session(self.memory, self.tenant, session_of(namespace))
+
+    def _read(self, namespace: tuple[str, ...], section: str,
+              ids: list[str] | None) -> list[ItemView]:  # fmt: skip
+        try:
+            return self._session(namespace).get(section, ids)
+        except NotFound:  # removed meanwhile: as if read before it was put
+            return []
+
+    # ---- the operations -----------------------------------------------------------------------
+
+    def _get(self, op: GetOp) -> Item | None:
+        _check(op.namespace)
+        held = self._keys().get(tuple(op.namespace), {}).get(op.key)
+        if held is None:
+            return None
+        views = self._read(tuple(op.namespace), held.section, [held.item])
+        return _item(tuple(op.namespace), op.key, held, views[0]) if views else None
+
+    def _put(self, op: PutOp) -> None:
+        namespace = tuple(op.namespace)
+        _check(namespace, root=True)
+        held = self._keys().get(namespace, {}).get(op.key)
+        session = self._session(namespace)
+        if op.value is None:
+            if held is not None:
+                session.remove(held.section, [held.item])
+            return
+        section = UNINDEXED if op.index is False else INDEXED
+        if held is not None and held.section == section:
+            meta = {"key": op.key, "created": held.created}
+            session.update(section, held.item, content=dict(op.value), metadata=meta)
+            return
+        if held is not None:  # indexed before, not now (or the other way): one section holds it
+            session.remove(held.section, [held.item])
+        created = held.created if held is not None else _now_us()
+        item = {"content": dict(op.value), "metadata": {"key": op.key, "created": created}}
+        try:
+            session.add_many(section, [item])
+        except SessionNotFound:
+            self.memory.get_or_create(session.id, tenant=self.tenant, sections=SECTION_SETTINGS,
+                                      metadata={ADAPTER_KEY: ADAPTER, NAMESPACE_KEY: list(namespace)},
+                                      token_counter="approx-chars-per-4")  # fmt: skip
+            session.add_many(section, [item])
+
+    def _search(self, op: SearchOp) -> list[SearchItem]:
+        prefix = tuple(op.namespace_prefix)
+        _check(prefix, empty=True)
+        keys = {ns: k for ns, k in self._keys().items() if ns[: len(prefix)] == prefix}
+        if not keys:
+            return []
+        found = self._ranked(op.query, keys) if op.query else self._all(keys)
+        matching = [f for f in found if _matches(f.value, op.filter)]
+        return matching[op.offset : op.offset + op.limit]
+
+    def _ranked(self, query: str, keys: Keys) -> list[SearchItem]:
+        """The memory's ranking over the namespaces' indexed items, best first."""
+        by_session = {session_of(ns): ns for ns in keys}
+        held = {(session_of(ns), h.item): (ns, key, h) for ns, k in keys.items()
+                for key, h in k.items()}  # fmt: skip
+        hits = self.memory.search(query, tenant=self.tenant, sessions=sorted(by_session),
+                                  sections=[INDEXED], scope="tenant",
+                                  top_k=max(1, len(held)))  # fmt: skip
+        out = []
+        for hit in hits:
+            ns_key_held = held.get((hit.session, hit.item.id))
+            if ns_key_held is not None:
+                ns, key, h = ns_key_held
+                out.append(_search_item(ns, key, h, hit.item, float(hit.score)))
+        return out
+
+    def _all(self, keys: Keys) -> list[SearchItem]:
+        """Every value of the namespaces, newest update first (LangGraph's stores' order)."""
+        out = []
+        for ns, by_key in keys.items():
+            by_item = {h.item: (key, h) for key, h in by_key.items()}
+            for section in (INDEXED, UNINDEXED):
+                if not any(h.section == section for h in by_key.values()):
+                    continue
+                for view in self._read(ns, section, None):
+                    if view.id in by_item:
+                        key, h = by_item[view.id]
+                        out.append(_search_item(ns, key, h, view, None))
+        return sorted(out, key=lambda i: i.updated_at, reverse=True)
+
+    def _list_namespaces(self, op: ListNamespacesOp) -> list[tuple[str, ...]]:
+        namespaces = [ns for ns in self._keys()
+                      if all(_does_match(c, ns) for c in op.match_conditions or ())]  # fmt: skip
+        if op.max_depth is not None:
+            namespaces = [ns[: op.max_depth] for ns in namespaces]
+        return sorted(set(namespaces))[op.offset : op.offset + op.limit]
+
+
+def _check(namespace: tuple[str, ...], *, root: bool = False, empty: bool = False) -> None:
+    if not namespace and not empty:
+        raise InvalidNamespaceError("Namespace cannot be empty.")
+    for label in namespace:
+        if not isinstance(label, str) or not label or "." in label or "\x00" in label:
+            raise InvalidNamespaceError(f"Invalid namespace label {label!r} in {namespace}")
+    if root and namespace[0] == "langgraph":
+        raise InvalidNamespaceError(f'Root label for namespace cannot be "langgraph": {namespace}')
+
+
+def _now_us() -> int:
+    return int(datetime.now(UTC).timestamp() * 1_000_000)
+
+
+def _time(us: int) -> datetime:
+    return datetime.fromtimestamp(us / 1_000_000, UTC)
+
+
+def _item(namespace: tuple[str, ...], key: str, held: KeyEntry, view: ItemView) -> Item:
+    value: Any = view.content
+    return Item(value=value, key=key, namespace=namespace, created_at=_time(held.created),
+                updated_at=_time(view.ts))  # fmt: skip
+
+
+def _search_item(namespace: tuple[str, ...], key: str, held: KeyEntry, view: ItemView,
+                 score: float | None) -> SearchItem:  # fmt: skip
+    value: Any = view.content
+    return SearchItem(namespace=namespace, key=key, value=value, score=score,
+                      created_at=_time(held.created), updated_at=_time(view.ts))  # fmt: skip
+
+
+def _does_match(condition: MatchCondition, namespace: tuple[str, ...]) -> bool:
+    path = tuple(condition.path)
+    if len(namespace) < len(path):
+        return False
+    if condition.match_type == "prefix":
+        pairs = zip(namespace, path, strict=False)
+    elif condition.match_type == "suffix":
+        pairs = zip(reversed(namespace), reversed(path), strict=False)
+    else:
+        raise ValueError(f"unknown match type {condition.match_type!r}: prefix or suffix")
+    return all(p == "*" or n == p for n, p in pairs)
+
+
+def _matches(value: dict, wanted: dict[str, Any] | None) -> bool:
+    return not wanted or all(_compare(value.get(k), v) for k, v in wanted.items())
+
+
+_OPERATORS = {
+    "$eq": lambda a, b: a == b,
+    "$ne": lambda a, b: a != b,
+    "$gt": lambda a, b: float(a) > float(b),
+    "$gte": lambda a, b: float(a) >= float(b),
+    "$lt": lambda a, b: float(a) < float(b),
+    "$lte": lambda a, b: float(a) <= float(b),
+}
+
+
+def _compare(value: Any, wanted: Any) -> bool:
+    """A filter's value against a stored one, as LangGraph's stores compare (JSONB-like)."""
+    if isinstance(wanted, dict):
+        if any(k.startswith("$") for k in wanted):
+            for op, operand in wanted.items():
+                if op not in _OPERATORS:
+                    raise ValueError(f"unsupported filter operator {op!r}")
+                if value is None and op not in ("$eq", "$ne"):
+                    return False
+                if not _OPERATORS[op](value, operand):
+                    return False
+            return True
+        return isinstance(value, dict) and all(_compare(value.get(k), v) for k, v in wanted.items())
+    if isinstance(wanted, list | tuple):
+        return (isinstance(value, list | tuple) and len(value) == len(wanted)
+                and all(_compare(a, b) for a, b in zip(value, wanted, strict=True)))  # fmt: skip
+    return bool(value == wanted)

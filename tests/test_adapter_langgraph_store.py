@@ -1,0 +1,198 @@
+"""LangGraph's long-term store on ledgermem (sections/adapters/langgraph_store.py): namespaces
+as sessions, keys as items; get, put, delete, search ranked by the memory's own ranking with
+LangGraph's filters, namespaces listed; every put a record, every read traced, the store
+rebuilt from the log equal to the live one, an erased namespace gone from the files.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import operator
+from pathlib import Path
+from typing import Annotated, TypedDict
+
+import pytest
+
+pytest.importorskip("langgraph")
+
+from langgraph.graph import END, START, StateGraph  # noqa: E402
+from langgraph.runtime import Runtime  # noqa: E402
+from langgraph.store.base import GetOp, InvalidNamespaceError, PutOp, SearchOp  # noqa: E402
+
+from eventstore.file_sink import Durability  # noqa: E402
+from sections.adapters.langgraph import LedgerSaver  # noqa: E402
+from sections.adapters.langgraph_store import LedgerStore, session_of  # noqa: E402
+from sections.runtime.memory import Memory  # noqa: E402
+
+DOCS = {
+    "coffee": {"text": "likes dark roast coffee, espresso in the morning", "rank": 3},
+    "pet": {"text": "has a cat named Miso", "rank": 5, "tags": ["home"]},
+    "tea": {"text": "sometimes green tea instead of coffee", "rank": 1},
+}
+
+
+@pytest.fixture
+def mem(tmp_path):
+    memory = Memory.open(tmp_path / "data", durability=Durability.UNSAFE_NO_FSYNC)
+    yield memory
+    memory.close()
+
+
+@pytest.fixture
+def store(mem):
+    store = LedgerStore(mem)
+    for key, value in DOCS.items():
+        store.put(("users", "ana", "memories"), key, value)
+    store.put(("users", "bo", "memories"), "coffee", {"text": "no coffee, ever", "rank": 2})
+    return store
+
+
+def types_of(mem: Memory, session: str) -> list[str]:
+    return [r.type for r in mem.reader.records() if r.session == session]
+
+
+def test_put_get_update_delete_are_records(mem, store):
+    ns = ("users", "ana", "memories")
+    got = store.get(ns, "pet")
+    assert got is not None and got.value == DOCS["pet"] and got.namespace == ns
+    store.put(ns, "pet", {"text": "has two cats", "rank": 6})
+    again = store.get(ns, "pet")
+    assert again.value == {"text": "has two cats", "rank": 6}
+    assert again.created_at == got.created_at and again.updated_at > got.updated_at
+    store.delete(ns, "pet")
+    assert store.get(ns, "pet") is None and store.get(ns, "nothing") is None
+    types = types_of(mem, session_of(ns))
+    assert types.count("item.added") == 3 and "item.updated" in types and "item.removed" in types
+    assert types.count("items.read") == 2  # a get that finds nothing reads nothing
+
+
+def test_search_ranks_as_the_memory_does(mem, store):
+    hits = store.search(("users",), query="coffee espresso")
+    ranked = mem.search("coffee espresso", sessions=sorted({session_of(h.namespace) for h in hits}),
+                        sections=["store"], scope="tenant", top_k=10)  # fmt: skip
+    assert [(session_of(h.namespace), h.key) for h in hits] == [
+        (h.session, h.item.metadata["key"]) for h in ranked
+    ]
+    assert hits[0].key == "coffee" and hits[0].namespace == ("users", "ana", "memories")
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+    assert {h.key for h in store.search(("users", "bo"), query="coffee")} == {"coffee"}
+    assert store.search(("users",), query="coffee", limit=1, offset=1)[0].key != hits[0].key
+
+
+def test_search_filters_and_lists_without_a_query(store):
+    ns = ("users", "ana", "memories")
+    assert {h.key for h in store.search(ns, filter={"rank": {"$gte": 3}})} == {"coffee", "pet"}
+    assert [h.key for h in store.search(ns, filter={"tags": ["home"]})] == ["pet"]
+    assert [h.key for h in store.search(("users",), query="coffee", filter={"rank": 2})] == [
+        "coffee"
+    ]
+    everything = store.search(("users",), limit=10)
+    assert len(everything) == 4 and all(h.score is None for h in everything)
+    assert [h.updated_at for h in everything] == sorted((h.updated_at for h in everything),
+                                                         reverse=True)  # fmt: skip
+
+
+def test_unindexed_values_are_kept_but_not_searched(store):
+    ns = ("users", "cy")
+    store.put(ns, "secret", {"text": "coffee notes"}, index=False)
+    assert store.get(ns, "secret").value == {"text": "coffee notes"}
+    assert [h.key for h in store.search(ns, query="coffee")] == []
+    assert [h.key for h in store.search(ns)] == ["secret"]
+    store.put(ns, "secret", {"text": "coffee notes"})  # indexed now
+    assert [h.key for h in store.search(ns, query="coffee")] == ["secret"]
+
+
+def test_namespaces_are_listed_matched_and_truncated(store):
+    store.put(("docs", "ana"), "a", {"x": 1})
+    assert store.list_namespaces() == [("docs", "ana"), ("users", "ana", "memories"),
+                                       ("users", "bo", "memories")]  # fmt: skip
+    assert store.list_namespaces(prefix=("users",), max_depth=2) == [("users", "ana"),
+                                                                      ("users", "bo")]  # fmt: skip
+    assert store.list_namespaces(prefix=("users", "*", "memories"), limit=1, offset=1) == [
+        ("users", "bo", "memories")
+    ]
+    assert store.list_namespaces(suffix=("ana",)) == [("docs", "ana")]
+    store.delete(("docs", "ana"), "a")
+    assert ("docs", "ana") not in store.list_namespaces()
+
+
+def test_bad_namespaces_are_refused_and_append_nothing(mem, store):
+    head = mem.reader.head()
+    for bad in [(), ("langgraph", "x"), ("a.b",), ("",)]:
+        with pytest.raises(InvalidNamespaceError):
+            store.batch([PutOp(bad, "k", {"v": 1})])
+    assert mem.reader.head() == head
+
+
+def test_the_store_rebuilt_from_the_log_equals_live(tmp_path):
+    data = tmp_path / "data"
+    store = LedgerStore(data_dir=data)
+    for key, value in DOCS.items():
+        store.put(("users", "ana"), key, value)
+    store.put(("users", "ana"), "tea", {"text": "only green tea", "rank": 9})
+    store.delete(("users", "ana"), "pet")
+    live = [(i.key, i.value, i.created_at, i.updated_at) for i in store.search(("users",))]
+    ranked = [(i.key, i.score) for i in store.search(("users",), query="green tea coffee")]
+    store.close()
+    reopened = LedgerStore(data_dir=data)
+    try:
+        assert [(i.key, i.value, i.created_at, i.updated_at)
+                for i in reopened.search(("users",))] == live  # fmt: skip
+        assert [
+            (i.key, i.score) for i in reopened.search(("users",), query="green tea coffee")
+        ] == ranked
+    finally:
+        reopened.close()
+
+
+def test_an_erased_namespace_leaves_no_content_in_the_files(mem, store):
+    store.put(("users", "zed"), "k", {"text": "zed's unmistakable marker 7f3a"})
+    files = lambda: b"".join(p.read_bytes() for p in Path(mem.log_dir).iterdir() if p.is_file())  # noqa: E731
+    assert b"unmistakable marker 7f3a" in files()
+    store.erase_namespace(("users", "zed"))
+    assert b"unmistakable marker 7f3a" not in files()
+    assert store.get(("users", "zed"), "k") is None
+    assert b"likes dark roast coffee" in files()  # other namespaces are untouched
+    assert store.get(("users", "ana", "memories"), "coffee").value == DOCS["coffee"]
+
+
+def test_async_batches(store):
+    async def run():
+        await store.aput(("users", "dee"), "k", {"text": "async value"})
+        return await store.abatch([GetOp(("users", "dee"), "k"),
+                                   SearchOp(("users", "dee"), query="async")])  # fmt: skip
+
+    got, hits = asyncio.run(run())
+    assert got.value == {"text": "async value"} and [h.key for h in hits] == ["k"]
+
+
+class State(TypedDict):
+    said: Annotated[list[str], operator.add]
+
+
+def test_a_graph_remembers_across_threads_through_the_store():
+    saver, store = LedgerSaver(), LedgerStore()
+
+    def remember(state: State, runtime: Runtime) -> dict:
+        assert runtime.store is not None
+        runtime.store.put(("notes",), state["said"][-1], {"text": state["said"][-1]})
+        return {}
+
+    def recall(state: State, runtime: Runtime) -> dict:
+        assert runtime.store is not None
+        return {"said": [h.value["text"] for h in runtime.store.search(("notes",), query="tea")]}
+
+    builder = StateGraph(State)
+    builder.add_node("remember", remember)
+    builder.add_node("recall", recall)
+    builder.add_edge(START, "remember")
+    builder.add_edge("remember", "recall")
+    builder.add_edge("recall", END)
+    graph = builder.compile(checkpointer=saver, store=store)
+    try:
+        graph.invoke({"said": ["I like green tea"]}, {"configurable": {"thread_id": "one"}})
+        out = graph.invoke({"said": ["hello"]}, {"configurable": {"thread_id": "two"}})
+        assert out["said"] == ["hello", "I like green tea"]
+    finally:
+        saver.close()
+        store.close()
