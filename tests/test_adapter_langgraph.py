@@ -12,7 +12,6 @@ import os
 import subprocess
 import sys
 import threading
-import uuid
 from pathlib import Path
 from typing import Annotated, TypedDict
 
@@ -260,4 +259,4 @@ def test_the_docs_example_runs(tmp_path):
     done = subprocess.run([sys.executable, "-c", example], cwd=tmp_path, env=env,
                           capture_output=True, text=True)  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert uuid.UUID  # the example prints what it checks
+    assert done.stdout.strip() == "ok"

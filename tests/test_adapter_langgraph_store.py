@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import operator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, TypedDict
 
@@ -19,6 +20,7 @@ from langgraph.graph import END, START, StateGraph  # noqa: E402
 from langgraph.runtime import Runtime  # noqa: E402
 from langgraph.store.base import GetOp, InvalidNamespaceError, PutOp, SearchOp  # noqa: E402
 
+from eventstore.errors import InvalidInput  # noqa: E402
 from eventstore.file_sink import Durability  # noqa: E402
 from sections.adapters.langgraph import LedgerSaver  # noqa: E402
 from sections.adapters.langgraph_store import LedgerStore, session_of  # noqa: E402
@@ -116,12 +118,16 @@ def test_namespaces_are_listed_matched_and_truncated(store):
     assert ("docs", "ana") not in store.list_namespaces()
 
 
-def test_bad_namespaces_are_refused_and_append_nothing(mem, store):
+def test_bad_namespaces_and_values_are_refused_and_append_nothing(mem, store):
     head = mem.reader.head()
     for bad in [(), ("langgraph", "x"), ("a.b",), ("",)]:
         with pytest.raises(InvalidNamespaceError):
             store.batch([PutOp(bad, "k", {"v": 1})])
+    for value in [{"when": datetime.now(UTC)}, {"n": float("nan")}, ["not", "a", "dict"]]:
+        with pytest.raises(InvalidInput):
+            store.batch([PutOp(("a", "new", "namespace"), "k", value)])
     assert mem.reader.head() == head
+    assert store.list_namespaces(prefix=("a",)) == []
 
 
 def test_the_store_rebuilt_from_the_log_equals_live(tmp_path):

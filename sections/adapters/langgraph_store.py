@@ -36,6 +36,8 @@ from langgraph.store.base import (
     SearchOp,
 )
 
+from eventstore.errors import InvalidInput
+from eventstore.jcs import check_value
 from sections.adapters import foreign_ids
 from sections.adapters.langgraph_memory import Held
 from sections.errors import NotFound, SessionNotFound
@@ -175,6 +177,10 @@ class LedgerStore(BaseStore):
             if held is not None:
                 session.remove(held.section, [held.item])
             return
+        if not isinstance(op.value, dict):
+            raise InvalidInput(f"a store value is a dict, not {type(op.value).__name__}")
+        # Checked before the namespace's session is created: a refusal appends nothing.
+        check_value(op.value)
         section = UNINDEXED if op.index is False else INDEXED
         if held is not None and held.section == section:
             meta = {"key": op.key, "created": held.created}
