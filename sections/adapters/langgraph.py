@@ -88,7 +88,7 @@ class LedgerSaver(BaseCheckpointSaver[int]):
                 return None
             return rec.entries_of(session.sections[rec.SECTION].items.values())
 
-        return self.memory.read(look)
+        return self.memory.read(look, session=key)  # waits for this thread's records only
 
     def _threads(self) -> list[str]:
         """Every thread id of the tenant, in creation order."""
