@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import operator
+import signal
 import subprocess
 import sys
 import threading
@@ -140,6 +141,43 @@ def test_state_rebuilt_from_the_log_equals_live(tmp_path):
         assert graph_on(reopened).get_state(config).values == {"steps": ["a", "b"], "n": 4}
     finally:
         reopened.close()
+
+
+CHILD = """
+import sys
+from langgraph.checkpoint.base.id import uuid6
+from sections.adapters.langgraph import LedgerSaver
+
+saver = LedgerSaver(data_dir=sys.argv[1])
+config = {"configurable": {"thread_id": "crash", "checkpoint_ns": ""}}
+i = 0
+while True:
+    checkpoint = {"v": 1, "id": str(uuid6(clock_seq=-1)), "ts": "", "versions_seen": {},
+                  "channel_values": {"i": i}, "channel_versions": {"i": i + 1},
+                  "pending_sends": [], "updated_channels": None}
+    got = saver.put(config, checkpoint, {"step": i}, {"i": i + 1})
+    saver.put_writes(got, [("out", i)], "task")
+    print(got["configurable"]["checkpoint_id"], i, flush=True)  # both puts have returned
+    config = got
+    i += 1
+"""
+
+
+def test_every_put_that_returned_survives_kill_9(tmp_path):
+    data = tmp_path / "data"
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(data)], cwd=ROOT,
+                             stdout=subprocess.PIPE, text=True)  # fmt: skip
+    assert child.stdout is not None
+    returned = [child.stdout.readline().split() for _ in range(40)]
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    with LedgerSaver(data_dir=data) as saver:
+        for checkpoint_id, i in returned:
+            config = {"configurable": {"thread_id": "crash", "checkpoint_id": checkpoint_id}}
+            found = saver.get_tuple(config)
+            assert found is not None, f"put {i} returned but is lost"
+            assert found.checkpoint["channel_values"] == {"i": int(i)}
+            assert found.pending_writes == [("task", "out", int(i))]
 
 
 def test_a_deleted_thread_leaves_no_content_in_the_files(mem):
