@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import operator
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, TypedDict
@@ -202,3 +203,64 @@ def test_a_graph_remembers_across_threads_through_the_store():
     finally:
         saver.close()
         store.close()
+
+
+class Clock:
+    """The store's time, moved by the test (microseconds)."""
+
+    def __init__(self) -> None:
+        self.now = 1_800_000_000_000_000
+
+    def __call__(self) -> int:
+        return self.now
+
+    def minutes(self, m: float) -> None:
+        self.now += int(m * 60_000_000)
+
+
+def test_a_key_past_its_ttl_is_never_returned_and_a_sweep_removes_it(mem):
+    clock = Clock()
+    store = LedgerStore(mem, ttl={"default_ttl": 10, "refresh_on_read": False}, clock=clock)
+    store.put(("s",), "short", {"text": "short lived tea"})  # the default: 10 minutes
+    store.put(("s",), "long", {"text": "long lived tea"}, ttl=60)
+    store.put(("s",), "forever", {"text": "kept tea"}, ttl=None)
+    clock.minutes(11)
+    assert store.get(("s",), "short") is None
+    assert {h.key for h in store.search(("s",), query="tea")} == {"long", "forever"}
+    assert {h.key for h in store.search(("s",))} == {"long", "forever"}
+    store.put(("s",), "short", {"text": "back again"}, ttl=None)  # a new value, no expiry
+    assert store.get(("s",), "short").value == {"text": "back again"}
+    clock.minutes(50)
+    assert store.sweep_ttl() == 2  # the first "short" and "long"
+    assert store.sweep_ttl() == 0
+    assert {h.key for h in store.search(("s",))} == {"short", "forever"}
+    removed = [r for r in mem.reader.records() if r.type == "item.removed"]
+    assert sum(len(ids) for r in removed for ids in r.payload["items"].values()) == 2
+
+
+def test_a_read_refreshes_a_ttl_when_asked(mem):
+    clock = Clock()
+    store = LedgerStore(mem, ttl={"default_ttl": 10}, clock=clock)  # refresh_on_read: True
+    store.put(("r",), "k", {"text": "refreshed"})
+    store.put(("r",), "other", {"text": "not read"})
+    clock.minutes(8)
+    assert store.get(("r",), "k") is not None  # its expiry moves to minute 18
+    assert store.get(("r",), "other", refresh_ttl=False) is not None
+    clock.minutes(8)
+    assert store.get(("r",), "k").value == {"text": "refreshed"}
+    assert store.get(("r",), "other") is None
+
+
+def test_a_ttl_sweeper_thread_runs_and_stops_on_close(mem):
+    clock = Clock()
+    store = LedgerStore(mem, ttl={"sweep_interval_minutes": 0.0001}, clock=clock)  # 6 ms
+    store.put(("w",), "k", {"text": "gone soon"}, ttl=1)
+    clock.minutes(2)
+    deadline = 0
+    while store.memory.read(lambda s: any(sec.items for sess in s.sessions.values()
+                                          for sec in sess.sections.values())):  # fmt: skip
+        deadline += 1
+        assert deadline < 10_000, "the sweeper never removed the expired key"
+        threading.Event().wait(0.005)
+    store.close()
+    assert store._sweeper is not None and not store._sweeper.is_alive()

@@ -7,7 +7,8 @@ record (`item.added`, or `item.updated` for a key held), a delete an `item.remov
 that returns values an `items.read`. Search ranks with the memory's own ranking: the query goes
 to `Memory.search` with `scope="tenant"` over the namespaces' sessions, which is BM25 and, with
 the `semantic` extra and `recall_semantic` on, its hybrid with embeddings (docs/recall.md).
-`erase_namespace` erases a namespace from the log's files.
+`erase_namespace` erases a namespace from the log's files. A key put with a TTL keeps its
+expiry in its metadata: once past it, no read returns it, and `sweep_ttl` removes it.
 
 Imports LangGraph (the `langgraph` extra): nothing else of ledgermem imports this module.
 """
@@ -17,7 +18,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import Iterable
+import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -34,6 +36,7 @@ from langgraph.store.base import (
     Result,
     SearchItem,
     SearchOp,
+    TTLConfig,
 )
 
 from eventstore.errors import InvalidInput
@@ -65,6 +68,12 @@ class KeyEntry:
     section: str
     created: int  # microseconds
     order: tuple[int, int]
+    ttl: float | None = None  # minutes, as the put gave it
+    expires: int | None = None  # microseconds
+
+    def metadata(self, key: str, now: int) -> dict:
+        """The item's metadata with its expiry moved `ttl` minutes past `now` (a refresh)."""
+        return {"key": key, "created": self.created, **_expiry(self.ttl, now)}
 
 
 Keys = dict[tuple[str, ...], dict[str, KeyEntry]]  # namespace -> key -> its newest item
@@ -77,17 +86,51 @@ def session_of(namespace: tuple[str, ...]) -> str:
 
 class LedgerStore(BaseStore):
     """`BaseStore` on a ledgermem memory: `LedgerStore()` in-process (LangGraph's
-    `InMemoryStore`), `data_dir=` durable there, `memory=` a `Memory` of the caller's."""
+    `InMemoryStore`), `data_dir=` durable there, `memory=` a `Memory` of the caller's.
+    `ttl=`: LangGraph's `TTLConfig` (`default_ttl`, `refresh_on_read`, `sweep_interval_minutes`
+    for a sweeper thread; an expired key is never returned, swept or not). `clock=`: the time
+    in microseconds that expiry and `created_at` are measured by (the wall clock)."""
+
+    supports_ttl = True
 
     def __init__(self, memory: Memory | None = None, *,
-                 data_dir: str | os.PathLike[str] | None = None,
-                 tenant: str | None = None) -> None:  # fmt: skip
+                 data_dir: str | os.PathLike[str] | None = None, tenant: str | None = None,
+                 ttl: TTLConfig | None = None,
+                 clock: Callable[[], int] | None = None) -> None:  # fmt: skip
         self._held = Held(memory, data_dir, "ledgermem-langgraph-store-")
         self.memory = self._held.memory
         self.tenant = tenant or self.memory.tenant
+        self.ttl_config = ttl
+        self.clock = clock or now_us  # microseconds: what expiry is measured by
+        self._stop = threading.Event()
+        self._sweeper: threading.Thread | None = None
+        interval = (ttl or {}).get("sweep_interval_minutes")
+        if interval:
+            self._sweeper = threading.Thread(target=self._sweep_every, args=(interval * 60.0,),
+                                             name="langgraph-store-ttl", daemon=True)  # fmt: skip
+            self._sweeper.start()
 
     def close(self) -> None:
+        self._stop.set()
+        if self._sweeper is not None:
+            self._sweeper.join()
         self._held.close()
+
+    def _sweep_every(self, seconds: float) -> None:
+        while not self._stop.wait(seconds):
+            self.sweep_ttl()
+
+    def sweep_ttl(self) -> int:
+        """Remove every expired key (`item.removed`, one per namespace); returns how many."""
+        swept = 0
+        for namespace, by_section in self._expired().items():
+            for section, ids in by_section.items():
+                try:
+                    self._session(namespace).remove(section, ids)
+                except NotFound:  # removed or erased meanwhile
+                    continue
+                swept += len(ids)
+        return swept
 
     def __enter__(self) -> LedgerStore:
         return self
@@ -127,7 +170,8 @@ class LedgerStore(BaseStore):
     # ---- the state, without content -----------------------------------------------------------
 
     def _keys(self) -> Keys:
-        tenant = self.tenant
+        """Each namespace's live keys: the newest item of each key, unless it has expired."""
+        tenant, now = self.tenant, self.clock()
 
         def look(state: MemoryState) -> Keys:
             found: Keys = {}
@@ -138,15 +182,50 @@ class LedgerStore(BaseStore):
                 for name in (INDEXED, UNINDEXED):
                     section = session.sections.get(name)
                     for item in section.items.values() if section else ():
-                        held = KeyEntry(item.id, name, item.metadata["created"], item.order)
-                        old = keys.get(item.metadata["key"])
+                        meta = item.metadata
+                        held = KeyEntry(item.id, name, meta["created"], item.order,
+                                        meta.get("ttl"), meta.get("expires"))  # fmt: skip
+                        old = keys.get(meta["key"])
                         if old is None or old.order < held.order:
-                            keys[item.metadata["key"]] = held
-                if keys:
-                    found[tuple(session.metadata[NAMESPACE_KEY])] = keys
+                            keys[meta["key"]] = held
+                live = {k: h for k, h in keys.items() if h.expires is None or h.expires > now}
+                if live:
+                    found[tuple(session.metadata[NAMESPACE_KEY])] = live
             return found
 
         return self.memory.read(look)
+
+    def _expired(self) -> dict[tuple[str, ...], dict[str, list[str]]]:
+        """namespace -> section -> the ids of its expired items."""
+        tenant, now = self.tenant, self.clock()
+
+        def look(state: MemoryState) -> dict[tuple[str, ...], dict[str, list[str]]]:
+            found: dict[tuple[str, ...], dict[str, list[str]]] = {}
+            for (t, _), session in state.sessions.items():
+                if t != tenant or session.metadata.get(ADAPTER_KEY) != ADAPTER:
+                    continue
+                for name in (INDEXED, UNINDEXED):
+                    section = session.sections.get(name)
+                    ids = [i.id for i in (section.items.values() if section else ())
+                           if i.metadata.get("expires") is not None
+                           and i.metadata["expires"] <= now]  # fmt: skip
+                    if ids:
+                        namespace = tuple(session.metadata[NAMESPACE_KEY])
+                        found.setdefault(namespace, {})[name] = ids
+            return found
+
+        return self.memory.read(look)
+
+    def _refresh(self, namespace: tuple[str, ...], found: list[tuple[str, KeyEntry]]) -> None:
+        """Move the expiry of keys read with `refresh_ttl` (an `item.updated` each)."""
+        now = self.clock()
+        for key, held in found:
+            if held.ttl is not None:
+                try:
+                    self._session(namespace).update(held.section, held.item,
+                                                    metadata=held.metadata(key, now))  # fmt: skip
+                except NotFound:  # removed meanwhile
+                    continue
 
     def _session(self, namespace: tuple[str, ...]) -> Session[Memory]:
         return Session(self.memory, self.tenant, session_of(namespace))
@@ -166,6 +245,8 @@ class LedgerStore(BaseStore):
         if held is None:
             return None
         views = self._read(tuple(op.namespace), held.section, [held.item])
+        if views and op.refresh_ttl:
+            self._refresh(tuple(op.namespace), [(op.key, held)])
         return _item(tuple(op.namespace), op.key, held, views[0]) if views else None
 
     def _put(self, op: PutOp) -> None:
@@ -182,14 +263,16 @@ class LedgerStore(BaseStore):
         # Checked before the namespace's session is created: a refusal appends nothing.
         check_value(op.value)
         section = UNINDEXED if op.index is False else INDEXED
+        now = self.clock()
+        ttl = op.ttl if isinstance(op.ttl, int | float) else None
+        created = held.created if held is not None else now
+        meta = {"key": op.key, "created": created, **_expiry(ttl, now)}
         if held is not None and held.section == section:
-            meta = {"key": op.key, "created": held.created}
             session.update(section, held.item, content=dict(op.value), metadata=meta)
             return
         if held is not None:  # indexed before, not now (or the other way): one section holds it
             session.remove(held.section, [held.item])
-        created = held.created if held is not None else _now_us()
-        item = {"content": dict(op.value), "metadata": {"key": op.key, "created": created}}
+        item = {"content": dict(op.value), "metadata": meta}
         try:
             session.add_many(section, [item])
         except SessionNotFound:
@@ -206,7 +289,10 @@ class LedgerStore(BaseStore):
             return []
         found = self._ranked(op.query, keys) if op.query else self._all(keys)
         matching = [f for f in found if _matches(f.value, op.filter)]
-        return matching[op.offset : op.offset + op.limit]
+        page = matching[op.offset : op.offset + op.limit]
+        for item in page if op.refresh_ttl else ():
+            self._refresh(item.namespace, [(item.key, keys[item.namespace][item.key])])
+        return page
 
     def _ranked(self, query: str, keys: Keys) -> list[SearchItem]:
         """The memory's ranking over the namespaces' indexed items, best first."""
@@ -256,8 +342,15 @@ def _check(namespace: tuple[str, ...], *, root: bool = False, empty: bool = Fals
         raise InvalidNamespaceError(f'Root label for namespace cannot be "langgraph": {namespace}')
 
 
-def _now_us() -> int:
+def now_us() -> int:
     return int(datetime.now(UTC).timestamp() * 1_000_000)
+
+
+def _expiry(ttl: float | None, now: int) -> dict:
+    """The metadata of a key's expiry: `ttl` minutes after `now`; none without a ttl."""
+    if ttl is None:
+        return {}
+    return {"ttl": ttl, "expires": now + int(ttl * 60_000_000)}
 
 
 def _time(us: int) -> datetime:
