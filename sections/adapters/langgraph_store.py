@@ -45,7 +45,7 @@ from sections.adapters import foreign_ids
 from sections.adapters.langgraph_memory import Held
 from sections.errors import NotFound, SessionNotFound
 from sections.model.state import MemoryState
-from sections.retrieval.views import ItemView
+from sections.retrieval.views import MAX_TOP_K, ItemView
 from sections.runtime.memory import Memory
 from sections.runtime.session import Session
 
@@ -287,21 +287,24 @@ class LedgerStore(BaseStore):
         keys = {ns: k for ns, k in self._keys().items() if ns[: len(prefix)] == prefix}
         if not keys:
             return []
-        found = self._ranked(op.query, keys) if op.query else self._all(keys)
+        # Without a filter the page is all a query needs; with one, every hit is a candidate.
+        wanted = op.offset + op.limit if not op.filter else sum(len(k) for k in keys.values())
+        found = self._ranked(op.query, keys, wanted) if op.query else self._all(keys)
         matching = [f for f in found if _matches(f.value, op.filter)]
         page = matching[op.offset : op.offset + op.limit]
         for item in page if op.refresh_ttl else ():
             self._refresh(item.namespace, [(item.key, keys[item.namespace][item.key])])
         return page
 
-    def _ranked(self, query: str, keys: Keys) -> list[SearchItem]:
-        """The memory's ranking over the namespaces' indexed items, best first."""
+    def _ranked(self, query: str, keys: Keys, wanted: int) -> list[SearchItem]:
+        """The memory's ranking over the namespaces' indexed items, best first: the `wanted`
+        best, at most the search's MAX_TOP_K."""
         by_session = {session_of(ns): ns for ns in keys}
         held = {(session_of(ns), h.item): (ns, key, h) for ns, k in keys.items()
                 for key, h in k.items()}  # fmt: skip
         hits = self.memory.search(query, tenant=self.tenant, sessions=sorted(by_session),
                                   sections=[INDEXED], scope="tenant",
-                                  top_k=max(1, len(held)))  # fmt: skip
+                                  top_k=min(MAX_TOP_K, max(1, wanted)))  # fmt: skip
         out = []
         for hit in hits:
             ns_key_held = held.get((hit.session, hit.item.id))
