@@ -4,9 +4,9 @@ A namespace is a session (`lgstore:<namespace>`, the namespace kept in its metad
 an item of its section `store` (searchable) or `store_unindexed` (a put with `index=False`),
 whose content is the value and whose metadata is the key and its creation time. A put is one
 record (`item.added`, or `item.updated` for a key held), a delete an `item.removed`, every read
-that returns values an `items.read`. Search ranks with the memory's own ranking: the query goes
-to `Memory.search` with `scope="tenant"` over the namespaces' sessions, which is BM25 and, with
-the `semantic` extra and `recall_semantic` on, its hybrid with embeddings (docs/recall.md).
+that returns values an `items.read`. Search ranks with the memory's own ranking over the
+namespaces' sessions: BM25 (docs/search.md), or with the `semantic` extra and `recall_semantic`
+on, recall's hybrid with embeddings (docs/recall.md).
 `erase_namespace` erases a namespace from the log's files. A key put with a TTL keeps its
 expiry in its metadata: once past it, no read returns it, and `sweep_ttl` removes it.
 
@@ -302,9 +302,19 @@ class LedgerStore(BaseStore):
         by_session = {session_of(ns): ns for ns in keys}
         held = {(session_of(ns), h.item): (ns, key, h) for ns, k in keys.items()
                 for key, h in k.items()}  # fmt: skip
-        hits = self.memory.search(query, tenant=self.tenant, sessions=sorted(by_session),
-                                  sections=[INDEXED], scope="tenant",
-                                  top_k=min(MAX_TOP_K, max(1, wanted)))  # fmt: skip
+        top_k, sessions = min(MAX_TOP_K, max(1, wanted)), sorted(by_session)
+        if self.memory.config.recall_semantic:
+            # The hybrid ranking of recall (docs/recall.md). No `sections=`: a section filter
+            # drops the semantic hits; a namespace's only searchable section is INDEXED anyway.
+            # Hits that only a neighbour or the session's share brought (signals meant for a
+            # conversation's turns, not for keys) are left out, as are the tenant's
+            # observations a scoped search adds (below: not the store's).
+            hits = self.memory.search(query, tenant=self.tenant, sessions=sessions,
+                                      scope="tenant", top_k=top_k)  # fmt: skip
+            hits = [h for h in hits if {"bm25", "semantic"} & set(h.signals or ())]
+        else:  # BM25 over the search index (docs/search.md)
+            hits = self.memory.search(query, tenant=self.tenant, sessions=sessions,
+                                      sections=[INDEXED], top_k=top_k)  # fmt: skip
         out = []
         for hit in hits:
             ns_key_held = held.get((hit.session, hit.item.id))
