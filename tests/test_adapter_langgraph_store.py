@@ -287,3 +287,25 @@ def test_with_the_semantic_extra_search_finds_paraphrases(tmp_path):
             store.search(("u",), query="feline", filter={"text": "likes green tea"})[0].key
             == "drink"
         )
+
+
+def test_concurrent_puts_of_one_key_leave_one_value_and_a_delete_leaves_none(mem):
+    store = LedgerStore(mem)
+    start = threading.Barrier(8)
+
+    def put(worker: int) -> None:
+        start.wait()
+        store.put(("c",), "k", {"w": worker})
+
+    threads = [threading.Thread(target=put, args=(w,)) for w in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    got = store.get(("c",), "k")
+    assert got is not None and [h.value for h in store.search(("c",))] == [got.value]
+    store.delete(("c",), "k")
+    assert store.get(("c",), "k") is None and store.search(("c",)) == []
+    held = store.memory.read(lambda s: [i for sess in s.sessions.values()
+                                        for sec in sess.sections.values() for i in sec.items])  # fmt: skip
+    assert held == []  # no older duplicate comes back after the delete

@@ -20,7 +20,7 @@ import json
 import os
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -70,6 +70,8 @@ class KeyEntry:
     order: tuple[int, int]
     ttl: float | None = None  # minutes, as the put gave it
     expires: int | None = None  # microseconds
+    # Older items of the same key, (section, id): two puts of a new key at once both add one.
+    stale: tuple[tuple[str, str], ...] = ()
 
     def metadata(self, key: str, now: int) -> dict:
         """The item's metadata with its expiry moved `ttl` minutes past `now` (a refresh)."""
@@ -186,8 +188,12 @@ class LedgerStore(BaseStore):
                         held = KeyEntry(item.id, name, meta["created"], item.order,
                                         meta.get("ttl"), meta.get("expires"))  # fmt: skip
                         old = keys.get(meta["key"])
-                        if old is None or old.order < held.order:
+                        if old is None:
                             keys[meta["key"]] = held
+                        else:  # the newer one holds the key; the other is stale
+                            newer, older = (held, old) if old.order < held.order else (old, held)
+                            gone = (*old.stale, (older.section, older.item))
+                            keys[meta["key"]] = replace(newer, stale=gone)
                 live = {k: h for k, h in keys.items() if h.expires is None or h.expires > now}
                 if live:
                     found[tuple(session.metadata[NAMESPACE_KEY])] = live
@@ -254,9 +260,11 @@ class LedgerStore(BaseStore):
         _check(namespace, root=True)
         held = self._keys().get(namespace, {}).get(op.key)
         session = self._session(namespace)
+        if held is not None and held.stale:
+            _remove(session, held.stale)
         if op.value is None:
             if held is not None:
-                session.remove(held.section, [held.item])
+                _remove(session, [(held.section, held.item)])
             return
         if not isinstance(op.value, dict):
             raise InvalidInput(f"a store value is a dict, not {type(op.value).__name__}")
@@ -343,6 +351,15 @@ class LedgerStore(BaseStore):
         if op.max_depth is not None:
             namespaces = [ns[: op.max_depth] for ns in namespaces]
         return sorted(set(namespaces))[op.offset : op.offset + op.limit]
+
+
+def _remove(session: Session[Memory], items: Iterable[tuple[str, str]]) -> None:
+    """Remove (section, id) pairs: one `item.removed` per section."""
+    by_section: dict[str, list[str]] = {}
+    for section, item in items:
+        by_section.setdefault(section, []).append(item)
+    for section, ids in by_section.items():
+        session.remove(section, ids)
 
 
 def _check(namespace: tuple[str, ...], *, root: bool = False, empty: bool = False) -> None:
