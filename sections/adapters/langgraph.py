@@ -169,15 +169,17 @@ class LedgerSaver(BaseCheckpointSaver[int]):
     def _target(self, config: RunnableConfig) -> tuple[str, rec.Entry, list[rec.Entry]] | None:
         thread_id = str(config["configurable"]["thread_id"])
         ns = config["configurable"].get("checkpoint_ns", "")
-        entries = self._entries(thread_id)
-        if entries is None:
-            return None
-        latest = rec.latest_checkpoints(entries)
         checkpoint_id = get_checkpoint_id(config)
-        entry = latest.get((ns, checkpoint_id)) if checkpoint_id else rec.newest(latest, ns)
-        if entry is None:
-            return None
-        return thread_id, entry, rec.writes_of(entries, ns, entry.metadata["checkpoint_id"])
+        key = (self.tenant, rec.session_of(thread_id))
+
+        def look(state: MemoryState) -> tuple[rec.Entry, list[rec.Entry]] | None:
+            session = state.sessions.get(key)
+            if session is None or rec.SECTION not in session.sections:
+                return None
+            return rec.target(session.sections[rec.SECTION].items.values(), ns, checkpoint_id)
+
+        found = self.memory.read(look, session=key)
+        return None if found is None else (thread_id, *found)
 
     def _pages(self, config: RunnableConfig | None, before: RunnableConfig | None,
                ) -> Iterator[tuple[str, list[tuple[rec.Entry, list[rec.Entry]]]]]:  # fmt: skip

@@ -18,7 +18,7 @@ LangGraph's own savers do.
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,6 +70,30 @@ class Entry:
 def entries_of(items: Iterable[Any]) -> list[Entry]:
     """The entries of a section's items (sections.model.item.Item), in log order."""
     return [Entry(i.id, i.kind or "", dict(i.metadata), i.order) for i in items]
+
+
+def target(items: Collection[Any], ns: str, checkpoint_id: str | None,
+           ) -> tuple[Entry, list[Entry]] | None:  # fmt: skip
+    """The checkpoint a `get_tuple` names (that id, or the greatest of the namespace; its
+    newest put) and its writes, from a section's items in log order. One pass over the items
+    that makes entries only of what it returns: it runs under the memory's lock."""
+    best = None
+    for item in items:
+        meta = item.metadata
+        if item.kind != CHECKPOINT or meta["ns"] != ns:
+            continue
+        if checkpoint_id is not None and meta["checkpoint_id"] != checkpoint_id:
+            continue
+        if best is None or meta["checkpoint_id"] >= best.metadata["checkpoint_id"]:
+            best = item
+    if best is None:
+        return None
+    chosen_id = best.metadata["checkpoint_id"]
+    writes = [
+        i for i in items
+        if i.kind == WRITE and i.metadata["checkpoint_id"] == chosen_id and i.metadata["ns"] == ns
+    ]  # fmt: skip
+    return entries_of([best])[0], writes_of(entries_of(writes), ns, chosen_id)
 
 
 def checkpoint_item(ns: str, checkpoint_id: str, parent: str | None, run_id: object,
