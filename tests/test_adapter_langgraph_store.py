@@ -292,18 +292,25 @@ def test_with_the_semantic_extra_search_finds_paraphrases(tmp_path):
 def test_concurrent_puts_of_one_key_leave_one_value_and_a_delete_leaves_none(mem):
     store = LedgerStore(mem)
     start = threading.Barrier(8)
+    failed: list[BaseException] = []
 
     def put(worker: int) -> None:
         start.wait()
-        store.put(("c",), "k", {"w": worker})
+        try:
+            for round_ in range(5):
+                store.put(("c",), "k", {"w": worker, "round": round_})
+        except BaseException as error:
+            failed.append(error)
 
     threads = [threading.Thread(target=put, args=(w,)) for w in range(8)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    assert failed == []
     got = store.get(("c",), "k")
-    assert got is not None and [h.value for h in store.search(("c",))] == [got.value]
+    assert got is not None and got.value["round"] == 4
+    assert [h.value for h in store.search(("c",))] == [got.value]
     store.delete(("c",), "k")
     assert store.get(("c",), "k") is None and store.search(("c",)) == []
     held = store.memory.read(lambda s: [i for sess in s.sessions.values()

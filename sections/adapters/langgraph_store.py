@@ -43,7 +43,7 @@ from eventstore.errors import InvalidInput
 from eventstore.jcs import check_value
 from sections.adapters import foreign_ids
 from sections.adapters.langgraph_memory import Held
-from sections.errors import NotFound, SessionNotFound
+from sections.errors import ItemNotFound, NotFound, SessionNotFound
 from sections.model.state import MemoryState
 from sections.retrieval.views import MAX_TOP_K, ItemView
 from sections.runtime.memory import Memory
@@ -54,6 +54,7 @@ __all__ = ["LedgerStore"]
 INDEXED, UNINDEXED = "store", "store_unindexed"
 ADAPTER_KEY, ADAPTER, NAMESPACE_KEY = "adapter", "langgraph-store", "namespace"
 PREFIX = "lgstore:"
+ATTEMPTS = 32  # plans of one put, when puts and deletes of the same key race
 SECTION_SETTINGS: dict[str, dict] = {
     INDEXED: {"budget_tokens": None, "policy": "none", "lifetime": "durable", "searchable": True},
     UNINDEXED: {"budget_tokens": None, "policy": "none", "lifetime": "durable"},
@@ -258,6 +259,21 @@ class LedgerStore(BaseStore):
     def _put(self, op: PutOp) -> None:
         namespace = tuple(op.namespace)
         _check(namespace, root=True)
+        if op.value is not None:
+            if not isinstance(op.value, dict):
+                raise InvalidInput(f"a store value is a dict, not {type(op.value).__name__}")
+            # Checked before the namespace's session is created: a refusal appends nothing.
+            check_value(op.value)
+        for _ in range(ATTEMPTS - 1):
+            try:
+                return self._put_once(op, namespace)
+            except ItemNotFound:  # a put or delete of the key at once changed its items: again
+                continue
+        return self._put_once(op, namespace)
+
+    def _put_once(self, op: PutOp, namespace: tuple[str, ...]) -> None:
+        """One plan of a put from the state, then its writes (ItemNotFound when another put
+        or delete of the key removed an item the plan names)."""
         held = self._keys().get(namespace, {}).get(op.key)
         session = self._session(namespace)
         if held is not None and held.stale:
@@ -266,10 +282,6 @@ class LedgerStore(BaseStore):
             if held is not None:
                 _remove(session, [(held.section, held.item)])
             return
-        if not isinstance(op.value, dict):
-            raise InvalidInput(f"a store value is a dict, not {type(op.value).__name__}")
-        # Checked before the namespace's session is created: a refusal appends nothing.
-        check_value(op.value)
         section = UNINDEXED if op.index is False else INDEXED
         now = self.clock()
         ttl = op.ttl if isinstance(op.ttl, int | float) else None
