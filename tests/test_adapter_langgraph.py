@@ -291,6 +291,18 @@ def test_with_no_argument_it_is_in_process_and_removed_on_close():
     assert not Path(root).exists()
 
 
+def test_any_thread_id_comes_back_exactly(mem):
+    saver = LedgerSaver(mem)
+    graph = graph_on(saver)
+    ids = ["plain-1", "chat 1", "Zoë / ∞", "x" * 300]  # a log id, escaped, unicode, hashed
+    for thread_id in ids:
+        graph.invoke({"steps": [], "n": 1}, {"configurable": {"thread_id": thread_id}})
+    listed = {t.config["configurable"]["thread_id"] for t in saver.list(None)}
+    assert listed == set(ids)
+    for thread_id in ids:
+        assert graph.get_state({"configurable": {"thread_id": thread_id}}).values["n"] == 2
+
+
 def test_memory_and_data_dir_together_are_refused(mem, tmp_path):
     with pytest.raises(ConfigError):
         LedgerSaver(mem, data_dir=tmp_path / "other")

@@ -325,7 +325,7 @@ class LedgerSaver(BaseCheckpointSaver[int]):
         for thread_id, ids in self._doomed_by_runs(run_ids):
             await self._session(thread_id).erase_async(ids, reason=ERASE_REASON)
 
-    def _copies(self, source: str, views: dict[str, ItemView]) -> Copies:
+    def _copies(self, views: dict[str, ItemView]) -> Copies:
         return [
             {"content": v.content, "kind": v.kind, "metadata": v.metadata}
             for v in sorted(views.values(), key=lambda v: (v.seq, v.id))
@@ -334,13 +334,13 @@ class LedgerSaver(BaseCheckpointSaver[int]):
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Every checkpoint and write of the source, added to the target in one record."""
         if self._entries(source_thread_id):
-            items = self._copies(source_thread_id, self._read(source_thread_id, None))
+            items = self._copies(self._read(source_thread_id, None))
             if items:
                 self._add(target_thread_id, items)
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         if self._entries(source_thread_id):
-            items = self._copies(source_thread_id, await self._aread(source_thread_id, None))
+            items = self._copies(await self._aread(source_thread_id, None))
             if items:
                 await self._aadd(target_thread_id, items)
 
