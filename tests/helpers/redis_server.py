@@ -66,9 +66,8 @@ class RedisServer:
             fsync = ["--appendonly", "no"]
         args = [BINARY, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.data)]
         args += [*fsync, "--save", "", "--daemonize", "no", "--protected-mode", "yes"]
-        self.proc = subprocess.Popen(
-            args, stdout=open(self.data / "server.log", "ab"), stderr=subprocess.STDOUT
-        )
+        with open(self.data / "server.log", "ab") as out:
+            self.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
         self._wait_ready()
         return self
 
