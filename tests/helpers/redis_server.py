@@ -49,8 +49,9 @@ def free_port() -> int:
 
 
 class RedisServer:
-    def __init__(self, data: Path, *, durable: bool = True) -> None:
+    def __init__(self, data: Path, *, durable: bool = True, extra: tuple[str, ...] = ()) -> None:
         self.data = data
+        self.extra = extra
         self.data.mkdir(parents=True, exist_ok=True)
         self.durable = durable
         self.port = free_port()
@@ -66,6 +67,7 @@ class RedisServer:
             fsync = ["--appendonly", "no"]
         args = [BINARY, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.data)]
         args += [*fsync, "--save", "", "--daemonize", "no", "--protected-mode", "yes"]
+        args += list(self.extra)
         with open(self.data / "server.log", "ab") as out:
             self.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
         self._wait_ready()
