@@ -69,8 +69,8 @@ def _split_url(url: str) -> tuple[str, bool]:
 def _check_durable(client: Client, url: str) -> None:
     redis = require_redis()
     try:
-        appendonly = _config(client, "appendonly")
-        appendfsync = _config(client, "appendfsync")
+        appendonly = config_value(client, "appendonly")
+        appendfsync = config_value(client, "appendfsync")
     except redis.ResponseError as exc:
         client.close()
         raise StoreError(
@@ -88,7 +88,7 @@ def _check_durable(client: Client, url: str) -> None:
         )
 
 
-def _config(client: Client, name: str) -> str:
+def config_value(client: Client, name: str) -> str:
     found: Any = client.config_get(name)
     value = found.get(name.encode(), found.get(name)) if found else None
     return value.decode() if isinstance(value, bytes) else str(value or "")

@@ -148,6 +148,7 @@ async def create_memory_provider_from_env(
         if kind in ("postgres", "redis"):
             from sections.runtime.store_memory import StoreMemory
 
+            url: str | None = None
             if kind == "redis":
                 url = _redis_url(env)
             else:
