@@ -76,6 +76,8 @@ class RedisSink:
             keys.checkpoints(self.partition),
             keys.checkpoint_sizes(self.partition),
         ]
+        # EVALSHA of the append, the script's text sent again only after a NOSCRIPT (a restart).
+        self._append_script = self._client.register_script(scripts.APPEND)
         self._reader: Client | None = None  # read_record runs on callers' threads
         self._reader_lock = threading.Lock()
         self.after_loss: collections.Counter[str] = collections.Counter()
@@ -124,7 +126,7 @@ class RedisSink:
             ]
             started = time.monotonic()
             try:
-                moved = self._writer().eval(scripts.APPEND, len(self._keys), *self._keys, *args)
+                moved = self._append_script(keys=self._keys, args=args, client=self._writer())
             except self._redis.ResponseError as exc:
                 raise StoreError(f"partition {self.partition}: {one_line(exc)}") from None
             except (self._redis.ConnectionError, self._redis.TimeoutError, StoreError) as exc:
