@@ -289,3 +289,23 @@ def test_recent_session_summaries_stay_within_the_user(mem):
     assert {e["session"] for e in record.payload["manifest"] if e.get("inject") == "summary"} == {
         "ann-old"
     }
+
+
+def test_scoped_search_filters_keep_the_hits_that_pass_them_whatever_their_signal(mem):
+    """Section, tag and time filters apply to every ranked hit: a neighbour turn found through
+    the turn beside it stays when it passes them, and goes when it does not."""
+    remember(mem, "past", "u1")
+    everything = mem.search("necklace Sweden", scope="user", session="past", top_k=10)
+    beside = [h for h in everything if h.signals is not None and "bm25" not in h.signals]
+    assert beside, "the turns beside the match are found through it"
+    kept = mem.search("necklace Sweden", scope="user", session="past", top_k=10,
+                      sections=["messages"])  # fmt: skip
+    assert [(h.item.id, h.score) for h in kept] == [(h.item.id, h.score) for h in everything]
+    assert mem.search("necklace Sweden", scope="user", session="past", sections=["notes"]) == []
+    match = next(h for h in everything if h.signals and "bm25" in h.signals)
+    until = match.item.to_json()["ts"] + 1
+    before = mem.search("necklace Sweden", scope="user", session="past", top_k=10, until=until)
+    assert {h.item.id for h in before} == {
+        h.item.id for h in everything if h.item.to_json()["ts"] < until
+    }
+    assert any(h.signals and "bm25" not in h.signals for h in before)

@@ -158,13 +158,29 @@ def _ranked(
         or query.tags
         or query.since is not None
         or query.until is not None
-    ):
-        ranked = [r for r in ranked if "bm25" in r.signals]  # the others may not pass them
+    ):  # the index applied these to its own hits; a semantic or neighbour hit is checked here
+        ranked = ctx.read(lambda state: [r for r in ranked if _passes(state, tenant, query, r)])
     ranked = ranked[: query.top_k]
     rows = tuple(rowid(*parse_item_id(r.id)) for r in ranked)
     snippets = {(h.session, h.id): h.snippet for h in ctx.search(
         tenant, Query(query.text, rows=rows, top_k=len(rows) or 1, markers=query.markers))}  # fmt: skip
     return [(r, snippets.get((r.session, r.id), "")) for r in ranked]
+
+
+def _passes(state: MemoryState, tenant: str, query: Query, r: recall.Ranked) -> bool:
+    """The query's section, tag and time filters, as the index applies them, on a ranked item."""
+    if query.sections is not None and r.section not in query.sections:
+        return False
+    session = state.sessions.get((tenant, r.session))
+    section = session.sections.get(r.section) if session is not None else None
+    item = section.items.get(r.id) if section is not None else None
+    if item is None:
+        return False
+    return (
+        all(tag in item.tags for tag in query.tags)
+        and (query.since is None or item.ts >= query.since)
+        and (query.until is None or item.ts < query.until)
+    )
 
 
 def _search(ctx: CommandContext, state: MemoryState, call: Call) -> Decision:
