@@ -286,6 +286,10 @@ class Cluster:
             self._leaders.clear()
             for leader in leaders:
                 self._routes[leader.partition] = NoLeader(self.tick)
+        if self._thread is None:
+            # Start failed before the leadership loop (no store, another key): this replica
+            # never joined lm_replica nor held a lease, and the store may have no tables at all.
+            return
         conn = None
         try:
             conn = connect(self.store_url)
