@@ -1,7 +1,8 @@
 """`ledgermem verify LOGDIR`: offline verification (docs/format.md section 10, docs/wire.md).
 
 A thin layer over `eventstore.verify`: it reads the arguments, prints the report and maps the
-verdict to the exit status (0 for every verdict but FAIL, 1 for FAIL, 2 for bad input).
+verdict to the exit status (0 for every verdict but FAIL, 1 for FAIL, 2 for bad input, and 3
+for a verdict no checkpoint anchors when `--require-anchor` asked for one).
 It imports nothing outside `eventstore`, so it starts fast and runs without the service.
 """
 
@@ -15,9 +16,10 @@ from pathlib import Path
 import orjson
 
 from .errors import LedgerError
-from .verify import verify_log
+from .verify import INTACT_UNANCHORED, verify_log
 
 EXIT_BAD_INPUT = 2
+EXIT_NOT_ANCHORED = 3
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,7 +36,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         action="append",
         default=[],
-        help="a checkpoint pinned earlier (repeatable); anchors a VALID-EXTERNAL verdict",
+        help="a checkpoint kept from earlier (repeatable): anchors a VALID-EXTERNAL verdict, and "
+        "records cut from the log's end behind it are a FAIL",
+    )
+    parser.add_argument(
+        "--require-anchor",
+        action="store_true",
+        help="exit 3 when no signed checkpoint anchors the log (INTACT-UNANCHORED) instead of 0",
     )
     parser.add_argument("--json", action="store_true", help="print the report as one JSON object")
     parser.add_argument(
@@ -70,6 +78,13 @@ def run(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(report.render_text())
     sys.stdout.flush()
+    if args.require_anchor and report.verdict == INTACT_UNANCHORED:
+        print(
+            "ledgermem verify: INTACT-UNANCHORED and --require-anchor: no signed checkpoint "
+            "anchors the log",
+            file=sys.stderr,
+        )
+        return EXIT_NOT_ANCHORED
     return report.exit_code
 
 

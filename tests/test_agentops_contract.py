@@ -5,6 +5,8 @@ The model-level half (transcripts, the `<memory:sessions>` block) runs on a `Mem
 
 from __future__ import annotations
 
+import asyncio
+
 import httpx
 import jsonschema
 import pytest
@@ -690,3 +692,33 @@ def test_an_item_batch_added_into_a_holder_through_v1_breaks_no_read(client):
     assert client.get("/stats", params=project, headers=A).json()["total_observations"] == 2
     recent = client.get("/observations/recent", params=project, headers=A).json()
     assert [o["id"] for o in recent] == [int(first), obs_id]
+
+
+def test_a_session_deleted_as_it_is_created_is_a_409_never_a_500(client):
+    """A create and a delete of the same id at once: the delete may land between the create's
+    write and its answer (schemathesis met a KeyError there: 500). The create answers its
+    session, or 409 naming the deletion; never a 5xx (issue 30). Round after round, the delete
+    sent 0-1 ms after the create, so many fall in that window (the create's fsync)."""
+    url = str(client.base_url)
+
+    async def round_of(http: httpx.AsyncClient, sid: str, delay: float) -> tuple[int, int, str]:
+        async def delete() -> httpx.Response:
+            await asyncio.sleep(delay)
+            return await http.delete(f"/v1/sessions/{sid}", headers=A)
+
+        create = http.post("/sessions", json={"id": sid, "project": "race"}, headers=A)
+        made, gone = await asyncio.gather(create, delete())
+        return made.status_code, gone.status_code, made.text
+
+    async def rounds() -> list[tuple[int, int, str]]:
+        async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+            delays = (0, 0.0005, 0.001)
+            return [await round_of(http, f"race-{n}", delays[n % 3]) for n in range(90)]
+
+    answers = asyncio.run(rounds())
+    assert all(made in (201, 409) and gone in (200, 204, 404) for made, gone, _ in answers), [
+        a for a in answers if a[0] not in (201, 409)
+    ]
+    for made, _, text in answers:
+        if made == 409:
+            assert "deleted by another request" in text, text

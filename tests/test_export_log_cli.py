@@ -62,12 +62,15 @@ def test_no_server_is_one_line_and_exit_2(tmp_path):
 
 
 def test_a_database_without_a_store_is_one_line_and_exit_2(pg_url, tmp_path):  # noqa: F811
+    serve = ("serve", "--store", pg_url, "--data", tmp_path / "data", "--port", 0)
     for args, command in (
         (("export-log", "--store", pg_url, tmp_path / "out"), "export-log"),
         (("vkey", "--store", pg_url, "--partition", 0), "vkey"),
+        (serve, "serve"),
     ):
-        line = one_line_refusal(ledgermem(*args, text=True), command)
-        assert "init-store" in line
+        line = one_line_refusal(ledgermem(*args, text=True, timeout=60), command)
+        database = pg_url.rsplit("/", 1)[1]
+        assert "ledgermem init-store postgresql://" in line and database in line, line
 
 
 def test_a_partition_the_store_lacks_is_one_line_and_exit_2(pg_url, tmp_path):  # noqa: F811

@@ -938,10 +938,10 @@ def test_once_the_hub_closes_every_channel_answers_503_and_an_open_websocket_clo
     assert answers == [(503, expected)] * 4
 
 
-def test_a_cursor_beyond_the_head_is_a_400_naming_the_head_on_every_channel(server):
-    """after=1000 with a shorter log: 400 naming the head (a client of a log restored from an
-    older backup must not skip records), the WebSocket closed 1008; nothing appended
-    (issue 30)."""
+def test_a_cursor_beyond_the_head_is_a_409_naming_the_head_on_every_channel(server):
+    """after=1000 with a shorter log: 409 naming the head (a client of a log restored from an
+    older backup must not skip records; a conflict with the log's state, not a malformed
+    request), the WebSocket closed 1008; nothing appended (issue 30)."""
     ws_url = "ws" + server.url.removeprefix("http") + "/v1/stream/ws"
 
     async def main():
@@ -964,7 +964,7 @@ def test_a_cursor_beyond_the_head_is_a_400_naming_the_head_on_every_channel(serv
 
     head, answers, close, at_head, after = run(main())
     for code, body in answers:
-        assert code == 400, body
+        assert code == 409, body
         assert body["error"]["code"] == "cursor_beyond_head"
         assert f"beyond the head of the log ({head})" in body["error"]["message"]
     assert close.code == 1008 and f"({head})" in close.reason

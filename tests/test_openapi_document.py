@@ -91,3 +91,22 @@ def test_every_success_says_its_body_and_every_write_its_refusals(doc):
         assert "4XX" in op["responses"], (path, method)
         if method in ("put", "patch", "delete"):
             assert "503" in op["responses"] and "507" in op["responses"], (path, method)
+
+
+def test_every_cursor_route_declares_the_409_of_a_cursor_beyond_the_head(doc):
+    """A cursor past the head is well formed and refused by the log's state: 409, declared on
+    every operation that takes one, so a schema-valid request never meets an undeclared status
+    (docs/wire.md; issue 30)."""
+
+    def is_cursor(p: dict) -> bool:  # a seq, or -1 for the start (the timeline's `after` counts)
+        return p["name"] == "after" and p["in"] == "query" and p["schema"].get("minimum") == -1
+
+    cursor_routes = [
+        op["operationId"]
+        for _, _, op in _operations(doc)
+        if any(map(is_cursor, op.get("parameters", ())))
+    ]
+    assert sorted(cursor_routes) == ["pollRecords", "streamJsonl", "streamSse"]
+    for _, _, op in _operations(doc):
+        if op["operationId"] in cursor_routes:
+            assert "cursor_beyond_head" in op["responses"]["409"]["description"], op["operationId"]

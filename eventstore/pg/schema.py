@@ -189,8 +189,19 @@ def read_store(conn: Connection) -> StoreInfo:
     except psycopg.errors.UndefinedTable:
         info = None
     if info is None:
-        raise StoreError("the database holds no ledgermem store: run ledgermem init-store first")
+        url = store_url_of(conn)
+        raise StoreError(
+            f"the database {url} holds no ledgermem store: create it first with "
+            f"`ledgermem init-store {url} --partitions P --data DIR`"
+        )
     return info
+
+
+def store_url_of(conn: Connection) -> str:
+    """The URL of `conn`'s database, for messages: never its password, nor its parameters."""
+    info = conn.info
+    user = f"{info.user}@" if info.user else ""
+    return f"postgresql://{user}{info.host}:{info.port}/{info.dbname}"
 
 
 def _read_store(conn: Connection) -> StoreInfo | None:

@@ -73,10 +73,44 @@ class Report:
     redactions: list[RedactionFact] = field(default_factory=list)
     ts_decreases: list[TsDecrease] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    checkpoint_file: bool = True  # whether LOGDIR holds a `checkpoint` file at all
 
     @property
     def exit_code(self) -> int:
         return 1 if self.verdict == FAIL else 0
+
+    @property
+    def not_anchored(self) -> str | None:
+        """What no signed checkpoint vouches for, and why, or None when every record is anchored
+        (or the verdict is FAIL). Records past the anchor are only self-consistent: each links
+        to the one before, so a change is seen, but records cut from the end are not."""
+        if self.verdict == FAIL or (self.anchor is not None and self.unanchored_records == 0):
+            return None
+        fix = "--pin FILE with a checkpoint kept from earlier detects that"
+        if self.anchor is None:
+            what = f"all {count(self.records, 'record')}"
+            if self.vkey_source != "auditor":
+                why = "no --vkey, and a key read from the files anchors nothing"
+                fix = "--vkey, with --pin FILE (a checkpoint kept from earlier), detects that"
+            else:
+                missing = (
+                    "no checkpoint file" if not self.checkpoint_file else "no usable checkpoint"
+                )
+                why = f"{missing}, none in a segment header and no pin"
+        else:
+            first, last = self.anchor.size, self.records - 1
+            span = f"seq {first}" if first == last else f"seq {first}..{last}"
+            what = f"{count(self.unanchored_records, 'record')} after the anchor ({span})"
+            source = {"pin": "a pin", "checkpoint": "the checkpoint file"}.get(
+                self.anchor.source, "the checkpoint in a segment header"
+            )
+            why = f"the anchor is {source}, of size {self.anchor.size}"
+            if not self.checkpoint_file:
+                why += "; no checkpoint file"
+        return (
+            f"{what}: {why}. The chain alone shows a change but not records cut from its end; "
+            f'{fix} (docs/verify.md, "Pins")'
+        )
 
     def to_json(self) -> dict:
         """The report of docs/format.md section 10, as JSON-ready values."""
@@ -101,6 +135,8 @@ class Report:
             "redactions": [vars(r).copy() for r in self.redactions],
             "ts_decreases": [vars(d).copy() for d in self.ts_decreases],
             "warnings": list(self.warnings),
+            "not_anchored": self.not_anchored,
+            "checkpoint_file": self.checkpoint_file,
         }
 
     def render_text(self) -> str:
@@ -127,6 +163,8 @@ class Report:
                 f"  records beyond the anchor: {self.unanchored_records}; "
                 f"beyond the newest checkpoint of any kind: {self.unanchored_by_any_checkpoint}"
             )
+            if self.not_anchored is not None:
+                out.append(f"  not anchored: {self.not_anchored}")
         out.append(f"  key: {self.vkey_source}")
         for w in self.warnings:
             out.append(f"  warning: {w}")

@@ -294,6 +294,7 @@ class Stitcher:
             sizes.append(self.embedded_newest)
         newest = max(sizes) if sizes else None
         report.records = records
+        report.checkpoint_file = self.held_file.present
         report.newest_checkpoint = newest
         report.torn_bytes = self.torn_bytes
         report.restarts = self.restarts

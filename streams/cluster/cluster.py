@@ -278,8 +278,11 @@ class Cluster:
             self._leaders.clear()
             for leader in leaders:
                 self._routes[leader.partition] = NoLeader(self.tick)
-        if self._info is None:
-            return  # never started: nothing taken, nothing registered
+        if self._thread is None:
+            # Start failed before the leadership loop (no store, another key): this replica
+            # never joined the store's replica table nor held a lease, and the store may have
+            # nothing in it at all.
+            return
         session = None
         try:
             session = self.engine.session()

@@ -36,10 +36,11 @@ LAST_EVENT_ID = Header(
 )
 # The hub's refusals (streams/fanout/channels/context.py REFUSALS), besides the 4XX every route has.
 REFUSED = {
-    400: Reply(
+    409: Reply(
         ErrorReply,
-        "a malformed query, or cursor_beyond_head: `after` is past the log's last record (the "
-        "message names the head)",
+        "cursor_beyond_head: the cursor (`after`, or `Last-Event-ID`) is past the log's last "
+        "record, a position of another history (a log restored from an older backup?); the "
+        "message names the head to resume from",
     ),
     429: Reply(ErrorReply, "too_many_subscribers: this client address has too many streams open"),
     503: Reply(ErrorReply, "the service is shutting down: resume with the cursor elsewhere"),

@@ -16,6 +16,7 @@ from streams.apidoc import operation
 from streams.apidoc.models import Identifier
 from streams.seeds import agentops_models as m
 from streams.seeds.agentops_resource import CREATES, TAGS, AgentOpsResource
+from streams.web.errors import ApiError
 from streams.web.responses import json_response
 
 
@@ -39,9 +40,20 @@ class AgentOpsSessions(AgentOpsResource):
                 specs.GET_OR_CREATE_SESSION, p.tenant, session_id,
                 (memory.config, {agentops.PROJECT_KEY: project}),
             )  # fmt: skip
-        found = self._read(
-            memory, lambda s: agentops.session_json(s.sessions[(p.tenant, session_id)])
-        )
+
+        def answer(state: MemoryState) -> dict | None:
+            found = state.sessions.get((p.tenant, session_id))
+            return None if found is None else agentops.session_json(found)
+
+        found = self._read(memory, answer)
+        if found is None:
+            # Another request deleted it between the write and this read (a delete or a
+            # cleanup in the same group commit): its record stands, its answer is the conflict.
+            raise ApiError(
+                409, "conflict",
+                f"session {session_id} was deleted by another request as it was created; "
+                "create it again",
+            )  # fmt: skip
         return json_response(found, 201)
 
     @operation(

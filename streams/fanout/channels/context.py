@@ -56,9 +56,10 @@ class Refusal(NamedTuple):
 
 
 # How the hub's refusals reach a client, whatever the channel. A refusal not named here answers
-# as its nearest base class does.
+# as its nearest base class does. A cursor beyond the head is a well-formed request in conflict
+# with the log's state (a position of another history), hence 409 (docs/wire.md).
 REFUSALS: dict[type[FanoutError], Refusal] = {
-    CursorBeyondHead: Refusal(400, WS_POLICY_VIOLATION),
+    CursorBeyondHead: Refusal(409, WS_POLICY_VIOLATION),
     HubClosed: Refusal(503, WS_TRY_AGAIN_LATER),
     TooManySubscribers: Refusal(429, WS_POLICY_VIOLATION),
     FanoutError: Refusal(503, WS_TRY_AGAIN_LATER),
