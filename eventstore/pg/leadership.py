@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -17,12 +18,18 @@ from ..checkpoint import SigningKey
 from ..mirror import Mirror
 from ..writer import LogWriter
 from . import lease as leases
+from .deadline import connect_within, within
 from .lease import Lease
 from .recovery import partition_key, recover_partition
-from .schema import StoreInfo, connect, one_line
+from .schema import StoreInfo, one_line
 from .sink import PgSink
 
 log = logging.getLogger(__name__)
+
+# How long a takeover's recovery may wait on the store (deadline.py) before it is given up and
+# the lease released: no request waits on it (the partition answers 503 no_leader meanwhile), and
+# reading a full last segment may take longer than a short lease.
+RECOVERY_SECONDS = 60.0
 
 
 def open_partition_writer(
@@ -42,9 +49,11 @@ def open_partition_writer(
     pkey = partition_key(info, key, partition)
     sink = PgSink(url, info, lease, mirror)
     try:
-        conn = connect(url)
+        deadline = time.monotonic() + RECOVERY_SECONDS
+        conn = connect_within(url, RECOVERY_SECONDS)
         try:
-            recovered = recover_partition(conn, info, pkey, partition, sink=sink)
+            with within(conn, deadline, f"partition {partition}'s recovery"):
+                recovered = recover_partition(conn, info, pkey, partition, sink=sink)
         finally:
             conn.close()
         if recovered is None:
@@ -79,10 +88,15 @@ class LeaseKeeper:
         conn = None
         interval = self.lease.seconds / 3
         while not self._stop.wait(interval):
+            # A renewal that gets no answer within a third of the lease is cut (deadline.py):
+            # the next round tries on a new connection, and the lease's deadline stops writes.
+            deadline = time.monotonic() + interval
             try:
                 if conn is None:
-                    conn = connect(self.url)
-                if not leases.renew(conn, self.lease):
+                    conn = connect_within(self.url, interval)
+                with within(conn, deadline, "a lease renewal"):
+                    renewed = leases.renew(conn, self.lease)
+                if not renewed:
                     break
             except Exception as exc:  # the next round retries; the deadline protects writes
                 log.warning(

@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING
 from ..errors import LedgerError
 from ..mirror import Mirror, MirrorDiverged
 from . import StoreError, require_psycopg
-from .schema import NOTIFY_CHANNEL, connect, one_line
+from .deadline import connect_within, within
+from .schema import NOTIFY_CHANNEL, one_line
 
 if TYPE_CHECKING:
     from . import Connection
@@ -35,6 +36,10 @@ log = logging.getLogger("ledgermem.store.tail")
 PAGE_ROWS = 1000  # rows per query: bounded memory whatever the backlog
 MAX_BACKOFF = 5.0
 STOP_CHECK = 0.25  # seconds: the longest a wait for a wake-up lasts before looking at stop()
+# The longest one query of the tail (a page, a checkpoint, LISTEN) or a new connection may wait
+# on the store before the connection is cut and made anew (deadline.py): a connection that went
+# silent (TCP alive, no bytes) would otherwise stop feeding the mirrors for as long as it lasts.
+QUERY_SECONDS = 30.0
 
 
 class StoreTail:
@@ -102,10 +107,11 @@ class StoreTail:
                 self._feed_conn = None
 
     def _feed(self) -> None:
-        conn = self._feed_conn = connect(self.url)
+        conn = self._feed_conn = connect_within(self.url, QUERY_SECONDS)
         self.backend_pid = conn.info.backend_pid
         if self.listen:
-            conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+            with within(conn, time.monotonic() + QUERY_SECONDS, "LISTEN"):
+                conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
         # Whatever was committed while no one listened: the wake-ups for it are gone.
         self._sync_all(conn)
         self._fed = True
@@ -157,11 +163,11 @@ class StoreTail:
         psycopg = require_psycopg()
         with self._sync_lock:
             for attempt in (1, 2):
-                if self._sync_conn is None:
-                    self._sync_conn = connect(self.url)
                 try:
+                    if self._sync_conn is None:
+                        self._sync_conn = connect_within(self.url, QUERY_SECONDS)
                     return sync_mirror(self._sync_conn, partition, self.mirrors[partition])
-                except psycopg.OperationalError:
+                except (psycopg.OperationalError, StoreError):
                     _close(self._sync_conn)
                     self._sync_conn = None
                     if attempt == 2:
@@ -174,11 +180,12 @@ def sync_mirror(conn: Connection, partition: int, mirror: Mirror) -> int:
     install the newest checkpoint it covers. Returns the mirror's size."""
     while True:
         start = mirror.size
-        rows = conn.execute(
-            "SELECT seq, line FROM lm_record WHERE partition = %s AND seq >= %s "
-            "ORDER BY seq LIMIT %s",
-            (partition, start, PAGE_ROWS),
-        ).fetchall()
+        with within(conn, time.monotonic() + QUERY_SECONDS, f"partition {partition}'s rows"):
+            rows = conn.execute(
+                "SELECT seq, line FROM lm_record WHERE partition = %s AND seq >= %s "
+                "ORDER BY seq LIMIT %s",
+                (partition, start, PAGE_ROWS),
+            ).fetchall()
         if not rows:
             break
         held = next((i for i, (seq, _) in enumerate(rows) if seq != start + i), len(rows))
@@ -191,11 +198,12 @@ def sync_mirror(conn: Connection, partition: int, mirror: Mirror) -> int:
             )
         if len(rows) < PAGE_ROWS:
             break
-    row = conn.execute(
-        "SELECT text FROM lm_checkpoint WHERE partition = %s AND size <= %s "
-        "ORDER BY size DESC LIMIT 1",
-        (partition, mirror.size),
-    ).fetchone()
+    with within(conn, time.monotonic() + QUERY_SECONDS, f"partition {partition}'s checkpoint"):
+        row = conn.execute(
+            "SELECT text FROM lm_checkpoint WHERE partition = %s AND size <= %s "
+            "ORDER BY size DESC LIMIT 1",
+            (partition, mirror.size),
+        ).fetchone()
     if row is not None:
         mirror.install_checkpoint(row[0])
     return mirror.size

@@ -100,6 +100,10 @@ class Cluster:
         self.replica_id = new_replica_id()
         self.lease_seconds: float = settings.lease_seconds
         self.tick = tick_for(self.lease_seconds)
+        # The longest one look at the store (a tick of the leadership loop, a refresh) may wait
+        # for its answers before the connection is cut (eventstore/pg/deadline.py): a stalled
+        # connection must not stop the loop, which steps down from leases that ran out.
+        self.look_seconds = self.lease_seconds / 2
         self._info: StoreInfo | None = None  # read at start
         self._key: KeyInfo | None = None  # this replica's data directory's, checked at start
         self._mirrors: dict[int, Mirror] = {}
@@ -156,9 +160,11 @@ class Cluster:
         worker thread). For a forwarder whose leader answered 421: the leader moved since the
         leadership loop last looked."""
         from eventstore.pg import lease as leases
-        from eventstore.pg.schema import connect
+        from eventstore.pg.deadline import connect_within, within
 
-        with connect(self.store_url) as conn:
+        deadline = time.monotonic() + self.look_seconds
+        conn = connect_within(self.store_url, self.look_seconds)
+        with conn, within(conn, deadline, "the routes' refresh"):
             heads = leases.heads(conn)
             replicas = registry.replicas(conn, self.lease_seconds)
         self._heads = heads
@@ -279,7 +285,7 @@ class Cluster:
             mirror.close()
 
     def _close_all(self) -> None:
-        from eventstore.pg.schema import connect
+        from eventstore.pg.deadline import connect_within, within
 
         with self._lock:
             leaders = list(self._leaders.values())
@@ -288,14 +294,15 @@ class Cluster:
                 self._routes[leader.partition] = NoLeader(self.tick)
         conn = None
         try:
-            conn = connect(self.store_url)
+            conn = connect_within(self.store_url, self.lease_seconds)
         except Exception as exc:  # the memories still close; their leases just expire
             log.warning("cannot reach the store to release leases: %s", exc)
         for leader in leaders:
             leader.close_and_release(conn)
         if conn is not None:
             try:
-                registry.leave(conn, self.replica_id)
+                with within(conn, time.monotonic() + self.lease_seconds, "leaving lm_replica"):
+                    registry.leave(conn, self.replica_id)
             except Exception as exc:
                 log.warning("could not remove this replica from lm_replica: %s", exc)
             conn.close()
@@ -303,16 +310,19 @@ class Cluster:
     # ---- the leadership loop --------------------------------------------------------------------
 
     def _run(self) -> None:
+        from eventstore.pg.deadline import connect_within, within
+
         conn = None
         while not self._stop.is_set():
             started = time.monotonic()
+            deadline = started + self.look_seconds
             try:
                 if conn is None:
-                    from eventstore.pg.schema import connect
-
-                    conn = connect(self.store_url)
-                    registry.prune(conn)
-                self._tick(conn)
+                    conn = connect_within(self.store_url, self.look_seconds)
+                    with within(conn, deadline, "the leadership loop's first look"):
+                        registry.prune(conn)
+                with within(conn, deadline, "the leadership loop's look"):
+                    self._tick(conn)
                 self._last_look = time.monotonic()
             except Exception as exc:
                 # The store is unreachable or failed: leases keep their local deadlines, and the

@@ -159,13 +159,15 @@ class PartitionLeader:
 
     def release_quietly(self, conn: Connection | None = None) -> None:
         from eventstore.pg import lease as leases
-        from eventstore.pg.schema import connect
+        from eventstore.pg.deadline import connect_within, within
 
         own = conn is None
+        seconds = self.lease.seconds
         try:
             if conn is None:
-                conn = connect(self.cluster.store_url)
-            leases.release(conn, self.lease)
+                conn = connect_within(self.cluster.store_url, seconds)
+            with within(conn, time.monotonic() + seconds, "the lease's release"):
+                leases.release(conn, self.lease)
         except Exception as exc:  # it expires by itself
             log.warning("partition %d: releasing the lease failed: %s", self.partition, exc)
         finally:

@@ -1,0 +1,173 @@
+"""Client-side deadlines for store calls: a stalled connection ends at a deadline, not never.
+
+`statement_timeout` is enforced by the server, so it cannot end a wait for bytes that never
+arrive: a connection whose peer stays alive but silent (a frozen proxy or NAT, a half-dead
+link whose kernel still acknowledges) leaves psycopg waiting on its socket for as long as the
+stall lasts, and keepalives do not help, because they are acknowledged. psycopg 3's blocking
+`execute` takes no timeout, and `cancel_safe` sends its cancel request over a new connection
+that the same stall swallows. So the deadline is kept here, on this side:
+
+- `within(conn, deadline)` arms a process-wide watchdog (one thread, a heap of deadlines) for the
+  calls made inside the block. When the deadline passes first, the watchdog shuts the
+  connection's socket down (`shutdown(2)` on a duplicate of its descriptor, under the lock that
+  the block's end takes too, so it never touches a descriptor the block has given back). libpq
+  then sees the connection end, psycopg raises, and the block raises `StoreStalled`: the caller
+  drops the connection and makes a new one, as after any lost connection. The descriptor itself
+  is closed only by the caller (`conn.close()`), never by the watchdog.
+- `connect_within(url, seconds)`: a new connection made under the same stall would hang in its
+  handshake up to libpq's `connect_timeout` (whole seconds, at least 2); it is made on a helper
+  thread and given up on at the deadline (the helper closes whatever it gets late).
+
+Nothing here decides what a stall means for the log: the sink treats `StoreStalled` as a lost
+connection (read the head, or answer Unknown at the lease's end), which fencing makes safe.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import itertools
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from . import StoreError, require_psycopg
+
+if TYPE_CHECKING:
+    from . import Connection
+
+
+class StoreStalled(StoreError):
+    """The store did not answer before a client-side deadline; the connection was cut."""
+
+
+@dataclass(eq=False)
+class _Armed:
+    deadline: float
+    fd: int
+    done: bool = False
+    cut: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class Watchdog:
+    """One thread that cuts the connections whose armed deadline passed."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, _Armed]] = []
+        self._order = itertools.count()
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self.cuts = 0  # connections cut so far (for tests and operators)
+
+    def arm(self, conn: Connection, deadline: float) -> _Armed:
+        armed = _Armed(deadline, conn.fileno())
+        with self._cond:
+            heapq.heappush(self._heap, (deadline, next(self._order), armed))
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="ledgermem-store-deadlines", daemon=True
+                )
+                self._thread.start()
+            elif self._heap[0][2] is armed:
+                self._cond.notify()
+        return armed
+
+    def disarm(self, armed: _Armed) -> None:
+        with armed.lock:
+            armed.done = True  # the heap entry is dropped when its time comes
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._heap:
+                    self._cond.wait()
+                deadline, _, armed = self._heap[0]
+                wait = deadline - time.monotonic()
+                if wait > 0 and not armed.done:
+                    self._cond.wait(wait)
+                    continue
+                heapq.heappop(self._heap)
+            self._cut(armed)
+
+    def _cut(self, armed: _Armed) -> None:
+        with armed.lock:
+            if armed.done:
+                return
+            armed.cut = True
+            self.cuts += 1
+            # A duplicate of the descriptor: shutdown acts on the socket both share, which wakes
+            # libpq's wait with an end of stream; closing the duplicate leaves the original open.
+            with contextlib.suppress(OSError), socket.socket(fileno=os.dup(armed.fd)) as sock:
+                sock.shutdown(socket.SHUT_RDWR)
+
+
+WATCHDOG = Watchdog()
+
+
+@contextlib.contextmanager
+def within(conn: Connection, deadline: float, what: str) -> Iterator[None]:
+    """Run the block's calls on `conn` until `deadline` (time.monotonic()) at the latest; past
+    it the connection is cut and the block raises `StoreStalled` naming `what`. After a cut the
+    connection is unusable: the caller closes it and connects again."""
+    psycopg = require_psycopg()
+    armed = WATCHDOG.arm(conn, deadline)
+    try:
+        yield
+    except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+        WATCHDOG.disarm(armed)
+        if armed.cut:
+            raise StoreStalled(_stalled(what)) from exc
+        raise
+    finally:
+        WATCHDOG.disarm(armed)
+    if armed.cut:  # cut just after the last call returned: its answer stands, the socket is gone
+        with contextlib.suppress(Exception):
+            conn.close()
+
+
+def _stalled(what: str) -> str:
+    return f"the store did not answer {what} before its deadline: the connection was cut"
+
+
+def connect_within(
+    url: str, seconds: float, connect: Callable[[str], Connection] | None = None
+) -> Connection:
+    """`schema.connect(url)`, given up on after `seconds` (StoreStalled): a handshake that gets
+    no answer does not hold the caller past its deadline."""
+    from .schema import connect as default_connect
+
+    make = connect or default_connect
+    if seconds <= 0:
+        raise StoreStalled(_stalled("a new connection"))
+    box: dict[str, object] = {}
+    lock = threading.Lock()
+    ready = threading.Event()
+
+    def run() -> None:
+        try:
+            made: object = make(url)
+        except BaseException as exc:
+            made = exc
+        with lock:
+            abandoned = box.get("abandoned", False)
+            box["result"] = made
+        ready.set()
+        if abandoned and not isinstance(made, BaseException):
+            with contextlib.suppress(Exception):
+                made.close()  # type: ignore[attr-defined]
+
+    threading.Thread(target=run, name="ledgermem-store-connect", daemon=True).start()
+    ready.wait(seconds)
+    with lock:
+        if "result" not in box:
+            box["abandoned"] = True
+            raise StoreStalled(_stalled("a new connection"))
+        result = box["result"]
+    if isinstance(result, BaseException):
+        raise result
+    return result  # type: ignore[return-value]
