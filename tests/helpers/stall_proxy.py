@@ -32,7 +32,9 @@ class StallProxy:
         parts = urlsplit(pg_url)
         netloc = parts.netloc.rsplit("@", 1)
         host = f"127.0.0.1:{self.port}"
-        return urlunsplit(parts._replace(netloc=f"{netloc[0]}@{host}" if len(netloc) == 2 else host))
+        return urlunsplit(
+            parts._replace(netloc=f"{netloc[0]}@{host}" if len(netloc) == 2 else host)
+        )
 
     def freeze(self) -> None:
         self._flowing.clear()
