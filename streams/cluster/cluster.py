@@ -112,6 +112,9 @@ class Cluster:
         self._tail: StoreTail | None = None
         self._lock = threading.Lock()
         self._routes: dict[int, Route] = {}
+        # Bumped at each refresh of the routes (every tick): a forwarded request in flight looks
+        # at its route again only when this moved (streams/cluster/forwarding.py).
+        self.looks = 0
         self._leaders: dict[int, PartitionLeader] = {}  # partitions this replica holds a lease on
         self._released: dict[int, float] = {}  # partition -> monotonic time it was given up
         self._free_since: dict[int, float] = {}
@@ -390,6 +393,7 @@ class Cluster:
                 else:
                     self._routes[head.partition] = NoLeader(max(self.tick, 1.0))
             routes = dict(self._routes)
+            self.looks += 1
         if self.metrics is not None:
             for partition, route in routes.items():
                 gauge = self.metrics.partition_leading.labels(str(partition))
