@@ -18,10 +18,12 @@ import threading
 from urllib.parse import urlsplit
 
 import httpx
+import orjson
 
 from eventstore.errors import WriterClosed
 from eventstore.pg.leadership import open_partition_writer
 from eventstore.sink import CommitRefused, CommitUnknown
+from streams.client import Client
 from tests.helpers.pg import pg_url  # noqa: F401  (the fixture)
 from tests.helpers.pglog import assert_chain, make_store, rows, take
 from tests.helpers.replicas import leading, make_replicas, replica, wait_until
@@ -142,3 +144,50 @@ def test_a_replica_on_a_stalled_store_answers_every_write_503_with_retry_after(p
     table = {seq: bytes(h).hex() for seq, h, _ in rows(pg_url)}
     for seq, h in acked.items():
         assert table[seq] == h
+
+
+def _added(url: str, content: str) -> list[int]:
+    """The seqs of the item.added records holding `content`, read from the table."""
+    found = []
+    for seq, _, line in rows(url):
+        record = orjson.loads(line)
+        if record["type"] == "item.added" and content.encode() in orjson.dumps(record["payload"]):
+            found.append(seq)
+    return found
+
+
+def test_a_write_forwarded_to_a_leader_whose_store_stalls_completes_once(pg_url, tmp_path):  # noqa: F811
+    """The leader's store stalls; a client with the default retries writes through the healthy
+    replica, which forwards to the leader: the leader answers 503 at its lease's end (or the
+    route moves under the forward), the healthy replica takes the partition over, and the
+    client's retry, with the same Idempotency-Key, lands there once."""
+    _, dirs = make_replicas(pg_url, tmp_path, 2)
+    with _proxy(pg_url) as proxy:
+        stalled = replica(dirs[0], proxy.url(pg_url), 2.0).start()
+        healthy = None
+        try:
+            wait_until(lambda: leading(stalled) == {0}, what="the first replica to lead")
+            healthy = replica(dirs[1], pg_url, 2.0).start()
+            with Client(healthy.url) as client:
+                wait_until(lambda: client.create_session("s-fwd"), what="a forwarded write")
+                before = client.add_item("s-fwd", "findings", "before-stall")
+            proxy.freeze()
+            outcome: dict[str, object] = {}
+
+            def write() -> None:
+                with Client(healthy.url) as client:  # the default retry policy
+                    outcome["answer"] = client.add_item("s-fwd", "findings", "during-stall")
+
+            thread, failed = _in_thread(write)
+            thread.join(GUARD)
+            assert not thread.is_alive(), "the forwarded write hung on the stalled leader"
+            assert failed == [None], failed
+            assert leading(healthy) == {0}
+            answer = outcome["answer"]
+            assert isinstance(answer, dict)
+        finally:
+            stalled.kill()
+            if healthy is not None:
+                healthy.kill()
+    assert _added(pg_url, "before-stall") == [before["record"]["seq"]]
+    assert _added(pg_url, "during-stall") == [answer["record"]["seq"]]
