@@ -14,9 +14,9 @@ that the same stall swallows. So the deadline is kept here, on this side:
   then sees the connection end, psycopg raises, and the block raises `StoreStalled`: the caller
   drops the connection and makes a new one, as after any lost connection. The descriptor itself
   is closed only by the caller (`conn.close()`), never by the watchdog.
-- `connect_within(url, seconds)`: a new connection made under the same stall would hang in its
-  handshake up to libpq's `connect_timeout` (whole seconds, at least 2); it is made on a helper
-  thread and given up on at the deadline (the helper closes whatever it gets late).
+- `schema.connect_within(url, seconds)` makes a new connection under the same rule: a stall
+  would hold its handshake up to `connect_timeout` (whole seconds, at least 2), so it is made on
+  a helper thread that is given up on at the deadline (the helper closes whatever it gets late).
 
 Nothing here decides what a stall means for the log: the sink treats `StoreStalled` as a lost
 connection (read the head, or answer Unknown at the lease's end), which fencing makes safe.
@@ -31,7 +31,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -121,7 +121,7 @@ def within(conn: Connection, deadline: float, what: str) -> Iterator[None]:
     except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
         WATCHDOG.disarm(armed)
         if armed.cut:
-            raise StoreStalled(_stalled(what)) from exc
+            raise StoreStalled(stalled(what)) from exc
         raise
     finally:
         WATCHDOG.disarm(armed)
@@ -130,44 +130,5 @@ def within(conn: Connection, deadline: float, what: str) -> Iterator[None]:
             conn.close()
 
 
-def _stalled(what: str) -> str:
+def stalled(what: str) -> str:
     return f"the store did not answer {what} before its deadline: the connection was cut"
-
-
-def connect_within(
-    url: str, seconds: float, connect: Callable[[str], Connection] | None = None
-) -> Connection:
-    """`schema.connect(url)`, given up on after `seconds` (StoreStalled): a handshake that gets
-    no answer does not hold the caller past its deadline."""
-    from .schema import connect as default_connect
-
-    make = connect or default_connect
-    if seconds <= 0:
-        raise StoreStalled(_stalled("a new connection"))
-    box: dict[str, object] = {}
-    lock = threading.Lock()
-    ready = threading.Event()
-
-    def run() -> None:
-        try:
-            made: object = make(url)
-        except BaseException as exc:
-            made = exc
-        with lock:
-            abandoned = box.get("abandoned", False)
-            box["result"] = made
-        ready.set()
-        if abandoned and not isinstance(made, BaseException):
-            with contextlib.suppress(Exception):
-                made.close()  # type: ignore[attr-defined]
-
-    threading.Thread(target=run, name="ledgermem-store-connect", daemon=True).start()
-    ready.wait(seconds)
-    with lock:
-        if "result" not in box:
-            box["abandoned"] = True
-            raise StoreStalled(_stalled("a new connection"))
-        result = box["result"]
-    if isinstance(result, BaseException):
-        raise result
-    return result  # type: ignore[return-value]

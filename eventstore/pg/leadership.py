@@ -18,10 +18,10 @@ from ..checkpoint import SigningKey
 from ..mirror import Mirror
 from ..writer import LogWriter
 from . import lease as leases
-from .deadline import connect_within, within
+from .deadline import within
 from .lease import Lease
 from .recovery import partition_key, recover_partition
-from .schema import StoreInfo, one_line
+from .schema import StoreInfo, connect_within, one_line
 from .sink import PgSink
 
 log = logging.getLogger(__name__)

@@ -40,9 +40,9 @@ from ..sink import (
     Unknown,
 )
 from . import StoreError, require_psycopg, statements
-from .deadline import connect_within, within
+from .deadline import within
 from .lease import Lease, safety_margin
-from .schema import StoreInfo, one_line, one_row
+from .schema import StoreInfo, connect_within, one_line, one_row
 
 if TYPE_CHECKING:
     from . import Connection

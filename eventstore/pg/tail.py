@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING
 from ..errors import LedgerError
 from ..mirror import Mirror, MirrorDiverged
 from . import StoreError, require_psycopg
-from .deadline import connect_within, within
-from .schema import NOTIFY_CHANNEL, one_line
+from .deadline import within
+from .schema import NOTIFY_CHANNEL, connect_within, one_line
 
 if TYPE_CHECKING:
     from . import Connection

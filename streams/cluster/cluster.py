@@ -163,7 +163,8 @@ class Cluster:
         worker thread). For a forwarder whose leader answered 421: the leader moved since the
         leadership loop last looked."""
         from eventstore.pg import lease as leases
-        from eventstore.pg.deadline import connect_within, within
+        from eventstore.pg.deadline import within
+        from eventstore.pg.schema import connect_within
 
         deadline = time.monotonic() + self.look_seconds
         conn = connect_within(self.store_url, self.look_seconds)
@@ -288,7 +289,8 @@ class Cluster:
             mirror.close()
 
     def _close_all(self) -> None:
-        from eventstore.pg.deadline import connect_within, within
+        from eventstore.pg.deadline import within
+        from eventstore.pg.schema import connect_within
 
         with self._lock:
             leaders = list(self._leaders.values())
@@ -313,7 +315,8 @@ class Cluster:
     # ---- the leadership loop --------------------------------------------------------------------
 
     def _run(self) -> None:
-        from eventstore.pg.deadline import connect_within, within
+        from eventstore.pg.deadline import within
+        from eventstore.pg.schema import connect_within
 
         conn = None
         while not self._stop.is_set():

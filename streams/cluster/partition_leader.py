@@ -159,7 +159,8 @@ class PartitionLeader:
 
     def release_quietly(self, conn: Connection | None = None) -> None:
         from eventstore.pg import lease as leases
-        from eventstore.pg.deadline import connect_within, within
+        from eventstore.pg.deadline import within
+        from eventstore.pg.schema import connect_within
 
         own = conn is None
         seconds = self.lease.seconds
