@@ -15,13 +15,18 @@ not speed assertions: the property is that each call is answered while the proxy
 from __future__ import annotations
 
 import threading
+import time
 from urllib.parse import urlsplit
 
 import httpx
 import orjson
+import psycopg
+import pytest
 
 from eventstore.errors import WriterClosed
+from eventstore.pg.deadline import StoreStalled, within
 from eventstore.pg.leadership import open_partition_writer
+from eventstore.pg.schema import connect
 from eventstore.sink import CommitRefused, CommitUnknown
 from streams.client import Client
 from tests.helpers.pg import pg_url  # noqa: F401  (the fixture)
@@ -51,6 +56,22 @@ def _in_thread(call) -> tuple[threading.Thread, list[BaseException | None]]:
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     return thread, outcome
+
+
+def test_a_call_past_its_deadline_is_cut_and_one_within_it_is_not(pg_url):  # noqa: F811
+    """The primitive: a statement that sends nothing back before the deadline (the server is
+    busy, as good as silent) raises StoreStalled; the connection is unusable afterwards; a call
+    that answers in time is left alone, its connection still good."""
+    conn = connect(pg_url)
+    with within(conn, time.monotonic() + 30, "a quick read"):
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+    assert conn.execute("SELECT 2").fetchone() == (2,)
+    deadline = time.monotonic() + 0.2
+    with pytest.raises(StoreStalled, match="a long sleep"), within(conn, deadline, "a long sleep"):
+        conn.execute("SELECT pg_sleep(30)")
+    with pytest.raises(psycopg.OperationalError):
+        conn.execute("SELECT 3")
+    conn.close()
 
 
 def test_appends_on_a_stalled_connection_end_unknown_while_it_stalls(pg_url, tmp_path):  # noqa: F811

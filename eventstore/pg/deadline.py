@@ -62,11 +62,15 @@ class Watchdog:
         self._order = itertools.count()
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
-        self.cuts = 0  # connections cut so far (for tests and operators)
+        self.cuts = 0  # connections cut so far
 
     def arm(self, conn: Connection, deadline: float) -> _Armed:
         armed = _Armed(deadline, conn.fileno())
         with self._cond:
+            # Calls that ended leave their entries; those at the top go now, so the heap holds
+            # about the calls in flight rather than every call of the last lease.
+            while self._heap and self._heap[0][2].done:
+                heapq.heappop(self._heap)
             heapq.heappush(self._heap, (deadline, next(self._order), armed))
             if self._thread is None:
                 self._thread = threading.Thread(
@@ -118,7 +122,7 @@ def within(conn: Connection, deadline: float, what: str) -> Iterator[None]:
     armed = WATCHDOG.arm(conn, deadline)
     try:
         yield
-    except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+    except psycopg.Error as exc:
         WATCHDOG.disarm(armed)
         if armed.cut:
             raise StoreStalled(stalled(what)) from exc
