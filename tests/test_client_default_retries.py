@@ -24,7 +24,7 @@ from streams.client.base import CALL_RETRY
 from streams.client.retry import Attempts, Retry
 from tests.server import Server
 
-RESTART_GAP = 4.0  # seconds the service is down: inside the 2.2-5.7 s a takeover was measured at
+RESTART_GAP = 3.0  # seconds the service is down: inside the 2.2-5.7 s a takeover was measured at
 
 
 def _free_port() -> int:
