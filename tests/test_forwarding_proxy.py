@@ -363,3 +363,84 @@ def test_an_allowed_cross_origin_call_is_not_refused_by_the_leader(leader):
     with front(Routes(Remote(leader, "leader"))) as client:
         answer = client.put("/v1/sessions/o1", headers=headers)
         assert answer.status_code == 201, answer.text
+
+
+# ---- a leader that never answers while the partition moves (issue 30)
+
+
+@pytest.fixture(scope="module")
+def silent():
+    """A leader that froze: it accepts connections and reads requests, and never answers."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    held: list[socket.socket] = []
+
+    def serve():
+        while True:
+            try:
+                conn, _ = sock.accept()
+            except OSError:
+                return
+            held.append(conn)  # open, read by nobody: the bytes wait in the kernel
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    sock.close()
+    for conn in held:
+        conn.close()
+
+
+class Moving:
+    """A cluster whose partition is led by `first` until `move()`; then by `then`. It counts its
+    looks at the store (`looks`), as `Cluster` does, so a forward in flight watches its route."""
+
+    tick = 0.1
+
+    def __init__(self, first, then) -> None:
+        self.first, self.then = first, then
+        self.moved = False
+        self.looks = 0
+
+    def partition_of(self, tenant: str) -> int:
+        return 0
+
+    def route(self, partition: int):
+        return self.then if self.moved else self.first
+
+    def move_after(self, seconds: float) -> None:
+        def move() -> None:
+            time.sleep(seconds)
+            self.moved = True
+            self.looks += 1
+
+        threading.Thread(target=move, daemon=True).start()
+
+
+def test_a_request_waiting_on_a_leader_that_lost_the_partition_is_served_here(silent):
+    routes = Moving(Remote(silent, "frozen"), Local(None))
+    with front(routes) as client:
+        routes.move_after(0.5)
+        answer = client.post(
+            "/v1/sessions/m1/end", headers={**AUTH, "Idempotency-Key": "m1"}, content=b"{}"
+        )
+        assert answer.status_code == 200 and answer.json()["answered_by"] == "front"
+
+
+def test_a_request_waiting_on_a_leader_that_lost_the_partition_goes_to_the_new_one(silent, leader):
+    routes = Moving(Remote(silent, "frozen"), Remote(leader, "leader"))
+    with front(routes) as client:
+        routes.move_after(0.5)
+        answer = client.put("/v1/sessions/m2", headers=AUTH)
+        assert answer.status_code == 201, answer.text
+        assert client.middleware.forwarded == 2
+
+
+def test_a_moved_request_that_is_not_safe_to_resend_is_503_and_not_resent(silent, leader):
+    routes = Moving(Remote(silent, "frozen"), Remote(leader, "leader"))
+    with front(routes) as client:
+        routes.move_after(0.5)
+        answer = client.post("/v1/sessions/m3/end", headers=AUTH, content=b"{}")
+        assert answer.status_code == 503 and answer.headers["retry-after"] == "1"
+        assert answer.json()["error"]["code"] == "leader_unreachable"
+        assert client.middleware.forwarded == 1

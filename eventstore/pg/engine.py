@@ -26,8 +26,8 @@ class PgEngine:
     def __init__(self, url: str) -> None:
         self.url = url
 
-    def session(self) -> PgSession:
-        return PgSession(self.url)
+    def session(self, seconds: float | None = None) -> PgSession:
+        return PgSession(self.url, seconds)
 
     def read_store(self) -> StoreInfo:
         with connect(self.url) as conn:

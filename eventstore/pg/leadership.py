@@ -8,6 +8,7 @@ lease: `create_on` for an empty partition, `resume_on` (log.resume and a checkpo
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -15,11 +16,17 @@ from ..checkpoint import SigningKey
 from ..mirror import Mirror
 from ..shared.keeper import LeaseKeeper as SharedKeeper
 from ..writer import LogWriter
+from .deadline import within
 from .lease import Lease
 from .recovery import partition_key, recover_partition
-from .schema import StoreInfo, connect
+from .schema import StoreInfo, connect_within
 from .session import PgSession
 from .sink import PgSink
+
+# How long a takeover's recovery may wait on the store (deadline.py) before it is given up and
+# the lease released: no request waits on it (the partition answers 503 no_leader meanwhile), and
+# reading a full last segment may take longer than a short lease.
+RECOVERY_SECONDS = 60.0
 
 
 def open_partition_writer(
@@ -39,9 +46,11 @@ def open_partition_writer(
     pkey = partition_key(info, key, partition)
     sink = PgSink(url, info, lease, mirror)
     try:
-        conn = connect(url)
+        deadline = time.monotonic() + RECOVERY_SECONDS
+        conn = connect_within(url, RECOVERY_SECONDS)
         try:
-            recovered = recover_partition(conn, info, pkey, partition, sink=sink)
+            with within(conn, deadline, f"partition {partition}'s recovery"):
+                recovered = recover_partition(conn, info, pkey, partition, sink=sink)
         finally:
             conn.close()
         if recovered is None:
@@ -58,5 +67,5 @@ class LeaseKeeper(SharedKeeper):
     def __init__(
         self, url: str, lease: Lease, on_lost: Callable[[Lease], None] | None = None
     ) -> None:
-        super().__init__(lambda: PgSession(url), lease, on_lost)
+        super().__init__(lambda seconds: PgSession(url, seconds), lease, on_lost)
         self.url = url

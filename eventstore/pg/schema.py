@@ -15,6 +15,9 @@ the database's (`now()`), never a replica's clock.
 
 from __future__ import annotations
 
+import contextlib
+import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +26,7 @@ from ..partitions import check_partitions, partition_origin
 from ..record import genesis
 from ..shared import StoreInfo, one_line, redact_url
 from . import StoreError, require_psycopg
+from .deadline import StoreStalled, stalled, within
 
 if TYPE_CHECKING:
     from psycopg import Cursor
@@ -102,9 +106,10 @@ TCP_DEADLINES = {
 IDLE_IN_TRANSACTION_MS = 1000
 
 
-def connect(url: str) -> Connection:
+def connect(url: str, deadline: float | None = None) -> Connection:
     """A connection to the store's database (autocommit: each statement is its own transaction,
-    `with conn.transaction()` groups several), refusing one that could lose acknowledged commits."""
+    `with conn.transaction()` groups several), refusing one that could lose acknowledged commits.
+    With a `deadline` (time.monotonic()), its first statements are cut there (deadline.py)."""
     psycopg = require_psycopg()
     try:
         given = psycopg.conninfo.conninfo_to_dict(url)
@@ -114,20 +119,66 @@ def connect(url: str) -> Connection:
         raise StoreError(
             f"cannot connect to the store {redact_url(url)}: {one_line(exc)}"
         ) from None
+    try:
+        with within(conn, time.monotonic() + 5 if deadline is None else deadline, "a new session"):
+            _prepare(conn)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            conn.close()
+        raise
+    return conn
+
+
+def _prepare(conn: Connection) -> None:
     # A replica paused inside a transaction (SIGSTOP, swap, a long GC) while it holds the head
     # row's lock, during a redaction rewrite, would block every takeover of that partition until
     # it woke: the lease is no fence against a lock. The server ends a session idle in a
     # transaction this long, which rolls it back and frees the row; a healthy client sends its
     # statements back to back and never comes near it.
     conn.execute(f"SET idle_in_transaction_session_timeout = {IDLE_IN_TRANSACTION_MS}")
-    setting = conn.execute("SHOW synchronous_commit").fetchone()[0]
+    setting = one_row(conn.execute("SHOW synchronous_commit"))[0]
     if setting not in ("on", "remote_write", "remote_apply"):
-        conn.close()
         raise StoreError(
             f"the store's synchronous_commit is {setting!r}: a commit could be acknowledged and "
             "then lost; set synchronous_commit = on"
         )
-    return conn
+
+
+def connect_within(url: str, seconds: float) -> Connection:
+    """`connect(url)`, given up on after `seconds` (StoreStalled): a handshake that gets no
+    answer does not hold the caller past its deadline. The helper thread that connects ends by
+    itself within `connect_timeout` and the deadline, and closes what it got too late."""
+    if seconds <= 0:
+        raise StoreStalled(stalled("a new connection"))
+    deadline = time.monotonic() + seconds
+    box: dict[str, object] = {}
+    lock = threading.Lock()
+    ready = threading.Event()
+
+    def run() -> None:
+        made: Connection | BaseException
+        try:
+            made = connect(url, deadline)
+        except BaseException as exc:  # handed to the caller
+            made = exc
+        with lock:
+            abandoned = box.get("abandoned", False)
+            box["result"] = made
+        ready.set()
+        if abandoned and not isinstance(made, BaseException):
+            with contextlib.suppress(Exception):
+                made.close()
+
+    threading.Thread(target=run, name="ledgermem-store-connect", daemon=True).start()
+    ready.wait(seconds)
+    with lock:
+        if "result" not in box:
+            box["abandoned"] = True
+            raise StoreStalled(stalled("a new connection"))
+        result = box["result"]
+    if isinstance(result, BaseException):
+        raise result
+    return result  # type: ignore[return-value]
 
 
 def init_store(

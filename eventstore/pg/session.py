@@ -3,15 +3,23 @@
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
+
 from ..shared.lease import Head, Lease, Replica
+from . import deadline
 from . import lease as leases
 from . import replicas as registry
-from .schema import connect
+from .schema import connect, connect_within
 
 
 class PgSession:
-    def __init__(self, url: str) -> None:
-        self.conn = connect(url)
+    def __init__(self, url: str, seconds: float | None = None) -> None:
+        """`seconds`: the connection is given up on after that long (StoreStalled)."""
+        self.conn = connect(url) if seconds is None else connect_within(url, seconds)
+
+    def within(self, until: float, what: str) -> AbstractContextManager[None]:
+        """The block's calls are cut at `until` (deadline.py): StoreStalled."""
+        return deadline.within(self.conn, until, what)
 
     def take(self, partition: int, owner: str, seconds: float) -> Lease | None:
         return leases.take(self.conn, partition, owner, seconds)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import collections
 import contextlib
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -48,13 +49,18 @@ from ..sink import (
     Unknown,
 )
 from . import StoreError, require_psycopg, statements
+from .deadline import within
 from .lease import Lease, safety_margin
-from .schema import StoreInfo, connect, one_line, one_row
+from .schema import StoreInfo, connect_within, one_line, one_row
 
 if TYPE_CHECKING:
     from . import Connection
 
 __all__ = ["LEASE_EXPIRED", "Fenced", "PgSink", "StoreUnreachable"]
+
+log = logging.getLogger(__name__)
+
+VACUUM_SECONDS = 60.0  # the client-side bound of the VACUUM after a redaction rewrite
 
 
 class PgSink:
@@ -67,7 +73,8 @@ class PgSink:
         self.partition = lease.partition
         self.fsync_observer: Callable[[float, int], None] | None = None
         self._psycopg = require_psycopg()
-        self._conn: Connection | None = connect(url)  # refuses synchronous_commit = off at once
+        # Refuses synchronous_commit = off at once; a stalled handshake ends within a lease.
+        self._conn: Connection | None = connect_within(url, lease.seconds)
         self._timeout_ms: int | None = None  # the writer session's statement_timeout (_bound)
         # read_record runs on callers' threads: a connection of its own.
         self._reader: Connection | None = None
@@ -126,8 +133,9 @@ class PgSink:
             started = time.monotonic()
             try:
                 conn = self._writer()
-                self._bound(conn)
-                inserted, moved = one_row(conn.execute(sql, params))
+                with within(conn, self._cut_at(), "an append"):
+                    self._bound(conn)
+                    inserted, moved = one_row(conn.execute(sql, params))
             except self._psycopg.errors.QueryCanceled as exc:
                 # Our own statement deadline (the lease's end): the head row locked, or the
                 # server too slow. A cancelled statement rolled back: nothing was committed, and
@@ -162,20 +170,22 @@ class PgSink:
         while self.lease.valid():
             try:
                 conn = self._writer()
-                last_seq, last_h, epoch, owner = one_row(
-                    conn.execute(
-                        "SELECT last_seq, last_h, epoch, owner FROM lm_head WHERE partition = %s",
-                        (self.partition,),
+                with within(conn, self._cut_at(), "the head's read after a lost commit"):
+                    last_seq, last_h, epoch, owner = one_row(
+                        conn.execute(
+                            "SELECT last_seq, last_h, epoch, owner FROM lm_head "
+                            "WHERE partition = %s",
+                            (self.partition,),
+                        )
                     )
-                )
-                if last_seq >= params["last_seq"]:
                     row = conn.execute(
                         "SELECT h FROM lm_record WHERE partition = %s AND seq = %s",
                         (self.partition, params["last_seq"]),
                     ).fetchone()
-                    if row is not None and bytes(row[0]) == params["last_h"]:
-                        self.lease.extend_from(started)  # the statement renewed it, too
-                        return COMMITTED
+                committed = row is not None and bytes(row[0]) == params["last_h"]
+                if last_seq >= params["last_seq"] and committed:
+                    self.lease.extend_from(started)  # the statement renewed it, too
+                    return COMMITTED
                 ours = epoch == self.lease.epoch and owner == self.lease.owner
                 if ours and last_seq == params["first_seq"] - 1 and bytes(last_h) == params["prev"]:
                     return "resend"
@@ -192,11 +202,13 @@ class PgSink:
         """Zero rows: the head is not ours any more (or not where we think it is)."""
         self.lease.lose()
         try:
-            row = one_row(
-                self._writer().execute(
-                    "SELECT owner, epoch FROM lm_head WHERE partition = %s", (self.partition,)
+            conn = self._writer(time.monotonic() + self.lease.seconds)
+            with within(conn, time.monotonic() + self.lease.seconds, "the head's owner"):
+                row = one_row(
+                    conn.execute(
+                        "SELECT owner, epoch FROM lm_head WHERE partition = %s", (self.partition,)
+                    )
                 )
-            )
         except (self._psycopg.OperationalError, StoreError):
             self._drop_writer()
             return Refused("unknown (the store did not answer)")
@@ -220,15 +232,18 @@ class PgSink:
     def read_record(self, seq: int) -> Record:
         with self._reader_lock:
             for attempt in (1, 2):
+                # A read waits on the store at most a lease (deadline.py), then fails.
+                deadline = time.monotonic() + self.lease.seconds
                 try:
                     if self._reader is None:
-                        self._reader = connect(self.url)
-                    row = self._reader.execute(
-                        "SELECT line FROM lm_record WHERE partition = %s AND seq = %s",
-                        (self.partition, seq),
-                    ).fetchone()
+                        self._reader = connect_within(self.url, deadline - time.monotonic())
+                    with within(self._reader, deadline, f"a read of seq {seq}"):
+                        row = self._reader.execute(
+                            "SELECT line FROM lm_record WHERE partition = %s AND seq = %s",
+                            (self.partition, seq),
+                        ).fetchone()
                     break
-                except self._psycopg.OperationalError:
+                except (self._psycopg.OperationalError, StoreError):
                     self._reader, reader = None, self._reader
                     if reader is not None:
                         reader.close()
@@ -262,13 +277,23 @@ class PgSink:
                             statements.REWRITE_LINE,
                             {"partition": self.partition, "seq": seq, "line": line},
                         )
-            # VACUUM is no fenced write, and on a large table it may take longer than a lease:
-            # it runs without the statement deadline.
-            conn.execute("SET statement_timeout = 0")
-            self._timeout_ms = None
-            conn.execute(statements.VACUUM_RECORDS)
 
         self._retrying(rewrite_rows)
+        self._vacuum()
+
+    def _vacuum(self) -> None:
+        """VACUUM is no fenced write, and on a large table it may take longer than a lease: it
+        runs without the statement deadline, under a client-side bound of its own. When it fails
+        the rewrite stands (it is committed); autovacuum removes the old versions later."""
+        try:
+            conn = self._writer()
+            with within(conn, time.monotonic() + VACUUM_SECONDS, "VACUUM lm_record"):
+                conn.execute("SET statement_timeout = 0")
+                self._timeout_ms = None
+                conn.execute(statements.VACUUM_RECORDS)
+        except (self._psycopg.Error, StoreError) as exc:
+            self._drop_writer()
+            log.warning("partition %d: VACUUM after a redaction failed: %s", self.partition, exc)
 
     def abandon(self) -> None:
         pass  # an append is one transaction: nothing half-written to drop
@@ -291,11 +316,22 @@ class PgSink:
             "seconds": lease.seconds,
         }
 
-    def _writer(self) -> Connection:
+    def _writer(self, deadline: float | None = None) -> Connection:
+        """The writer's connection; a new one is given up on at `deadline` (by default the
+        lease's end plus its safety margin: `_cut_at`), so a stalled handshake cannot hold the
+        writer either."""
         if self._conn is None:
-            self._conn = connect(self.url)
+            until = self._cut_at() if deadline is None else deadline
+            self._conn = connect_within(self.url, until - time.monotonic())
             self._timeout_ms = None  # a new session: no statement deadline yet
         return self._conn
+
+    def _cut_at(self) -> float:
+        """When a store call of the writer is cut on this side (deadline.py): the lease's local
+        deadline plus its safety margin, later than the statement_timeout `_bound` sets (so a
+        lock or a slow server is the server's clean cancel), and about when the database's
+        lease ends: a connection that gave no answer by then is stalled."""
+        return self.lease.deadline + safety_margin(self.lease.seconds)
 
     def _bound(self, conn: Connection) -> None:
         """Give the writer's session a statement deadline within the lease: `statement_timeout`
@@ -343,8 +379,9 @@ class PgSink:
                 raise self._lease_expired(reason)
             try:
                 conn = self._writer()
-                self._bound(conn)
-                write(conn)
+                with within(conn, self._cut_at(), "a fenced write"):
+                    self._bound(conn)
+                    write(conn)
                 return
             # A session the server ended for idling in a transaction (schema.connect) is a lost
             # connection too: this replica was paused mid-rewrite; the lease check decides.

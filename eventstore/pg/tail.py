@@ -26,8 +26,9 @@ from ..errors import LedgerError
 from ..mirror import Mirror
 from ..shared.mirror_sync import sync_mirror as shared_sync
 from . import StoreError, require_psycopg
+from .deadline import within
 from .reader import PgReader
-from .schema import NOTIFY_CHANNEL, connect, one_line
+from .schema import NOTIFY_CHANNEL, connect_within, one_line
 
 if TYPE_CHECKING:
     from . import Connection
@@ -36,6 +37,10 @@ log = logging.getLogger("ledgermem.store.tail")
 
 MAX_BACKOFF = 5.0
 STOP_CHECK = 0.25  # seconds: the longest a wait for a wake-up lasts before looking at stop()
+# The longest one query of the tail (a page, a checkpoint, LISTEN) or a new connection may wait
+# on the store before the connection is cut and made anew (deadline.py): a connection that went
+# silent (TCP alive, no bytes) would otherwise stop feeding the mirrors for as long as it lasts.
+QUERY_SECONDS = 30.0
 
 
 class StoreTail:
@@ -103,10 +108,11 @@ class StoreTail:
                 self._feed_conn = None
 
     def _feed(self) -> None:
-        conn = self._feed_conn = connect(self.url)
+        conn = self._feed_conn = connect_within(self.url, QUERY_SECONDS)
         self.backend_pid = conn.info.backend_pid
         if self.listen:
-            conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+            with within(conn, time.monotonic() + QUERY_SECONDS, "LISTEN"):
+                conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
         # Whatever was committed while no one listened: the wake-ups for it are gone.
         self._sync_all(conn)
         self._fed = True
@@ -158,11 +164,11 @@ class StoreTail:
         psycopg = require_psycopg()
         with self._sync_lock:
             for attempt in (1, 2):
-                if self._sync_conn is None:
-                    self._sync_conn = connect(self.url)
                 try:
+                    if self._sync_conn is None:
+                        self._sync_conn = connect_within(self.url, QUERY_SECONDS)
                     return sync_mirror(self._sync_conn, partition, self.mirrors[partition])
-                except psycopg.OperationalError:
+                except (psycopg.OperationalError, StoreError):
                     _close(self._sync_conn)
                     self._sync_conn = None
                     if attempt == 2:
@@ -172,8 +178,9 @@ class StoreTail:
 
 def sync_mirror(conn: Connection, partition: int, mirror: Mirror) -> int:
     """Extend `mirror` with the partition's committed rows beyond its size, then install the
-    newest checkpoint it covers (eventstore/shared/mirror_sync.py). Returns the mirror's size."""
-    return shared_sync(PgReader(conn), partition, mirror)
+    newest checkpoint it covers (eventstore/shared/mirror_sync.py), each query cut after
+    QUERY_SECONDS without an answer (deadline.py). Returns the mirror's size."""
+    return shared_sync(PgReader(conn, QUERY_SECONDS), partition, mirror)
 
 
 def _note(woken: dict[int, int], payload: str) -> None:

@@ -26,8 +26,8 @@ class RedisEngine:
         self.url = url
         self._partitions: int | None = None
 
-    def session(self) -> RedisSession:
-        return RedisSession(self.url, self._partitions)
+    def session(self, seconds: float | None = None) -> RedisSession:
+        return RedisSession(self.url, self._partitions, seconds)
 
     def read_store(self) -> StoreInfo:
         client = connect(self.url)

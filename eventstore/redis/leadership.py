@@ -53,5 +53,5 @@ class LeaseKeeper(SharedKeeper):
     def __init__(
         self, url: str, lease: Lease, on_lost: Callable[[Lease], None] | None = None
     ) -> None:
-        super().__init__(lambda: RedisSession(url), lease, on_lost)
+        super().__init__(lambda seconds: RedisSession(url, seconds=seconds), lease, on_lost)
         self.url = url

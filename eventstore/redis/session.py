@@ -3,15 +3,37 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
+from ..shared import StoreError, one_line
 from ..shared.lease import Head, Lease, Replica
 from . import lease as leases
+from . import require_redis
 from .schema import connect, read_store
 
 
 class RedisSession:
-    def __init__(self, url: str, partitions: int | None = None) -> None:
-        self.client = connect(url)
+    def __init__(
+        self, url: str, partitions: int | None = None, seconds: float | None = None
+    ) -> None:
+        """`seconds`: the client's socket timeouts (connect and each reply), so no call of
+        this session waits on a silent server longer (schema.connect's 5 s by default)."""
+        self.client = connect(url) if seconds is None else connect(url, seconds)
         self._partitions = partitions
+
+    @contextlib.contextmanager
+    def within(self, deadline: float, what: str) -> Iterator[None]:
+        """The block's calls are bounded by the socket timeout the session was opened with
+        (redis-py has no deadline per block): open it with `seconds` no longer than the time to
+        `deadline` and a stall ends there. A timeout raises StoreError naming `what`."""
+        redis = require_redis()
+        try:
+            yield
+        except redis.TimeoutError as exc:
+            raise StoreError(
+                f"the store did not answer {what} before its deadline: {one_line(exc)}"
+            ) from exc
 
     def take(self, partition: int, owner: str, seconds: float) -> Lease | None:
         return leases.take(self.client, partition, owner, seconds)

@@ -8,6 +8,7 @@ CLI speak only to these protocols; each engine's `engine.py` implements them ove
 from __future__ import annotations
 
 import os
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
 
@@ -25,8 +26,16 @@ REDIS_SCHEMES = ("redis", "rediss", "unix")
 
 
 class StoreSession(Protocol):
-    """One connection's worth of leadership and registry calls (each one fenced write or read)."""
+    """One connection's worth of leadership and registry calls (each one fenced write or read).
 
+    `within(deadline, what)`: the calls made inside the block wait on the store until
+    `deadline` (time.monotonic()) at the latest, else the block raises a StoreError naming
+    `what` and the session is unusable (close it, open another): a connection that went silent
+    (TCP alive, no bytes) must not hold a leadership loop or a lease keeper past the lease.
+    PostgreSQL cuts the connection at the deadline (eventstore/pg/deadline.py); Redis bounds
+    every call by the socket timeout its session was opened with (`StoreEngine.session`)."""
+
+    def within(self, deadline: float, what: str) -> AbstractContextManager[None]: ...
     def take(self, partition: int, owner: str, seconds: float) -> Lease | None: ...
     def renew(self, lease: Lease) -> bool: ...
     def release(self, lease: Lease) -> None: ...
@@ -52,7 +61,11 @@ class StoreEngine(Protocol):
     url: str
     name: str  # "PostgreSQL", "Redis": for messages
 
-    def session(self) -> StoreSession: ...
+    def session(self, seconds: float | None = None) -> StoreSession:
+        """A new session, given up on when the store does not answer for `seconds` (None: the
+        engine's default bound); its calls are bounded by `StoreSession.within`."""
+        ...
+
     def read_store(self) -> StoreInfo: ...
     def init_store(
         self,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 from . import one_line
@@ -15,11 +16,13 @@ log = logging.getLogger("ledgermem.store.lease")
 
 
 class LeaseKeeper:
-    """Renews a lease every `seconds / 3` on a thread of its own, until stopped or lost."""
+    """Renews a lease every `seconds / 3` on a thread of its own, until stopped or lost.
+
+    `session(seconds)` opens a session given up on after `seconds` (StoreEngine.session)."""
 
     def __init__(
         self,
-        session: Callable[[], StoreSession],
+        session: Callable[[float], StoreSession],
         lease: Lease,
         on_lost: Callable[[Lease], None] | None = None,
     ) -> None:
@@ -41,10 +44,16 @@ class LeaseKeeper:
         session: StoreSession | None = None
         interval = self.lease.seconds / 3
         while not self._stop.wait(interval):
+            # A renewal that gets no answer within a third of the lease is cut (the session's
+            # `within`): the next round tries on a new session, and the lease's deadline stops
+            # writes meanwhile.
+            deadline = time.monotonic() + interval
             try:
                 if session is None:
-                    session = self.new_session()
-                if not session.renew(self.lease):
+                    session = self.new_session(interval)
+                with session.within(deadline, "a lease renewal"):
+                    renewed = session.renew(self.lease)
+                if not renewed:
                     break
             except Exception as exc:  # the next round retries; the deadline protects writes
                 log.warning(

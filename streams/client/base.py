@@ -10,8 +10,10 @@ from streams.client.retry import Retry
 from streams.client.subscription import TRANSPORTS, SubscriptionState
 
 DEFAULT_URL = "http://127.0.0.1:8000"
-# A call: five tries over about a second and a half (Retry-After may stretch it).
-CALL_RETRY = Retry(tries=5, base=0.1, cap=2.0)
+# A call: tries for about ten seconds, so that a write outlives a restart or a partition's
+# takeover (measured: 2.2 to 5.7 s), backing off up to 2 s between tries; only the failures a
+# retry is safe for: no connection, 502, 503 (its Retry-After honoured), 504 (docs/client.md).
+CALL_RETRY = Retry(tries=40, base=0.1, cap=2.0, budget=10.0, statuses=frozenset({502, 503, 504}))
 # A subscription: up to 60 connections in a row that fail to open, each wait up to 2 s, so a
 # service that restarts within a minute or so is followed; the count starts again at every
 # connection that opens.

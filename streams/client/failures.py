@@ -3,7 +3,7 @@
 A broken or refused connection, a timeout, a WebSocket closed with any code but those of
 `FINAL_CLOSE_CODES` (a graceful shutdown closes with 1001): the call (whose retry is safe,
 retry.py) or the subscription (which resumes at its cursor) tries again. A refusal with a status is an `ApiError` and is retried only when its status is one the
-policy names (503 by default). A failed record check (`ChainBroken`) is never retried.
+policy names (502, 503 and 504 by default). A failed record check (`ChainBroken`) is never retried.
 """
 
 from __future__ import annotations

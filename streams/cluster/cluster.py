@@ -100,6 +100,10 @@ class Cluster:
         self.replica_id = new_replica_id()
         self.lease_seconds: float = settings.lease_seconds
         self.tick = tick_for(self.lease_seconds)
+        # The longest one look at the store (a tick of the leadership loop, a refresh) may wait
+        # for its answers before the session is given up (StoreSession.within): a stalled
+        # connection must not stop the loop, which steps down from leases that ran out.
+        self.look_seconds = self.lease_seconds / 2
         self._info: StoreInfo | None = None  # read at start
         self._key: KeyInfo | None = None  # this replica's data directory's, checked at start
         self._mirrors: dict[int, Mirror] = {}
@@ -108,6 +112,9 @@ class Cluster:
         self._tail: MirrorTail | None = None
         self._lock = threading.Lock()
         self._routes: dict[int, Route] = {}
+        # Bumped at each refresh of the routes (every tick): a forwarded request in flight looks
+        # at its route again only when this moved (streams/cluster/forwarding.py).
+        self.looks = 0
         self._leaders: dict[int, PartitionLeader] = {}  # partitions this replica holds a lease on
         self._released: dict[int, float] = {}  # partition -> monotonic time it was given up
         self._free_since: dict[int, float] = {}
@@ -155,10 +162,12 @@ class Cluster:
         """Read the heads and the replicas now and update the route cache (blocking: call it on
         a worker thread). For a forwarder whose leader answered 421: the leader moved since the
         leadership loop last looked."""
-        session = self.engine.session()
+        deadline = time.monotonic() + self.look_seconds
+        session = self.engine.session(self.look_seconds)
         try:
-            heads = session.heads()
-            replicas = session.replicas(self.lease_seconds)
+            with session.within(deadline, "the routes' refresh"):
+                heads = session.heads()
+                replicas = session.replicas(self.lease_seconds)
         finally:
             session.close()
         self._heads = heads
@@ -285,14 +294,15 @@ class Cluster:
             return
         session = None
         try:
-            session = self.engine.session()
+            session = self.engine.session(self.lease_seconds)
         except Exception as exc:  # the memories still close; their leases just expire
             log.warning("cannot reach the store to release leases: %s", exc)
         for leader in leaders:
             leader.close_and_release(session)
         if session is not None:
             try:
-                session.leave(self.replica_id)
+                with session.within(time.monotonic() + self.lease_seconds, "leaving"):
+                    session.leave(self.replica_id)
             except Exception as exc:
                 log.warning("could not remove this replica from the store's registry: %s", exc)
             session.close()
@@ -303,11 +313,14 @@ class Cluster:
         session: StoreSession | None = None
         while not self._stop.is_set():
             started = time.monotonic()
+            deadline = started + self.look_seconds
             try:
                 if session is None:
-                    session = self.engine.session()
-                    session.prune()
-                self._tick(session)
+                    session = self.engine.session(self.look_seconds)
+                    with session.within(deadline, "the leadership loop's first look"):
+                        session.prune()
+                with session.within(deadline, "the leadership loop's look"):
+                    self._tick(session)
                 self._last_look = time.monotonic()
             except Exception as exc:
                 # The store is unreachable or failed: leases keep their local deadlines, and the
@@ -373,6 +386,7 @@ class Cluster:
                 else:
                     self._routes[head.partition] = NoLeader(max(self.tick, 1.0))
             routes = dict(self._routes)
+            self.looks += 1
         if self.metrics is not None:
             for partition, route in routes.items():
                 gauge = self.metrics.partition_leading.labels(str(partition))

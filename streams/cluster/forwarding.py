@@ -27,11 +27,23 @@ bouncing a request between them.
 An error in the transport after the request was sent (the leader died mid-request) is 503
 `leader_unreachable`: whether a write took effect is unknown, which is what Idempotency-Key is
 for; it is not retried here because a request without one could then apply twice.
+
+4. While a forwarded request waits for the leader's answer, the partition's route is watched
+   (issue 30): a leader that stalled or froze loses its lease, and the route moves (to nobody,
+   then to the replica that took the partition over) within a lease and a tick. When it moves
+   before the answer came, the forward is cut (its connection closed) and, if the request is
+   safe to send again (GET, HEAD, PUT, or any request with an Idempotency-Key: the new leader
+   recovered the log from the table, and the key is in it if the first send landed), it is sent
+   on the new route once: served here when this replica took the partition over, or forwarded
+   to the new leader. A request without that safety gets 503 `leader_unreachable` with
+   `Retry-After` instead of a second send. So a forwarded request never waits on a leader that
+   lost its partition.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import math
@@ -93,6 +105,12 @@ CONNECT_TIMEOUT = 2.0  # a leader that does not accept within it is treated as g
 READ_TIMEOUT = 60.0  # a leader route answers well within it (long waits are streams, not here)
 NO_LEADER_RETRY_AFTER = 1
 REFRESH_POLL = 0.02  # seconds between looks at the cluster's routes after a miss
+# Safe to send to a new leader after the old one got it: nothing applies twice.
+_RESENDABLE = frozenset({"GET", "HEAD", "PUT", "OPTIONS"})
+
+
+class RouteMoved(Exception):
+    """The partition's route changed while a forwarded request waited for its answer."""
 
 
 class LeaderRoutes:
@@ -201,7 +219,19 @@ class ForwardToLeader:
                 await self.app(scope, _replay(body, receive), send)
                 return
             try:
-                upstream = await self._send(route.url, scope, body, principal, secret)
+                upstream = await self._send_while_routed(
+                    cluster, partition, route, scope, body, principal, secret
+                )
+            except RouteMoved:
+                if not _resendable(scope):
+                    self._count("unreachable")
+                    await _moved(route.url, scope, receive, send)
+                    return
+                if attempt == 1:
+                    self._count("rerouted")
+                    route = await _led_again(cluster, partition)
+                    continue
+                upstream = None  # moved twice: 503 below
             except (httpx.ConnectError, httpx.ConnectTimeout):
                 upstream = None  # nothing was sent: safe to try the refreshed route
             except httpx.TransportError as exc:
@@ -253,6 +283,33 @@ class ForwardToLeader:
         if self._client is not None:
             await self._client.aclose()
             self._client = None
+
+    async def _send_while_routed(
+        self,
+        cluster: Cluster,
+        partition: int,
+        route: Route,
+        scope: Scope,
+        body: bytes,
+        principal: Principal,
+        secret: bytes,
+    ) -> httpx.Response:
+        """`_send` to the route's leader, cut (RouteMoved) if the partition's route changes
+        before the leader's answer starts."""
+        assert isinstance(route, Remote)
+        sending = asyncio.ensure_future(self._send(route.url, scope, body, principal, secret))
+        watching = asyncio.ensure_future(_route_moves(cluster, partition, route))
+        try:
+            await asyncio.wait({sending, watching}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            watching.cancel()
+            if not sending.done():
+                sending.cancel()  # closes the connection to the old leader
+                with contextlib.suppress(BaseException):
+                    await sending
+        if sending.cancelled():
+            raise RouteMoved(partition)
+        return sending.result()
 
     async def _send(
         self, base_url: str, scope: Scope, body: bytes, principal: Principal, secret: bytes
@@ -378,6 +435,54 @@ async def _refreshed(cluster: Cluster, partition: int, stale: Route) -> Route:
         if route != stale or time.monotonic() >= deadline:
             return route
         await asyncio.sleep(REFRESH_POLL)
+
+
+def _resendable(scope: Scope) -> bool:
+    if scope["method"] in _RESENDABLE:
+        return True
+    return any(name.lower() == b"idempotency-key" for name, _ in scope["headers"])
+
+
+async def _route_moves(cluster: Cluster, partition: int, route: Route) -> None:
+    """Returns once the cluster's route for `partition` is not `route` any more. The routes
+    change when the leadership loop looks at the store (every tick; `Cluster.looks` counts the
+    looks), so the route is read again only after a new look, seen within half a tick. A
+    cluster that does not count its looks is not watched."""
+    every = max(REFRESH_POLL, getattr(cluster, "tick", 0.5) / 2)
+    seen = getattr(cluster, "looks", None)
+    if seen is None:
+        await asyncio.Event().wait()  # never: the forward is not watched
+    while True:
+        await asyncio.sleep(every)
+        looks = cluster.looks
+        if looks != seen:
+            seen = looks
+            if cluster.route(partition) != route:
+                return
+
+
+async def _led_again(cluster: Cluster, partition: int) -> Route:
+    """The partition's route once somebody leads it again, or NoLeader after two leases and two
+    ticks: when the route moved off a leader that lost its lease, a replica takes the partition
+    within a tick or two and its takeover (a sync and a recovery) takes about a lease; beyond
+    that the caller gets 503 with Retry-After rather than a longer wait."""
+    tick = getattr(cluster, "tick", 0.5)
+    limit = time.monotonic() + 2 * getattr(cluster, "lease_seconds", 5.0) + 2 * tick
+    while True:
+        route = cluster.route(partition)
+        if route_kind(route) != "none" or time.monotonic() >= limit:
+            return route
+        await asyncio.sleep(max(REFRESH_POLL, tick / 2))
+
+
+async def _moved(url: str, scope: Scope, receive: Receive, send: Send) -> None:
+    await error_response(
+        503,
+        "leader_unreachable",
+        f"the partition's leader at {url} lost the partition before it answered; a write may "
+        "or may not have taken effect: retry with an Idempotency-Key",
+        {"Retry-After": str(NO_LEADER_RETRY_AFTER)},
+    )(scope, receive, send)
 
 
 async def _no_leader(route: Route, scope: Scope, receive: Receive, send: Send) -> None:

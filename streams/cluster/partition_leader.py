@@ -155,10 +155,12 @@ class PartitionLeader:
 
     def release_quietly(self, session: StoreSession | None = None) -> None:
         own = session is None
+        seconds = self.lease.seconds
         try:
             if session is None:
-                session = self.cluster.engine.session()
-            session.release(self.lease)
+                session = self.cluster.engine.session(seconds)
+            with session.within(time.monotonic() + seconds, "the lease's release"):
+                session.release(self.lease)
         except Exception as exc:  # it expires by itself
             log.warning("partition %d: releasing the lease failed: %s", self.partition, exc)
         finally:

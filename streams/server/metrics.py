@@ -7,7 +7,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from eventstore.record import Record
 
 CHANNELS = ("sse", "ws", "jsonl", "longpoll")
-FORWARD_OUTCOMES = ("answered", "retried", "no_leader", "unreachable")
+FORWARD_OUTCOMES = ("answered", "retried", "rerouted", "no_leader", "unreachable")
 
 
 class Metrics:
@@ -83,7 +83,9 @@ class Metrics:
             "ledgermem_forwarded_requests",
             "Session calls sent to the partition's leader on another replica (streams/cluster/forwarding.py)"
             ", by outcome: answered (the leader's answer relayed), retried (a 421 or a refused "
-            "connection, tried once more), no_leader (503), unreachable (failed mid-request, 503)",
+            "connection, tried once more), rerouted (the partition's leader changed while the leader "
+            "had not answered: sent to the new one), no_leader (503), unreachable (failed "
+            "mid-request, 503)",
             ["outcome"],
             registry=r,
         )
