@@ -1,6 +1,6 @@
 """Service replicas of one shared store, as real `ledgermem serve --store URL` processes.
 
-`make_replicas` runs init_store with a key in DIR/init, adds keys/replica.secret as `ledgermem
+`make_replicas` runs init_store (PostgreSQL or Redis, by the URL) with a key in DIR/init, adds keys/replica.secret as `ledgermem
 init-store --data` does, and copies keys/ into each replica's own data directory (as an operator
 would); `as_replica` signs a request as one replica forwarding it to another would, so the
 replica it reaches answers it itself (421 when it does not lead) instead of forwarding it; `Replica` is tests/server.py's Server with the store
@@ -18,7 +18,8 @@ import httpx
 
 from eventstore.cli_init_store import ensure_replica_secret
 from eventstore.layout import DataDir
-from eventstore.pg.schema import StoreInfo, init_store
+from eventstore.shared import StoreInfo
+from eventstore.stores import open_engine
 from streams.cluster.replica_secret import load_replica_secret
 from streams.cluster.replica_sig import sign
 from streams.server.settings import DEFAULT_TENANT, SCOPES
@@ -28,7 +29,7 @@ from tests.server import Server
 def make_replicas(
     url: str, root: Path, count: int, partitions: int = 1, seg_bits: int = 16
 ) -> tuple[StoreInfo, list[Path]]:
-    info = init_store(url, partitions, root / "init", seg_bits=seg_bits)
+    info = open_engine(url).init_store(partitions, root / "init", seg_bits=seg_bits, origin=None)
     ensure_replica_secret(DataDir(root / "init"))
     dirs = []
     for n in range(count):

@@ -1,11 +1,12 @@
 """A TCP proxy on 127.0.0.1 that can stall: the sockets stay open, no byte passes.
 
-`StallProxy(port)` forwards every connection it accepts to 127.0.0.1:`port` (PostgreSQL), one
-thread per direction. `freeze()` stops the forwarding of every byte, on open connections and on
-new ones (they are still accepted: the kernel completes the handshake, as a peer that went
-silent does): the bytes read meanwhile are held, nothing is closed, and the kernels on both sides
-keep acknowledging, so neither TCP keepalives nor `tcp_user_timeout` notice anything. `thaw()`
-lets the held bytes through. `url(pg_url)` is `pg_url` with the proxy's port.
+`StallProxy(port)` forwards every connection it accepts to 127.0.0.1:`port` (PostgreSQL or a
+redis-server), one thread per direction. `freeze()` stops the forwarding of every byte, on open
+connections and on new ones (they are still accepted: the kernel completes the handshake, as a
+peer that went silent does): the bytes read meanwhile are held, nothing is closed, and the
+kernels on both sides keep acknowledging, so neither TCP keepalives nor `tcp_user_timeout` notice
+anything. `thaw()` lets the held bytes through. `url(store_url)` is the URL with the proxy's port
+(postgresql:// or redis://).
 """
 
 from __future__ import annotations
