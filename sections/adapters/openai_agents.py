@@ -10,26 +10,20 @@ SDK's, encoded by sections/adapters/foreign_ids.py) and each input item is an it
 redacted from the segment files). Nothing is kept here besides the ids: two `LedgerSession`s on
 one memory see the same items, and a reopened memory gives them back.
 
-An item keeps its exact shape. It is stored as its JSON when the log keeps that JSON exactly
-(strings, booleans, null, lists, objects, integers within ±(2**53-1), non-integral finite
-floats), so search, context and the REST API see it plainly; an item with a value the log's
-canonical JSON would change (1.0 becomes 1, -0.0 becomes 0, a larger integer is refused) is
-stored as its JSON text, marked `json_text` in the item's metadata, and parsed back.
+An item keeps its exact shape: its JSON is the item's content, or its JSON text where the log's
+canonical JSON would change a value (sections/adapters/exact_json.py).
 
 Nothing of the SDK is imported here: the `Session` protocol is structural.
 """
 
 from __future__ import annotations
 
-import json
-import math
 import os
 from collections.abc import Mapping
 from typing import Any
 
 from eventstore.errors import InvalidInput
-from eventstore.jcs import MAX_SAFE_INTEGER
-from sections.adapters import foreign_ids
+from sections.adapters import exact_json, foreign_ids
 from sections.adapters.own_memory import Owned
 from sections.errors import SectionNotFound, SessionNotFound
 from sections.model import commands
@@ -43,43 +37,17 @@ from sections.specs.spec import Call, CommandSpec
 
 ITEMS = "items"  # the section a conversation's input items are kept in
 KIND = "openai_agents.item"  # the kind of those items
-JSON_TEXT = "json_text"  # item metadata: the content is the item's JSON text (see above)
-SECTIONS = {ITEMS: {"budget_tokens": None, "policy": "fifo", "searchable": True}}
-
-
-def exact(value: object) -> bool:
-    """Whether the log's canonical JSON keeps this JSON value exactly, types included."""
-    if value is None or isinstance(value, (bool, str)):
-        return True
-    if isinstance(value, int):
-        return abs(value) <= MAX_SAFE_INTEGER
-    if isinstance(value, float):
-        return math.isfinite(value) and not value.is_integer()
-    if isinstance(value, list):
-        return all(exact(v) for v in value)
-    if isinstance(value, dict):
-        return all(isinstance(k, str) and exact(v) for k, v in value.items())
-    return False
+SECTIONS: dict[str, dict[str, Any]] = {
+    ITEMS: {"budget_tokens": None, "policy": "fifo", "searchable": True}
+}
 
 
 def item_of(item: object) -> dict:
     """The ledgermem item an input item becomes; InvalidInput for what is not a JSON object."""
     if not isinstance(item, Mapping):
         raise InvalidInput(f"an input item is a JSON object (a dict), not {type(item).__name__}")
-    if exact(item):
-        return {"content": dict(item), "kind": KIND}
-    try:
-        text = json.dumps(item)
-    except (TypeError, ValueError) as e:
-        raise InvalidInput(f"an input item must be JSON: {e}") from None
-    return {"content": text, "kind": KIND, "metadata": {JSON_TEXT: True}}
-
-
-def input_item(content: object, metadata: Mapping[str, Any]) -> Any:
-    """The input item an item's content and metadata give back (`item_of` undone)."""
-    if metadata.get(JSON_TEXT) is True and isinstance(content, str):
-        return json.loads(content)
-    return content
+    content, metadata = exact_json.stored(dict(item))
+    return {"content": content, "kind": KIND, **({"metadata": metadata} if metadata else {})}
 
 
 def _pop_decide(ctx: CommandContext, state: MemoryState, call: Call) -> Decision:
@@ -204,7 +172,7 @@ class LedgerSession:
         if popped is None:
             return None
         content, metadata = popped
-        return input_item(content, metadata)
+        return exact_json.value_of(content, metadata)
 
     async def clear_session(self) -> None:
         """Forget the conversation: by default its verifiable erasure (every record of this
@@ -227,7 +195,7 @@ class LedgerSession:
 
 
 def _input_of(view: ItemView) -> Any:
-    return input_item(view.content, view.metadata)
+    return exact_json.value_of(view.content, view.metadata)
 
 
 def _settings(settings: Any) -> Any:
