@@ -9,8 +9,9 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import threading
 import weakref
-from typing import Any
+from pathlib import Path
 
 from eventstore.file_sink import Durability
 from sections.errors import ConfigError
@@ -26,10 +27,38 @@ def release(memory: Memory, temp_dir: str | None) -> None:
             shutil.rmtree(temp_dir, ignore_errors=True)
 
 
+_SHARED: dict[Path, tuple[Memory, int]] = {}  # data dir -> its memory, how many adapters use it
+_SHARED_LOCK = threading.Lock()
+
+
+def _open_shared(data_dir: str | os.PathLike[str]) -> tuple[Memory, Path]:
+    """The memory of a data directory, opened once per process and shared by every adapter
+    given that directory (a log has one writer), as the frameworks' SQLite sessions share
+    their file."""
+    key = Path(data_dir).expanduser().resolve()
+    with _SHARED_LOCK:
+        memory, users = _SHARED.get(key, (None, 0))
+        if memory is None:
+            memory = Memory.open(key)
+        _SHARED[key] = (memory, users + 1)
+        return memory, key
+
+
+def _release_shared(key: Path) -> None:
+    with _SHARED_LOCK:
+        memory, users = _SHARED[key]
+        if users > 1:
+            _SHARED[key] = (memory, users - 1)
+            return
+        del _SHARED[key]
+    memory.close()
+
+
 class Owned:
     """The memory an adapter stands on: `memory` (the caller's, which the caller closes), or
-    one opened in `data_dir`, or a scratch one; `close()` closes (and removes) only what this
-    opened, also when the adapter is collected without it."""
+    the one of `data_dir` (shared by the adapters of this process given that directory, closed
+    when the last is), or a scratch one of its own; `close()` releases only what this opened,
+    also when the adapter is collected without it."""
 
     def __init__(
         self,
@@ -42,21 +71,20 @@ class Owned:
         if memory is not None and data_dir is not None:
             raise ConfigError("give memory= or data_dir=, not both")
         self._finalizer: weakref.finalize | None = None
-        if memory is None:
-            options: dict[str, Any] = {"tenant": tenant or "default"}
-            temp_dir = None
-            if data_dir is None:
-                temp_dir = tempfile.mkdtemp(prefix=prefix)
-                options["durability"] = Durability.UNSAFE_NO_FSYNC
+        if memory is None and data_dir is not None:
+            memory, key = _open_shared(data_dir)
+            self._finalizer = weakref.finalize(owner, _release_shared, key)
+        elif memory is None:
+            temp_dir = tempfile.mkdtemp(prefix=prefix)
             try:
-                memory = Memory.open(temp_dir or data_dir, **options)  # type: ignore[arg-type]
+                memory = Memory.open(temp_dir, tenant=tenant or "default",
+                                     durability=Durability.UNSAFE_NO_FSYNC)  # fmt: skip
             except BaseException:
-                if temp_dir is not None:
-                    shutil.rmtree(temp_dir, ignore_errors=True)
+                shutil.rmtree(temp_dir, ignore_errors=True)
                 raise
             self._finalizer = weakref.finalize(owner, release, memory, temp_dir)
         self.memory = memory
-        self.tenant = tenant or memory.tenant
+        self.tenant = tenant or ("default" if self._finalizer else memory.tenant)
 
     def close(self) -> None:
         if self._finalizer is not None:
