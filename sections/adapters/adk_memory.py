@@ -221,7 +221,9 @@ class LedgerMemoryService(BaseMemoryService):
             section = found.sections.get(MEMORIES) if found else None
             if section is None:
                 return []
-            return [i.id for i in section.items.values() if i.metadata.get("memory_id") == memory_id]
+            return [
+                i.id for i in section.items.values() if i.metadata.get("memory_id") == memory_id
+            ]
 
         doomed = self.memory.read(ids)
         if not doomed:

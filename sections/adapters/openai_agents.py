@@ -112,7 +112,7 @@ class LedgerSession:
     @property
     def _session(self) -> Session:
         if self._closed:
-            raise RuntimeError("LedgerSession is closed")
+            raise RuntimeError(f"{type(self).__name__} is closed")
         return Session(self.memory, self.tenant, self.log_id)
 
     def _metadata(self) -> dict:
@@ -200,16 +200,19 @@ def _input_of(view: ItemView) -> Any:
 
 def _settings(settings: Any) -> Any:
     """The SDK's `SessionSettings` as given, a dict made one (with the SDK's own coercion when
-    it is installed, else a plain namespace with its `limit`), or None."""
-    if settings is None or not isinstance(settings, dict):
+    it is installed, else a plain namespace with its `limit`); none given, the SDK's default
+    `SessionSettings()` (None without the SDK), as its SQLite session has."""
+    if settings is not None and not isinstance(settings, dict):
         return settings
     try:
-        from agents.memory.session_settings import coerce_session_settings
+        from agents.memory.session_settings import SessionSettings, coerce_session_settings
     except ImportError:
+        if settings is None:
+            return None
         unknown = set(settings) - {"limit"}
         if unknown:
             raise InvalidInput(f"unknown session settings {sorted(unknown)}") from None
         from types import SimpleNamespace
 
         return SimpleNamespace(limit=settings.get("limit"))
-    return coerce_session_settings(settings)
+    return SessionSettings() if settings is None else coerce_session_settings(settings)
