@@ -236,3 +236,23 @@ def test_the_default_session_is_in_process_and_removed_on_close():
     with pytest.raises(RuntimeError):
         run(session.get_items())
     assert not directory.exists()
+
+
+def test_what_the_sdks_own_session_tests_found(tmp_path):
+    # bench/peer_openai_agents.sh: their SQLiteSession tests against ours
+    session = LedgerSession("defaults")
+    assert isinstance(session.session_settings, SessionSettings)  # the SDK's default, not None
+    assert session.session_settings.limit is None
+    session.close()
+    with pytest.raises(RuntimeError, match="LedgerSession is closed"):
+        run(session.add_items([]))  # the empty add does not skip the closed check
+    first = LedgerSession("a", data_dir=tmp_path / "one.db")
+    second = LedgerSession("b", data_dir=tmp_path / "one.db")  # one directory: one memory
+    assert first.memory is second.memory
+    run(first.add_items([{"role": "user", "content": "a"}]))
+    assert run(second.get_items()) == [] and run(first.get_items()) == [
+        {"role": "user", "content": "a"}
+    ]
+    first.close()
+    run(second.add_items([{"role": "user", "content": "b"}]))  # still open for the other
+    second.close()

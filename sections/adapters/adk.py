@@ -43,6 +43,7 @@ from google.adk.sessions.state import State
 from pydantic_core import to_jsonable_python
 
 from eventstore.errors import InvalidInput
+from eventstore.record import Record
 from sections.adapters import exact_json
 from sections.adapters.own_memory import Owned
 from sections.errors import SessionExists, SessionNotFound, VersionConflict
@@ -150,14 +151,18 @@ def _append_decide(ctx: CommandContext, state: MemoryState, call: Call) -> Decis
         holder = get_session(state, call.tenant, holder_id)
         made.append(commands.add_items(holder, STATE, [delta], ctx.counter_of(holder), None, None,
                                        ctx.content_of, ctx.summarizer))  # fmt: skip
-    return Decision(made, (True, target.version + 1))
+    return Decision(made, True)
 
 
-APPEND_EVENT = CommandSpec(
-    "adk_append_event",
-    _append_decide,
-    result=lambda _ctx, _record, decision: None if decision is None else decision.result,
-)
+def _appended(_ctx: CommandContext, record: Record | None, decision: Decision | None) -> tuple:
+    """(whether the event was appended, the session's version now): the first record of the
+    decision is the event's, and a session's version is the seq of its last change."""
+    if record is None:
+        return decision.result if decision is not None else (False, None)
+    return True, record.seq
+
+
+APPEND_EVENT = CommandSpec("adk_append_event", _append_decide, result=_appended)
 
 
 class LedgerSessionService(BaseSessionService):
@@ -358,7 +363,8 @@ class LedgerSessionService(BaseSessionService):
                 f"The session has changed in storage since it was read ({e}): read it again "
                 "with get_session and retry"
             ) from None
-        session._storage_update_marker = str(version)
+        if version is not None:
+            session._storage_update_marker = str(version)
         if not appended:
             return event
         session.last_update_time = event.timestamp
