@@ -290,3 +290,11 @@ def test_the_default_services_are_in_process():
     assert directory.name.startswith("ledgermem-adk-") and session.id
     service.close()
     assert not directory.exists()
+
+
+def test_the_documented_example_runs(capsys):
+    text = (Path(__file__).parent.parent / "docs" / "adapters" / "adk.md").read_text()
+    exec(text.split("```python\n", 1)[1].split("```", 1)[0], {"__name__": "example"})
+    state, memory = capsys.readouterr().out.splitlines()
+    assert state == "{'topic': 'tours', 'app:currency': 'EUR', 'user:home': 'Lisbon'}"
+    assert memory == "Book me a tram tour of Lisbon"

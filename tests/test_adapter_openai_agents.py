@@ -256,3 +256,22 @@ def test_what_the_sdks_own_session_tests_found(tmp_path):
     first.close()
     run(second.add_items([{"role": "user", "content": "b"}]))  # still open for the other
     second.close()
+
+
+def _example(page: str) -> str:
+    text = (Path(__file__).parent.parent / "docs" / "adapters" / page).read_text()
+    return text.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_documented_example_runs(capsys, monkeypatch):
+    monkeypatch.setenv("OPENAI_AGENTS_DISABLE_TRACING", "1")
+    source = _example("openai-agents.md")
+    made = 'Agent(name="Assistant", instructions="Reply very concisely.")'
+    assert made in source
+    model = CountingModel()  # the page's agent, with a local model instead of OpenAI's
+    namespace = {"__name__": "example", "local_model": model}
+    exec(source.replace(made, made[:-1] + ", model=local_model)"), namespace)
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0] == "seen 3"  # the second turn's model saw the first turn's two items
+    assert model.inputs[1][0]["content"] == "What city is the Golden Gate Bridge in?"
+    namespace["session"].close()
