@@ -89,7 +89,7 @@ def test_one_append_is_one_decision_and_a_stale_session_appends_nothing(mem):
         copy = await service.get_session(app_name="app", user_id="u", session_id="s")
         await service.append_event(session, _event("one", {"app:n": 1, "user:n": 1, "n": 1}))
         count = sum(1 for _ in mem.reader.records())
-        with pytest.raises(StaleSessionError):
+        with pytest.raises(StaleSessionError, match="modified in storage"):  # ADK's words
             await service.append_event(copy, _event("two", {"app:n": 2}))
         assert sum(1 for _ in mem.reader.records()) == count
         fresh = await service.get_session(app_name="app", user_id="u", session_id="s")
@@ -298,3 +298,41 @@ def test_the_documented_example_runs(capsys):
     state, memory = capsys.readouterr().out.splitlines()
     assert state == "{'topic': 'tours', 'app:currency': 'EUR', 'user:home': 'Lisbon'}"
     assert memory == "Book me a tram tour of Lisbon"
+
+
+def test_what_adks_own_session_tests_check(mem):
+    # ADK's tests/unittests/sessions/test_session_service.py (newer than bench/peer_adk.sh's
+    # snapshot, read for what it asks of every service): bytes and every event field come back
+    # equal; a partial event is not stored; a session object without a marker appends.
+    service = LedgerSessionService(memory=mem)
+
+    async def walk():
+        session = await service.create_session(app_name="app", user_id="u")
+        blob = types.Content(
+            role="user", parts=[types.Part.from_bytes(data=b"\x00png", mime_type="image/png")]
+        )
+        grounding = types.GroundingMetadata(
+            search_entry_point=types.SearchEntryPoint(sdk_blob=b"sdk")
+        )
+        await service.append_event(session, Event(invocation_id="i", author="user", content=blob,
+                                                  grounding_metadata=grounding))  # fmt: skip
+        full = Event(
+            invocation_id="i2", author="user", turn_complete=True, partial=False,
+            content=types.Content(role="user", parts=[types.Part(text="t")]),
+            actions=EventActions(artifact_delta={"file": 0}, transfer_to_agent="agent", escalate=True),
+            long_running_tool_ids={"tool1"}, error_code="e", error_message="m", interrupted=True,
+            custom_metadata={"k": "v"}, timestamp=1700000000.123,
+            usage_metadata=types.GenerateContentResponseUsageMetadata(
+                prompt_token_count=1, candidates_token_count=1, total_token_count=2),
+            citation_metadata=types.CitationMetadata(),
+        )  # fmt: skip
+        await service.append_event(session, full)
+        await service.append_event(session, Event(author="user", partial=True))
+        assert len(session.events) == 2
+        stored = await service.get_session(app_name="app", user_id="u", session_id=session.id)
+        assert stored == session and stored.events[0].content == blob
+        stored._storage_update_marker = None  # a session object ADK built by hand
+        await service.append_event(stored, Event(invocation_id="i3", author="user"))
+        return await service.get_session(app_name="app", user_id="u", session_id=session.id)
+
+    assert [e.invocation_id for e in run(walk()).events] == ["i", "i2", "i3"]

@@ -359,9 +359,9 @@ class LedgerSessionService(BaseSessionService):
         except VersionConflict as e:
             from google.adk.errors._stale_session_error import StaleSessionError
 
-            raise StaleSessionError(
-                f"The session has changed in storage since it was read ({e}): read it again "
-                "with get_session and retry"
+            raise StaleSessionError(  # ADK's database services' wording, which callers match
+                f"The session has been modified in storage since it was loaded ({e}). Please "
+                "reload the session (get_session) before appending more events."
             ) from None
         if version is not None:
             session._storage_update_marker = str(version)
