@@ -336,3 +336,36 @@ def test_what_adks_own_session_tests_check(mem):
         return await service.get_session(app_name="app", user_id="u", session_id=session.id)
 
     assert [e.invocation_id for e in run(walk()).events] == ["i", "i2", "i3"]
+
+
+def test_an_adk_runner_sees_the_first_turn_in_the_second():
+    from google.adk.agents import LlmAgent
+    from google.adk.models.base_llm import BaseLlm
+    from google.adk.models.llm_response import LlmResponse
+    from google.adk.runners import Runner
+
+    class CountingLlm(BaseLlm):  # a local model: answers how many contents it was given
+        seen: list = []
+
+        async def generate_content_async(self, llm_request, stream=False):
+            self.seen.append([p.text for c in llm_request.contents for p in c.parts])
+            text = f"seen {len(llm_request.contents)}"
+            yield LlmResponse(content=types.Content(role="model", parts=[types.Part(text=text)]))
+
+    llm = CountingLlm(model="counting")
+    agent = LlmAgent(name="assistant", model=llm, instruction="Reply briefly.", output_key="reply")
+    service = LedgerSessionService()
+    runner = Runner(app_name="app", agent=agent, session_service=service)
+
+    async def two_turns():
+        session = await service.create_session(app_name="app", user_id="u")
+        for text in ("first question", "second question"):
+            said = types.Content(role="user", parts=[types.Part(text=text)])
+            async for _ in runner.run_async(user_id="u", session_id=session.id, new_message=said):
+                pass
+        return await service.get_session(app_name="app", user_id="u", session_id=session.id)
+
+    stored = run(two_turns())
+    assert llm.seen == [["first question"], ["first question", "seen 1", "second question"]]
+    assert len(stored.events) == 4 and stored.state == {"reply": "seen 3"}
+    service.close()
