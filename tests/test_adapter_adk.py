@@ -369,3 +369,22 @@ def test_an_adk_runner_sees_the_first_turn_in_the_second():
     assert llm.seen == [["first question"], ["first question", "seen 1", "second question"]]
     assert len(stored.events) == 4 and stored.state == {"reply": "seen 3"}
     service.close()
+
+
+def test_any_ids_are_taken_and_never_meet(mem):
+    service = LedgerSessionService(memory=mem)
+    from sections.adapters.adk import _log_id
+
+    hashed = _log_id("adk-user", "my app", "Zoë")
+    assert hashed.startswith("adk-user:+h:")
+    assert _log_id("adk-user", "h", hashed.split(":")[-1]) != hashed  # a plain id cannot take it
+
+    async def walk():
+        await service.create_session(app_name="my app", user_id="Zoë", session_id="chat 1",
+                                     state={"user:lang": "pt"})  # fmt: skip
+        await service.create_session(app_name="my app", user_id="Zoë:x", session_id="chat:1")
+        return await service.list_sessions(app_name="my app")
+
+    listed = run(walk())
+    assert sorted((s.user_id, s.id, s.state.get("user:lang")) for s in listed.sessions) == [
+        ("Zoë", "chat 1", "pt"), ("Zoë:x", "chat:1", None)]  # fmt: skip

@@ -5,7 +5,7 @@ state: keys without a prefix are the session's own, `app:` keys are shared by ev
 the app, `user:` keys by every session of the user in the app, and `temp:` keys live only in
 the session object of the running invocation (never stored). Here:
 
-- an ADK session is a ledgermem session (`adk:<app>:<user>:<session>`, or `adk:h:<hash>` when
+- an ADK session is a ledgermem session (`adk:<app>:<user>:<session>`, or `adk:+h:<hash>` when
   a part is not a plain identifier; app, user and session id in its creation metadata), its
   events the items of its `events` section (the event's JSON, its id in the item's metadata),
   and the session state given to `create_session` a seed item of its `state` section;
@@ -69,13 +69,13 @@ _PLAIN = re.compile(r"[A-Za-z0-9._@-]+")
 
 
 def _log_id(prefix: str, *parts: str) -> str:
-    """`prefix:part:...` when every part is plain and it fits, else `prefix:h:<sha256>` (one
-    fewer part, so the two forms never meet)."""
+    """`prefix:part:...` when every part is plain and it fits, else `prefix:+h:<sha256>` (a
+    plain part never holds `+`, so the two forms never meet)."""
     plain = f"{prefix}:" + ":".join(parts)
     if all(_PLAIN.fullmatch(p) for p in parts) and len(plain) <= 128:
         return plain
     digest = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:40]
-    return f"{prefix}:h:{digest}"
+    return f"{prefix}:+h:{digest}"
 
 
 def session_log_id(app_name: str, user_id: str, session_id: str) -> str:
