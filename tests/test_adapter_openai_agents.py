@@ -26,6 +26,8 @@ from agents.models.interface import Model  # noqa: E402
 from agents.usage import Usage  # noqa: E402
 from openai.types.responses import ResponseOutputMessage, ResponseOutputText  # noqa: E402
 
+agents.set_tracing_disabled(True)  # no trace goes to OpenAI from these tests (no network)
+
 
 def run(coroutine):
     return asyncio.run(coroutine)
@@ -263,8 +265,7 @@ def _example(page: str) -> str:
     return text.split("```python\n", 1)[1].split("```", 1)[0]
 
 
-def test_the_documented_example_runs(capsys, monkeypatch):
-    monkeypatch.setenv("OPENAI_AGENTS_DISABLE_TRACING", "1")
+def test_the_documented_example_runs(capsys):
     source = _example("openai-agents.md")
     made = 'Agent(name="Assistant", instructions="Reply very concisely.")'
     assert made in source
