@@ -50,11 +50,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "redact": ("replay.cli_redact", "erase payloads by seq, offline (docs/format.md section 9)"),
     "erase": ("replay.cli_erase", "erase a session (or items) from a data directory, offline"),
     "init-store": (
-        "eventstore.pg.cli_init_store",
-        "create a shared PostgreSQL store of P partitions (idempotent)",
+        "eventstore.cli_init_store",
+        "create a shared store (PostgreSQL or Redis) of P partitions (idempotent)",
     ),
     "export-log": (
-        "eventstore.pg.cli_export_log",
+        "eventstore.cli_export_log",
         "write a store partition's rows as a log directory for `verify`, incrementally",
     ),
     "backup": (

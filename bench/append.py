@@ -22,7 +22,13 @@ add the server's (`postgres_cpu_us_per_record`: from /proc, the postgres process
 whole scenario, i.e. its own backend and the server's background processes, which other clients
 of the same server also use; see `neighbour_cores_est`).
 
-Usage: .venv/bin/python bench/append.py [--seconds S] [--quick] [--out FILE] [--store URL]
+With `--store redis://...` (the flag may be given twice, one URL per engine) the scenarios run on
+a RedisSink (eventstore/redis/) too: the URL's database must be empty (the store is created in
+it and its keys deleted afterwards), and the server must run appendonly yes, appendfsync always.
+`redis_cpu_us_per_record` is the redis-server processes' CPU, from /proc as for PostgreSQL. The
+figures go under `stores` by engine; `store` stays the first one's (as before).
+
+Usage: .venv/bin/python bench/append.py [--seconds S] [--quick] [--out FILE] [--store URL]...
 Figures and how to read them: docs/benchmarks.md, section "append".
 """
 
@@ -191,7 +197,7 @@ class Scenario:
         store: str | None = None,
     ):
         self.family, self.concurrency, self.payloads = family, concurrency, payloads
-        self.store = store  # a server URL: run on a PostgreSQL partition instead of files
+        self.store = store  # a server URL: run on a store's partition instead of files
         self.data_dir = root / f"{family}-{concurrency}{'-store' if store else ''}"
         self.stop = False
         self.samples: list[tuple[list[int], list[int]]] = []
@@ -276,30 +282,36 @@ class Scenario:
             shutil.rmtree(self.data_dir)
             return figures
         with scratch_store(self.store, self.data_dir) as (url, info, key):
-            from eventstore.pg import lease as leases
-            from eventstore.pg.leadership import LeaseKeeper, open_partition_writer
-            from eventstore.pg.schema import connect
+            from eventstore.shared.keeper import LeaseKeeper
+            from eventstore.stores import open_engine
 
-            with connect(url) as conn:
-                lease = leases.take(conn, 0, "bench", 10.0)
-            writer = open_partition_writer(url, info, key, 0, lease)
-            keeper = LeaseKeeper(url, lease).start()
-            server0 = postgres_cpu_by_pid()
+            engine = open_engine(url)
+            session = engine.session()
+            lease = session.take(0, "bench", 10.0)
+            session.close()
+            assert lease is not None, "a fresh store's partition 0 is free"
+            writer = engine.open_partition_writer(info, key, 0, lease)
+            keeper = LeaseKeeper(engine.session, lease).start()
+            process = server_process(url)
+            server0 = server_cpu_by_pid(process)
             figures = self._measure(writer, warmup, seconds)
-            server = postgres_cpu_since(server0)
+            server = server_cpu_since(process, server0)
             keeper.stop()
-            with connect(url) as conn:
-                count, total = conn.execute(
-                    "SELECT count(*), sum(length(line)) FROM lm_record WHERE partition = 0"
-                ).fetchone()
+            count, total = stored_line_bytes(url)
             figures["line_bytes_mean"] = round(total / max(1, count))
             figures["segments"] = (count - 1 >> info.seg_bits) + 1
             figures.pop("size")
             appended = figures["appended_total"]
-            figures["postgres_cpu_us_per_record"] = (
+            cpu_name = "postgres" if process == "postgres" else "redis"
+            figures[f"{cpu_name}_cpu_us_per_record"] = (
                 round(server / appended * 1e6, 2) if appended else None
             )
-            figures["fsync_count_method"] = "fsync_observer (PgSink: one per commit statement)"
+            sink = (
+                "PgSink: one per commit statement"
+                if process == "postgres"
+                else ("RedisSink: one per commit script")
+            )
+            figures["fsync_count_method"] = f"fsync_observer ({sink})"
             return figures
 
     def _measure(self, writer, warmup: float, seconds: float) -> dict:
@@ -377,12 +389,45 @@ class Scenario:
         }
 
 
-# ---- the PostgreSQL store (--store) -----------------------------------------------------------
+# ---- the shared stores (--store) ---------------------------------------------------------------
+
+
+def server_process(url: str) -> str:
+    return "redis-server" if url.startswith(("redis", "unix")) else "postgres"
+
+
+def stored_line_bytes(url: str) -> tuple[int, int]:
+    """(records, bytes of their lines) held for partition 0."""
+    if server_process(url) == "postgres":
+        from eventstore.pg.schema import connect
+
+        with connect(url) as conn:
+            return conn.execute(
+                "SELECT count(*), sum(length(line)) FROM lm_record WHERE partition = 0"
+            ).fetchone()
+    from eventstore.redis.reader import RedisReader
+    from eventstore.redis.schema import connect as redis_connect
+
+    client = redis_connect(url)
+    try:
+        reader = RedisReader(client)
+        count = total = 0
+        while rows := reader.rows(0, count, 5000):
+            count += len(rows)
+            total += sum(len(line) for _, line in rows)
+        return count, total
+    finally:
+        client.close()
 
 
 @contextlib.contextmanager
 def scratch_store(server_url: str, data_dir: Path):
-    """A fresh database on the server at `server_url` with a one-partition store; dropped after."""
+    """A fresh one-partition store: in a scratch database on a PostgreSQL server (dropped
+    after), or in the Redis URL's database, which must be empty (its keys deleted after)."""
+    if server_process(server_url) == "redis-server":
+        with scratch_redis_store(server_url, data_dir) as found:
+            yield found
+        return
     import psycopg
 
     from eventstore.layout import DataDir
@@ -406,8 +451,28 @@ def scratch_store(server_url: str, data_dir: Path):
         shutil.rmtree(data_dir, ignore_errors=True)
 
 
-def postgres_cpu_by_pid() -> dict[int, float]:
-    """CPU seconds (utime + stime) of each process named postgres on this machine, from /proc."""
+@contextlib.contextmanager
+def scratch_redis_store(url: str, data_dir: Path):
+    from eventstore.layout import DataDir
+    from eventstore.redis.schema import connect, init_store
+    from eventstore.store import load_or_create_key
+
+    client = connect(url)
+    try:
+        if client.dbsize():
+            raise SystemExit(f"bench: {url}'s database is not empty: give an empty one (/N)")
+        info = init_store(url, 1, data_dir, origin="bench.local/store")
+        key = load_or_create_key(DataDir(data_dir), info.origin, create=False).key
+        yield url, info, key
+    finally:
+        for name in list(client.scan_iter("lm:*")):
+            client.delete(name)
+        client.close()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def server_cpu_by_pid(process: str) -> dict[int, float]:
+    """CPU seconds (utime + stime) of each process of that name on this machine, from /proc."""
     found = {}
     tick = os.sysconf("SC_CLK_TCK")
     for entry in os.scandir("/proc"):
@@ -419,22 +484,38 @@ def postgres_cpu_by_pid() -> dict[int, float]:
         except OSError:
             continue
         name, _, rest = stat.partition(" (")[2].rpartition(") ")
-        if name.startswith("postgres"):
+        if name.startswith(process):
             fields = rest.split()
             found[int(entry.name)] = (int(fields[11]) + int(fields[12])) / tick
     return found
 
 
-def postgres_cpu_since(before: dict[int, float]) -> float:
+def server_cpu_since(process: str, before: dict[int, float]) -> float:
     """The server's CPU since `before`, over the processes alive at both ends: the scenario's
     own backend and the server's background processes (WAL writer, checkpointer...), without
     the CPU of other clients' backends that ended meanwhile."""
-    after = postgres_cpu_by_pid()
+    after = server_cpu_by_pid(process)
     return sum(after[pid] - before[pid] for pid in after.keys() & before.keys())
 
 
 def server_description(server_url: str) -> dict:
-    from eventstore.pg.schema import connect, redact_url
+    from eventstore.shared import redact_url
+
+    if server_process(server_url) == "redis-server":
+        from eventstore.redis.schema import config_value
+        from eventstore.redis.schema import connect as redis_connect
+
+        client = redis_connect(server_url)
+        try:
+            version = client.info("server")["redis_version"]
+            settings = {
+                name: config_value(client, name)
+                for name in ("appendonly", "appendfsync", "aof-use-rdb-preamble", "save")
+            }
+        finally:
+            client.close()
+        return {"url": redact_url(server_url), "server_version": version, "settings": settings}
+    from eventstore.pg.schema import connect
 
     with connect(server_url) as conn:
         version = conn.execute("SHOW server_version").fetchone()[0]
@@ -464,11 +545,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--store",
         metavar="URL",
-        help="also run every scenario on the PostgreSQL log (a scratch database on this server)",
+        action="append",
+        default=[],
+        help="also run every scenario on a store: postgresql:// (a scratch database on this "
+        "server) or redis:// (an empty database); may be given once per engine",
     )
     args = parser.parse_args(argv)
-    if args.store is not None and not args.store.startswith(("postgresql://", "postgres://")):
-        parser.error(f"--store wants a postgresql:// URL, not {args.store!r}")
+    for url in args.store:
+        if not url.startswith(("postgresql://", "postgres://", "redis://", "rediss://", "unix://")):
+            parser.error(f"--store wants a postgresql:// or redis:// URL, not {url!r}")
     seconds = args.seconds if args.seconds is not None else (0.5 if args.quick else 3.0)
     warmup = min(0.5, 0.2 * seconds)
     noise_syncs = 20 if args.quick else 200
@@ -509,7 +594,7 @@ def code_version() -> dict:
 
 
 def run(
-    root: Path, seconds: float, warmup: float, noise_syncs: int, quick: bool, store: str | None
+    root: Path, seconds: float, warmup: float, noise_syncs: int, quick: bool, stores: list[str]
 ) -> dict:
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
     code = code_version()
@@ -545,18 +630,21 @@ def run(
                 f"{figures['records_per_commit']} rec/commit"
             )
 
-    store_results: dict[str, dict[str, dict]] = {}
-    for family in FAMILIES if store else ():
-        store_results[family] = {}
-        for concurrency in CONCURRENCY:
-            scenario = Scenario(root, family, concurrency, payloads, store)
-            figures = scenario.run(warmup, seconds)
-            store_results[family][str(concurrency)] = figures
-            log(
-                f"store {family} x{concurrency}: {figures['records_per_s']} rec/s, ack p50 "
-                f"{figures['ack_ms']['p50']} ms p99 {figures['ack_ms']['p99']} ms, "
-                f"{figures['records_per_commit']} rec/commit"
-            )
+    by_store: dict[str, dict[str, dict[str, dict]]] = {}
+    for store in stores:
+        store_results = by_store[store] = {}
+        for family in FAMILIES:
+            store_results[family] = {}
+            for concurrency in CONCURRENCY:
+                scenario = Scenario(root, family, concurrency, payloads, store)
+                figures = scenario.run(warmup, seconds)
+                store_results[family][str(concurrency)] = figures
+                log(
+                    f"{server_process(store)} {family} x{concurrency}: "
+                    f"{figures['records_per_s']} rec/s, ack p50 "
+                    f"{figures['ack_ms']['p50']} ms p99 {figures['ack_ms']['p99']} ms, "
+                    f"{figures['records_per_commit']} rec/commit"
+                )
 
     floors.append(cpu_floor(payloads, seconds, root))
     log(f"cpu floor again: {floors[1]}")
@@ -581,23 +669,46 @@ def run(
         verdicts[family] = {"records_per_s": rate_ok, "ack_p99": p99_ok, "both": rate_ok and p99_ok}
     verdicts["all"] = all(verdicts[f]["both"] for f in FAMILIES)
 
-    extra = {}
-    if store:
-        for family_results in store_results.values():
-            for figures in family_results.values():
-                figures["ratio_to_file_store"] = None
+    extra: dict = {}
+    described = {}
+    for store, store_results in by_store.items():
         for family in FAMILIES:
             for concurrency in CONCURRENCY:
                 figures = store_results[family][str(concurrency)]
                 file_rate = results[family][str(concurrency)]["records_per_s"]
                 figures["ratio_to_file_store"] = round(figures["records_per_s"] / file_rate, 4)
-        extra["store"] = {
-            "what": "LogWriter on PgSink, partition 0 of a fresh one-partition store, lease "
-            "heartbeat on; one statement per group commit",
+        redis = server_process(store) == "redis-server"
+        described["redis" if redis else "postgresql"] = {
+            "what": (
+                "LogWriter on RedisSink, partition 0 of a fresh one-partition store, lease "
+                "heartbeat on; one Lua script per group commit (appendfsync always)"
+                if redis
+                else "LogWriter on PgSink, partition 0 of a fresh one-partition store, lease "
+                "heartbeat on; one statement per group commit"
+            ),
             "server": server_description(store),
-            "reference": "issue 14: probes measured 9-45k records/s at 64 appenders with group "
-            "commit",
+            "reference": (
+                "issue 31: probes measured 406-2,849 single-entry appends/s and 35,752-51,596 "
+                "records/s at 100 entries per script"
+                if redis
+                else "issue 14: probes measured 9-45k records/s at 64 appenders with group commit"
+            ),
             "results": store_results,
+        }
+    if described:
+        extra["store"] = next(iter(described.values()))
+        extra["stores"] = described
+    if len(described) == 2:
+        extra["redis_to_postgresql"] = {
+            family: {
+                c: round(
+                    described["redis"]["results"][family][c]["records_per_s"]
+                    / max(1, described["postgresql"]["results"][family][c]["records_per_s"]),
+                    4,
+                )
+                for c in map(str, CONCURRENCY)
+            }
+            for family in FAMILIES
         }
 
     return {

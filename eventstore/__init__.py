@@ -55,6 +55,7 @@ __all__ = [
     "FileSink",
     "MemorySink",
     "PgSink",
+    "RedisSink",
     # errors
     "LedgerError",
     "InvalidInput",
@@ -101,6 +102,7 @@ if TYPE_CHECKING:
     from .pg.sink import PgSink
     from .reader import LogReader
     from .record import Record
+    from .redis.sink import RedisSink
     from .sink import (
         COMMITTED,
         Batch,
@@ -146,6 +148,7 @@ _MODULE_OF = {
     "partition_of": ".partitions",
     "Pending": ".pending",
     "PgSink": ".pg.sink",
+    "RedisSink": ".redis.sink",
     "LogReader": ".reader",
     "Record": ".record",
     "COMMITTED": ".sink",

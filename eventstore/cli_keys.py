@@ -25,9 +25,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         if args.store is not None:
-            from .pg.export import store_vkey
+            from .stores import open_engine
 
-            vkey = store_vkey(args.store, args.partition)
+            vkey = open_engine(args.store).store_vkey(args.partition)
         else:
             vkey = str(load_or_create_key(DataDir(args.data), create=False).key.vkey)
     except LedgerError as exc:

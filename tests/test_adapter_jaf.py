@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 
 import pytest
 from helpers.pg import pg_url  # noqa: F401
+from helpers.redis_server import redis_server, redis_url  # noqa: F401
 
 from eventstore.file_sink import Durability
 from eventstore.pg.schema import init_store
@@ -289,7 +290,7 @@ def test_the_factory_picks_the_file_store_from_the_environment(tmp_path):
     again = _data(run(create_memory_provider_from_env(env={**env, "JAF_MEMORY_TYPE": "file"})))
     assert [m.content for m in _data(run(again.get_conversation("c"))).messages] == ["kept"]
     run(again.close())
-    for bad in ({"JAF_MEMORY_TYPE": "redis", "LEDGERMEM_DATA": str(tmp_path / "data")},
+    for bad in ({"JAF_MEMORY_TYPE": "redis"},  # no data directory
                 {"JAF_MEMORY_TYPE": "file"},  # no data directory
                 {"JAF_MEMORY_TYPE": "postgres", "LEDGERMEM_DATA": str(tmp_path / "data")}):  # fmt: skip
         answer = run(create_memory_provider_from_env(env=bad))
@@ -320,6 +321,29 @@ def test_the_factory_opens_the_postgresql_shared_store(pg_url, tmp_path):  # noq
         assert _data(run(again.get_stats())) == seen["stats"]
     finally:
         run(again.close())
+
+
+def test_the_factory_opens_the_redis_shared_store(redis_url, tmp_path):  # noqa: F811
+    from eventstore.redis.schema import init_store as init_redis_store
+
+    data = tmp_path / "data"
+    init_redis_store(redis_url, 2, data, origin="test.local/jaf-redis")
+    host, port = redis_url.removeprefix("redis://").split("/")[0].split(":")
+    env = {"JAF_MEMORY_TYPE": "redis", "JAF_REDIS_HOST": host, "JAF_REDIS_PORT": port,
+           "JAF_REDIS_DB": "0", "JAF_LEDGERMEM_DATA": str(data), "JAF_LEDGERMEM_TENANT": "acme"}  # fmt: skip
+    provider = _data(run(create_memory_provider_from_env(env=env)))
+    seen = run(_documented_walk(provider))
+    assert _data(run(provider.health_check()))["details"]["store"] == "redis"
+    assert isinstance(run(provider.close()), Success)
+    again = _data(run(create_memory_provider_from_env(env={**env, "JAF_REDIS_URL": redis_url})))
+    try:  # the lease was released; the records are the store's
+        assert _data(run(again.get_conversation("weather-chat-1"))).messages == seen["weather"]
+        assert _data(run(again.get_stats())) == seen["stats"]
+    finally:
+        run(again.close())
+    lossy = {**env, "JAF_REDIS_URL": redis_url.replace("/0", "/0?fsync=maybe")}
+    answer = run(create_memory_provider_from_env(env=lossy))
+    assert isinstance(answer, Failure) and isinstance(answer.error, MemoryConnectionError)
 
 
 def test_one_leader_at_a_time_on_the_store(pg_url, tmp_path):  # noqa: F811

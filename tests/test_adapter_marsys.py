@@ -455,3 +455,51 @@ def test_the_agents_compaction_model_writes_the_summary(mem):
     before = len(_types(mem, "bad-model"))
     assert asyncio.run(bad.compact_if_needed({"compaction_model": Model("not json")})) is False
     assert "section.compacted" not in _types(mem, "bad-model")[before:]
+
+
+class _PerMessage:
+    """A MARSYS-shaped token counter (its `count_message`): a fixed count per message."""
+
+    def __init__(self, each: int) -> None:
+        self.each, self.seen = each, []
+
+    def count_message(self, message: dict) -> int:
+        self.seen.append(message)
+        return self.each
+
+
+def test_the_threshold_is_measured_by_the_token_counter(mem):
+    """MARSYS measures `threshold_tokens` (and `_estimated_total_tokens`) with its token counter
+    over its message dicts: the config's `token_counter`, else MARSYS's default. The adapter
+    does too, so the same messages compact under a counter that puts them past the threshold and
+    not under one that does not, whatever the section's own count. Each message is counted once
+    (a content kept in the log is read back whole for it). The tail is MARSYS's: the last
+    assistant round; the user turn before it is summarized, the first user message stays."""
+    big = "a long pasted page " * 300  # past the inline limit: its content is read from the log
+
+    def conversation(session_id: str, counter: _PerMessage) -> ManagedConversationMemory:
+        config = ManagedMemoryConfig(threshold_tokens=500, token_counter=counter)
+        memory = ManagedConversationMemory(config, memory=mem, session_id=session_id)
+        memory.add(role="user", content=big)
+        for i in range(15):
+            memory.add(role="user", content=f"Old message {i} with padding " + "x " * 30)
+        memory.add(role="user", content="RECENT_MESSAGE_ONE")
+        memory.add(role="assistant", content="RECENT_MESSAGE_TWO")
+        return memory
+
+    low = conversation("low", _PerMessage(20))  # 18 messages: 360 of the counter's tokens
+    section = mem.read(lambda s: s.sessions[("default", "low")].sections["messages"])
+    assert section.tokens > 500  # past the threshold by the memory's own counter
+    assert low._estimated_total_tokens == 360 == low.get_cache_stats()["estimated_total_tokens"]
+    size = mem.writer.size
+    assert asyncio.run(low.compact_if_needed()) is False and mem.writer.size == size
+    assert len(low.token_counter.seen) == 18  # counted once each, across three estimates
+    assert {"role": "user", "content": big} in low.token_counter.seen
+
+    high = conversation("high", _PerMessage(40))  # 720: past it
+    assert asyncio.run(high.compact_if_needed()) is True
+    contents = [m["content"] for m in high.get_messages()]
+    assert contents[0] == big and contents[-1] == "RECENT_MESSAGE_TWO"
+    assert "RECENT_MESSAGE_ONE" not in contents  # summarized, as MARSYS's processor does
+    assert high._estimated_total_tokens == 40 * len(contents)
+    assert mem.rebuild().state_hash() == mem.state_hash()

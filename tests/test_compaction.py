@@ -574,3 +574,24 @@ def test_payload_error_compaction_of_cjk_text_fits_the_session_s_own_counter(tmp
         before = len(orjson.dumps(s.context(100_000, ["messages"])))
         outcome = s.compact_for_payload_error(before // 2)
         assert outcome["bytes_after"] <= before // 2
+
+
+def test_the_tail_starts_at_the_last_assistant_message_as_in_marsys(tmp_path):
+    """The protected tail is MARSYS's assistant-round rule (docs/compaction.md, "Decisions"):
+    it starts at the `keep`-th last assistant message, so the user turn just before it is
+    summarized, while the original instruction and system messages stay whatever their place."""
+    mem = _open(tmp_path / "data", _config(100_000))
+    s = mem.session("s")
+    said = [("user", INSTRUCTION), ("system", "be brief"), ("user", "old question"),
+            ("assistant", "old answer"), ("user", "RECENT_MESSAGE_ONE"),
+            ("assistant", "RECENT_MESSAGE_TWO"), ("tool", "late output")]  # fmt: skip
+    for role, content in said:
+        s.add("messages", content, role=role)
+    items = list(_section(mem).items.values())
+    for keep, kept in ((1, {INSTRUCTION, "be brief", "RECENT_MESSAGE_TWO", "late output"}),
+                       (2, {INSTRUCTION, "be brief", "old answer", "RECENT_MESSAGE_ONE",
+                            "RECENT_MESSAGE_TWO", "late output"})):  # fmt: skip
+        free, protected = compaction.partition(items, keep)
+        assert {m.content for u in protected for m in u} == kept
+        assert {m.content for u in free for m in u} == {c for _, c in said} - kept
+    mem.close()

@@ -12,7 +12,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from ..errors import LedgerError
+from ..shared import StoreError
 
 if TYPE_CHECKING:
     import psycopg
@@ -21,8 +21,7 @@ if TYPE_CHECKING:
     Connection: TypeAlias = psycopg.Connection[tuple[Any, ...]]
 
 
-class StoreError(LedgerError):
-    """The shared store is missing, of another shape, or unusable as configured."""
+__all__ = ["StoreError", "require_psycopg"]
 
 
 def require_psycopg() -> ModuleType:

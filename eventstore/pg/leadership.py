@@ -8,21 +8,18 @@ lease: `create_on` for an empty partition, `resume_on` (log.resume and a checkpo
 
 from __future__ import annotations
 
-import logging
-import threading
 from collections.abc import Callable
 from typing import Any
 
 from ..checkpoint import SigningKey
 from ..mirror import Mirror
+from ..shared.keeper import LeaseKeeper as SharedKeeper
 from ..writer import LogWriter
-from . import lease as leases
 from .lease import Lease
 from .recovery import partition_key, recover_partition
-from .schema import StoreInfo, connect, one_line
+from .schema import StoreInfo, connect
+from .session import PgSession
 from .sink import PgSink
-
-log = logging.getLogger(__name__)
 
 
 def open_partition_writer(
@@ -55,45 +52,11 @@ def open_partition_writer(
         raise
 
 
-class LeaseKeeper:
+class LeaseKeeper(SharedKeeper):
     """Renews a lease every `seconds / 3` on a thread of its own, until stopped or lost."""
 
     def __init__(
         self, url: str, lease: Lease, on_lost: Callable[[Lease], None] | None = None
     ) -> None:
-        self.url, self.lease, self.on_lost = url, lease, on_lost
-        self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._run, name=f"ledgermem-lease-p{lease.partition}", daemon=True
-        )
-
-    def start(self) -> LeaseKeeper:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        conn = None
-        interval = self.lease.seconds / 3
-        while not self._stop.wait(interval):
-            try:
-                if conn is None:
-                    conn = connect(self.url)
-                if not leases.renew(conn, self.lease):
-                    break
-            except Exception as exc:  # the next round retries; the deadline protects writes
-                log.warning(
-                    "partition %d: renewing the lease failed: %s",
-                    self.lease.partition,
-                    one_line(exc),
-                )
-                if conn is not None:
-                    conn.close()
-                conn = None
-        if conn is not None:
-            conn.close()
-        if not self.lease.valid() and self.on_lost is not None and not self._stop.is_set():
-            self.on_lost(self.lease)
+        super().__init__(lambda: PgSession(url), lease, on_lost)
+        self.url = url

@@ -11,75 +11,29 @@ on a database restart and fence nothing.
 
 from __future__ import annotations
 
-import threading
 import time
-from dataclasses import dataclass, field
-from datetime import datetime
 from typing import TYPE_CHECKING
 
-from ..errors import InvalidInput
+from ..shared.lease import Head, Lease, check_seconds, safety_margin
 from . import statements
 
 if TYPE_CHECKING:
     from . import Connection
 
 
-def safety_margin(seconds: float) -> float:
-    """How long before the lease's end the leader stops writing (clock drift, scheduling)."""
-    return min(0.5, seconds / 4)
-
-
-@dataclass
-class Lease:
-    partition: int
-    epoch: int
-    owner: str  # the replica id
-    seconds: float  # lease length
-    deadline: float  # time.monotonic() after which this replica must not write
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
-    _lost: bool = field(default=False, repr=False, compare=False)
-
-    def valid(self) -> bool:
-        return time.monotonic() < self.deadline
-
-    def remaining(self) -> float:
-        return self.deadline - time.monotonic()
-
-    def extend_from(self, started_monotonic: float) -> None:
-        """The database renewed the lease in a statement sent at `started_monotonic`."""
-        deadline = started_monotonic + self.seconds - safety_margin(self.seconds)
-        with self._lock:
-            if deadline > self.deadline and not self._lost:
-                self.deadline = deadline
-
-    def lose(self) -> None:
-        """The lease is gone (fenced or released): no more writes from here, even if a renewal
-        sent before answers after (the epoch would fence its writes anyway)."""
-        with self._lock:
-            self._lost = True
-            self.deadline = float("-inf")
-
-
-@dataclass(frozen=True)
-class Head:
-    partition: int
-    last_seq: int
-    epoch: int
-    owner: str | None
-    lease_until: datetime | None  # None: never taken
-    expired: bool  # by the database's clock
+__all__ = ["Head", "Lease", "heads", "release", "renew", "safety_margin", "take"]
 
 
 def take(conn: Connection, partition: int, owner: str, seconds: float) -> Lease | None:
     """Take partition's lease if it expired (or was released); None while someone holds it."""
-    _check_seconds(seconds)
+    check_seconds(seconds)
     started = time.monotonic()
     row = conn.execute(
         statements.TAKE, {"partition": partition, "owner": owner, "seconds": seconds}
     ).fetchone()
     if row is None:
         return None
-    return Lease(partition, row[0], owner, seconds, started + seconds - safety_margin(seconds))
+    return Lease.granted(partition, row[0], owner, seconds, started)
 
 
 def renew(conn: Connection, lease: Lease) -> bool:
@@ -117,8 +71,3 @@ def _fence(lease: Lease) -> dict:
         "owner": lease.owner,
         "seconds": lease.seconds,
     }
-
-
-def _check_seconds(seconds: float) -> None:
-    if not isinstance(seconds, int | float) or not 0 < seconds <= 3600:
-        raise InvalidInput(f"a lease lasts between 0 and 3600 seconds, not {seconds!r}")

@@ -15,16 +15,13 @@ the database's (`now()`), never a replica's clock.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
 
-from ..checkpoint import SigningKey
-from ..errors import BadKey
 from ..layout import DataDir
 from ..partitions import check_partitions, partition_origin
 from ..record import genesis
+from ..shared import StoreInfo, one_line, redact_url
 from . import StoreError, require_psycopg
 
 if TYPE_CHECKING:
@@ -76,26 +73,17 @@ CREATE TABLE IF NOT EXISTS lm_replica (
 );
 """
 
+__all__ = [
+    "StoreError",
+    "StoreInfo",
+    "connect",
+    "init_store",
+    "one_line",
+    "read_store",
+    "redact_url",
+]
+
 NOTIFY_CHANNEL = "lm_records"  # payload "partition:first:last", never the lines
-
-
-@dataclass(frozen=True)
-class StoreInfo:
-    origin: str
-    partitions: int
-    seg_bits: int
-    vkeys: tuple[str, ...]  # index = partition
-
-    def key_for(self, key: SigningKey, partition: int) -> SigningKey:
-        """`key` as partition N signs with it, after checking it is the store's key."""
-        partition_key = key.with_origin(partition_origin(self.origin, partition))
-        if str(partition_key.vkey) != self.vkeys[partition]:
-            raise BadKey(
-                f"this replica's signing key ({partition_key.vkey}) is not the store's key for "
-                f"partition {partition} ({self.vkeys[partition]}): copy the keys/ directory of "
-                "the data directory that ran init-store"
-            )
-        return partition_key
 
 
 # A peer that vanishes (a network partition, a host gone) must end a statement with an error,
@@ -219,16 +207,3 @@ def one_row(cursor: Cursor[tuple[Any, ...]]) -> tuple[Any, ...]:
     row = cursor.fetchone()
     assert row is not None, "a row init-store creates is missing"
     return row
-
-
-def redact_url(url: str) -> str:
-    """The URL without its password, for messages."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-    return urlunsplit(parts._replace(netloc=netloc))
-
-
-def one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())

@@ -20,16 +20,24 @@ from __future__ import annotations
 import base64
 import collections
 import contextlib
-import logging
 import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..errors import InvalidInput, LedgerError
+from ..errors import InvalidInput
 from ..mirror import Mirror
 from ..record import Record
 from ..sequencer import StartSegment
+from ..shared.fencing import (
+    BACKOFF_FIRST,
+    BACKOFF_MAX,
+    LEASE_EXPIRED,
+    Fenced,
+    StoreUnreachable,
+    feed_mirror,
+    lease_expired,
+)
 from ..sink import (
     COMMITTED,
     Batch,
@@ -46,24 +54,7 @@ from .schema import StoreInfo, connect, one_line, one_row
 if TYPE_CHECKING:
     from . import Connection
 
-log = logging.getLogger(__name__)
-
-LEASE_EXPIRED = "nobody: this replica's lease expired before the commit was sent"
-BACKOFF_FIRST, BACKOFF_MAX = 0.02, 0.5
-
-
-class Fenced(LedgerError, OSError):
-    """A write other than an append found the partition led by someone else (or the lease
-    ended): the writer stops. An OSError so the writer's checkpoint timer treats it as a
-    failed write; `refused` makes the writer answer CommitRefused, as a refused append does."""
-
-    def __init__(self, message: str, owner: str) -> None:
-        super().__init__(message)
-        self.refused = Refused(owner)
-
-
-class StoreUnreachable(LedgerError, OSError):
-    """The store did not answer before the lease's deadline."""
+__all__ = ["LEASE_EXPIRED", "Fenced", "PgSink", "StoreUnreachable"]
 
 
 class PgSink:
@@ -373,17 +364,7 @@ class PgSink:
             delay = min(delay * 2, BACKOFF_MAX)
 
     def _lease_expired(self, reason: str) -> Fenced:
-        why = f" (the store's last answer: {reason})" if reason else ""
-        return Fenced(
-            f"this replica's lease on partition {self.partition} expired{why}", LEASE_EXPIRED
-        )
+        return lease_expired(self.partition, reason)
 
     def _to_mirror(self, method: str, *arguments: object) -> None:
-        if self.mirror is None:
-            return
-        try:
-            # The records go with the lines: the mirror then trusts the sequencer's own parse
-            # and only compares seqs, chain and bytes (about 20 us a record less on this thread).
-            getattr(self.mirror, method)(*arguments)
-        except Exception:  # the mirror is a cache the tail refills; the commit is durable
-            log.exception("partition %d: the mirror refused %s", self.partition, method)
+        feed_mirror(self.mirror, self.partition, method, *arguments)

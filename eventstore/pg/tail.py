@@ -23,8 +23,10 @@ import time
 from typing import TYPE_CHECKING
 
 from ..errors import LedgerError
-from ..mirror import Mirror, MirrorDiverged
+from ..mirror import Mirror
+from ..shared.mirror_sync import sync_mirror as shared_sync
 from . import StoreError, require_psycopg
+from .reader import PgReader
 from .schema import NOTIFY_CHANNEL, connect, one_line
 
 if TYPE_CHECKING:
@@ -32,7 +34,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("ledgermem.store.tail")
 
-PAGE_ROWS = 1000  # rows per query: bounded memory whatever the backlog
 MAX_BACKOFF = 5.0
 STOP_CHECK = 0.25  # seconds: the longest a wait for a wake-up lasts before looking at stop()
 
@@ -170,35 +171,9 @@ class StoreTail:
 
 
 def sync_mirror(conn: Connection, partition: int, mirror: Mirror) -> int:
-    """Extend `mirror` with the partition's committed rows beyond its size, page by page, then
-    install the newest checkpoint it covers. Returns the mirror's size."""
-    while True:
-        start = mirror.size
-        rows = conn.execute(
-            "SELECT seq, line FROM lm_record WHERE partition = %s AND seq >= %s "
-            "ORDER BY seq LIMIT %s",
-            (partition, start, PAGE_ROWS),
-        ).fetchall()
-        if not rows:
-            break
-        held = next((i for i, (seq, _) in enumerate(rows) if seq != start + i), len(rows))
-        if held:
-            mirror.extend([bytes(line) for _, line in rows[:held]])
-        if held < len(rows):
-            raise MirrorDiverged(
-                f"partition {partition}: the table's rows jump from seq {start + held - 1} to "
-                f"{rows[held][0]} (rows missing from lm_record)"
-            )
-        if len(rows) < PAGE_ROWS:
-            break
-    row = conn.execute(
-        "SELECT text FROM lm_checkpoint WHERE partition = %s AND size <= %s "
-        "ORDER BY size DESC LIMIT 1",
-        (partition, mirror.size),
-    ).fetchone()
-    if row is not None:
-        mirror.install_checkpoint(row[0])
-    return mirror.size
+    """Extend `mirror` with the partition's committed rows beyond its size, then install the
+    newest checkpoint it covers (eventstore/shared/mirror_sync.py). Returns the mirror's size."""
+    return shared_sync(PgReader(conn), partition, mirror)
 
 
 def _note(woken: dict[int, int], payload: str) -> None:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import quote
 
 from eventstore.errors import InvalidInput
 from sections.adapters.jaf_provider import MESSAGES, METADATA, LedgerMemoryProvider
@@ -106,13 +107,20 @@ async def create_memory_provider_from_env(
     - `JAF_MEMORY_TYPE=postgres`: the shared store `JAF_POSTGRES_CONNECTION_STRING` or
       `LEDGERMEM_STORE` (initialized by `ledgermem init-store`), led for the tenant's partition
       from the data directory above, which holds the store's key (sections/runtime/store_memory.py);
+    - `JAF_MEMORY_TYPE=redis`: the same over a Redis store (issue 31), at JAF's own variables:
+      `JAF_REDIS_URL`, else `LEDGERMEM_STORE` when it is a redis:// URL, else the URL made of
+      `JAF_REDIS_HOST` (localhost), `JAF_REDIS_PORT` (6379), `JAF_REDIS_DB` (0) and
+      `JAF_REDIS_PASSWORD`, as JAF's factory reads them. The server must fsync every write
+      (appendonly yes, appendfsync always), or the factory answers a Failure saying so.
+      `JAF_REDIS_PREFIX` and `JAF_REDIS_TTL` do not apply: the store's keys are its own
+      (eventstore/redis/keys.py) and records are never expired (docs/adapters/jaf.md);
     - `JAF_LEDGERMEM_TENANT` (default `default`) is the tenant;
-    - for `file` and `postgres`, `JAF_MEMORY_MAX_CONVERSATIONS` and `JAF_MEMORY_MAX_MESSAGES`,
+    - for `file`, `postgres` and `redis`, `JAF_MEMORY_MAX_CONVERSATIONS` and `JAF_MEMORY_MAX_MESSAGES`,
       when set, are the memory's `max_sessions` and the provider's `max_messages` (unset: no
       bound, nothing evicted from a durable memory).
 
-    `redis` (issue 31) and anything else: Failure(MemoryConnectionError) naming what is
-    supported, as JAF answers an unsupported type; so is a store that cannot be opened.
+    Anything else: Failure(MemoryConnectionError) naming what is supported, as JAF answers an
+    unsupported type; so is a store that cannot be opened.
     `external_clients` (JAF's Redis or PostgreSQL client objects) are not used: ledgermem opens
     its own store."""
     seed = shapes()
@@ -120,11 +128,7 @@ async def create_memory_provider_from_env(
     kind = env.get("JAF_MEMORY_TYPE", "memory").strip().lower()
     data = env.get("JAF_LEDGERMEM_DATA") or env.get("LEDGERMEM_DATA")
     tenant = env.get("JAF_LEDGERMEM_TENANT") or "default"
-    if kind == "redis":
-        return seed.Failure(seed.MemoryConnectionError(
-            "JAF_MEMORY_TYPE=redis is not supported by ledgermem's provider: use memory, file "
-            "or postgres", "Factory"))  # fmt: skip
-    if kind not in ("memory", "file", "postgres"):
+    if kind not in ("memory", "file", "postgres", "redis"):
         return seed.Failure(seed.MemoryConnectionError(f"Unsupported memory type: {kind}",
                                                        "Factory"))  # fmt: skip
     try:
@@ -141,18 +145,23 @@ async def create_memory_provider_from_env(
             ("max_sessions", "JAF_MEMORY_MAX_CONVERSATIONS"),
             ("max_messages", "JAF_MEMORY_MAX_MESSAGES"))}  # fmt: skip
         config = MemoryConfig(max_sessions=limits["max_sessions"])
-        if kind == "postgres":
+        if kind in ("postgres", "redis"):
             from sections.runtime.store_memory import StoreMemory
 
-            url = env.get("JAF_POSTGRES_CONNECTION_STRING") or env.get("LEDGERMEM_STORE")
+            url: str | None = None
+            if kind == "redis":
+                url = _redis_url(env)
+            else:
+                url = env.get("JAF_POSTGRES_CONNECTION_STRING") or env.get("LEDGERMEM_STORE")
             if not url:
                 return seed.Failure(seed.MemoryConnectionError(
                     "JAF_POSTGRES_CONNECTION_STRING (or LEDGERMEM_STORE) must name the store",
                     "Factory",
                 ))  # fmt: skip
             store = StoreMemory.open(url, data, tenant=tenant, config=config)
+            engine = "redis" if kind == "redis" else "postgresql"
             provider = LedgerMemoryProvider(store.memory, tenant=tenant, closing=store,
-                                            store="postgresql", max_messages=limits["max_messages"])  # fmt: skip
+                                            store=engine, max_messages=limits["max_messages"])  # fmt: skip
             return seed.Success(provider)
         memory = Memory.open(data, tenant=tenant, config=config)
     except Exception as exc:  # JAF answers a store it cannot open with a Failure
@@ -161,6 +170,23 @@ async def create_memory_provider_from_env(
     provider = LedgerMemoryProvider(memory, tenant=tenant, closing=memory,
                                     max_messages=limits["max_messages"])  # fmt: skip
     return seed.Success(provider)
+
+
+def _redis_url(env: Mapping[str, str]) -> str:
+    """The Redis store's URL from JAF's variables (jaf/memory/factory.py reads the same)."""
+    if env.get("JAF_REDIS_URL"):
+        return env["JAF_REDIS_URL"]
+    store = env.get("LEDGERMEM_STORE") or ""
+    if store.startswith(("redis://", "rediss://", "unix://")):
+        return store
+    host = env.get("JAF_REDIS_HOST") or "localhost"
+    port = _positive(env, "JAF_REDIS_PORT") or 6379
+    db = env.get("JAF_REDIS_DB") or "0"
+    if not db.isdigit():
+        raise InvalidInput(f"JAF_REDIS_DB must be a database number, not {db!r}")
+    password = env.get("JAF_REDIS_PASSWORD")
+    auth = f":{quote(password, safe='')}@" if password else ""
+    return f"redis://{auth}{host}:{port}/{db}"
 
 
 class _JafLimits:

@@ -35,6 +35,7 @@ from sections.adapters.marsys_messages import (
     MessageError,
     MessageNotFound,
     StoredMessage,
+    TokenEstimate,
     _default_memory,
     _message,
     _message_fields,
@@ -46,6 +47,7 @@ from sections.adapters.marsys_messages import (
     _seed,
     _view_fields,
     llm_dict,
+    section_stats,
 )
 from sections.errors import CannotCompact, SummarizerFailed
 from sections.model.commands import get_section, get_session
@@ -450,6 +452,7 @@ class ManagedConversationMemory(ConversationMemory):
             image_token_estimate=getattr(self.config, "image_token_estimate", 800),
         )  # fmt: skip
         self.metadata: dict[str, Any] = {}
+        self._estimate = TokenEstimate()  # threshold_tokens is in the token counter's units
         settings = {section: _section_settings(self.config)}
         super().__init__(None, memory=memory, session_id=session_id, tenant=tenant,
                          section=section, sections=settings)  # fmt: skip
@@ -472,16 +475,19 @@ class ManagedConversationMemory(ConversationMemory):
         windowed = (
             getattr(policy, "enabled", True) and getattr(policy, "mode", "") == "sliding_window"
         )
-        if windowed and sum(v.tokens for v in views) > self.config.threshold_tokens:
+        counted = self._estimate.of(self.token_counter, views, lambda view: view) if windowed else 0
+        total = sum(v.tokens for v in views) if counted is None else counted
+        if windowed and total > self.config.threshold_tokens:
             headroom = float(_policy_value(policy, "sliding_window", "headroom_percent", 0.1))
+            budget = int(self.config.compaction_target_tokens * (1 - headroom))
             views = _newest_within(
-                views, int(self.config.compaction_target_tokens * (1 - headroom))
+                views, budget, None if counted is None else self._estimate.cost_of
             )
         return [llm_dict(v) for v in views]
 
     @property
     def _estimated_total_tokens(self) -> int:
-        """MARSYS's running token estimate, which its code reads: the section's own count."""
+        """MARSYS's running token estimate, which its code reads (`_section_stats`)."""
         return self._section_stats()["tokens"]
 
     def get_cache_stats(self) -> dict:
@@ -493,13 +499,7 @@ class ManagedConversationMemory(ConversationMemory):
                 "tokens_since_last_retrieval": 0}  # fmt: skip
 
     def _section_stats(self) -> dict:
-        tenant, sid, name = self.session.tenant, self.session.id, self.section
-
-        def stats(state: Any) -> dict:
-            found = get_section(get_session(state, tenant, sid), name)
-            return {"items": len(found.items), "tokens": found.tokens}
-
-        return self.session.memory.read(stats)
+        return section_stats(self.session, self.section, self.token_counter, self._estimate)
 
     async def compact_if_needed(self, runtime: dict | None = None) -> bool:
         """Compact when the messages pass `threshold_tokens` (and `active_context` is enabled

@@ -13,7 +13,8 @@ import tempfile
 import time
 import uuid
 import weakref
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
@@ -21,8 +22,11 @@ import orjson
 from eventstore.errors import InvalidInput
 from eventstore.file_sink import Durability
 from sections.errors import ItemNotFound
+from sections.model.commands import get_section, get_session
 from sections.model.render import STRUCTURED
+from sections.retrieval.views import view_of
 from sections.runtime.memory import ItemView, Memory
+from sections.runtime.session import Session
 
 # -- MARSYS's own classes, when it is installed
 
@@ -225,9 +229,12 @@ def _message(view: ItemView) -> Any:
     return message_class(**fields)
 
 
-def _newest_within(views: list[ItemView], budget: int) -> list[ItemView]:
-    """The newest messages whose stored tokens fit `budget`, in order: packed backward, a tool
-    result with every message back to the call that issued it (or the packing stops there)."""
+def _newest_within(
+    views: list[ItemView], budget: int, cost_of: Callable[[ItemView], int] | None = None
+) -> list[ItemView]:
+    """The newest messages whose tokens (`cost_of`, else the stored count) fit `budget`, in
+    order: packed backward, a tool result with every message back to the call that issued it
+    (or the packing stops there)."""
     kept: list[ItemView] = []
     spent = 0
     at = len(views) - 1
@@ -237,7 +244,7 @@ def _newest_within(views: list[ItemView], budget: int) -> list[ItemView]:
             while start > 0 and views[start].role == "tool":
                 start -= 1
         bundle = views[start : at + 1]
-        cost = sum(v.tokens for v in bundle)
+        cost = sum(cost_of(v) if cost_of else v.tokens for v in bundle)
         if spent + cost > budget:
             if not kept:
                 kept = [views[-1]]  # MARSYS: the newest message alone rather than nothing
@@ -246,3 +253,63 @@ def _newest_within(views: list[ItemView], budget: int) -> list[ItemView]:
         spent += cost
         at = start - 1
     return kept
+
+
+class TokenEstimate:
+    """MARSYS's running token estimate (its `_estimated_total_tokens`, which `threshold_tokens`
+    is measured against): its token counter's `count_message` over each message as MARSYS's
+    dict, role overheads included. Each message is counted once per content and role (the
+    counts are kept by item id, content record and role). `of` gives None when the counter has
+    no `count_message` (no MARSYS and no `token_counter` given): then the section's own count,
+    by the memory's counter, stands."""
+
+    def __init__(self) -> None:
+        self._counter: object = None
+        self._known: dict[tuple[str, int, str | None], int] = {}
+
+    def of(
+        self, counter: object, views: list[ItemView], fill: Callable[[ItemView], ItemView]
+    ) -> int | None:
+        """The estimate of `views` (`fill` gives a view its content when it is kept in the log,
+        called only for a message not counted before)."""
+        count = getattr(counter, "count_message", None)
+        if not callable(count):
+            return None
+        known = self._known if counter is self._counter else {}
+        self._counter, self._known = counter, {}
+        for view in views:
+            key = (view.id, view.content_seq, view.role)
+            tokens = known.get(key)
+            if tokens is None:
+                tokens = int(count(llm_dict(fill(view) if view.content is None else view)))
+            self._known[key] = tokens
+        return sum(self._known.values())
+
+    def cost_of(self, view: ItemView) -> int:
+        """One message's count, as the last `of` counted it."""
+        return self._known[(view.id, view.content_seq, view.role)]
+
+
+def section_stats(session: Session, section: str, counter: object, estimate: TokenEstimate) -> dict:
+    """A managed memory's message count and the tokens its `threshold_tokens` is measured in:
+    `counter`'s (MARSYS's token counter) by `estimate`, else the section's own count. Read
+    under the memory's lock: no record."""
+    tenant, sid, memory = session.tenant, session.id, session.memory
+    counting = callable(getattr(counter, "count_message", None))
+
+    def stats(state: Any) -> tuple[int, int, list]:
+        found = get_section(get_session(state, tenant, sid), section)
+        copies = [  # views are copies; an item whose content is in the log, a copy too
+            (view_of(section, i), replace(i) if i.content is None else None)
+            for i in (found.items.values() if counting else ())
+        ]
+        return len(found.items), found.tokens, copies
+
+    items, tokens, copies = memory.read(stats)
+    logged = {view.id: item for view, item in copies}
+
+    def fill(view: ItemView) -> ItemView:
+        return replace(view, content=memory.content_of(logged[view.id]))
+
+    counted = estimate.of(counter, [view for view, _ in copies], fill)
+    return {"items": items, "tokens": tokens if counted is None else counted}

@@ -1,4 +1,4 @@
-"""A `Memory` on a shared PostgreSQL store, in this process: the leader of one partition.
+"""A `Memory` on a shared store (PostgreSQL or Redis, by the URL), in this process: the leader of one partition.
 
 `ledgermem serve --store URL` runs the memory of every partition it leads (streams/cluster/). A
 program that embeds ledgermem (the JAF adapter's provider, sections/adapters/jaf.py) needs the
@@ -29,7 +29,10 @@ from eventstore.errors import LedgerError
 from eventstore.layout import DataDir
 from eventstore.mirror import Mirror
 from eventstore.partitions import partition_of, partition_origin
+from eventstore.shared.engine import StoreEngine
+from eventstore.shared.keeper import LeaseKeeper
 from eventstore.store import load_or_create_key
+from eventstore.stores import open_engine
 from sections.model.config import MemoryConfig
 from sections.runtime.memory import Memory
 
@@ -42,12 +45,14 @@ class StoreBusy(LedgerError):
 class StoreMemory:
     """A memory leading one partition of a store, with what keeps it the leader."""
 
-    def __init__(self, memory: Memory, partition: int, keeper, mirror: Mirror, url: str) -> None:
+    def __init__(
+        self, memory: Memory, partition: int, keeper, mirror: Mirror, engine: StoreEngine
+    ) -> None:
         self.memory = memory
         self.partition = partition
         self._keeper = keeper
         self._mirror = mirror
-        self._url = url
+        self._engine = engine
 
     @classmethod
     def open(
@@ -63,41 +68,36 @@ class StoreMemory:
     ) -> StoreMemory:
         """Lead the partition of `tenant` (the memory's default tenant) and open its memory.
         Waits up to `wait` seconds (default: two leases) for the lease; StoreBusy after that."""
-        from eventstore.pg.leadership import LeaseKeeper, open_partition_writer
-        from eventstore.pg.schema import connect, read_store
-        from eventstore.pg.tail import sync_mirror
-
+        engine = open_engine(url)
         data = DataDir(data_dir)
         owner = owner or f"embedded-{uuid.uuid4().hex[:12]}"
         wait = 2 * lease_seconds if wait is None else wait
-        with connect(url) as conn:
-            info = read_store(conn)
+        info = engine.read_store()
         key = load_or_create_key(data, create=False)
         partition = partition_of(tenant, info.partitions)
         info.key_for(key.key, partition)  # BadKey before anything is taken
-        lease = _take(url, partition, owner, lease_seconds, wait)
+        lease = _take(engine, partition, owner, lease_seconds, wait)
         keeper = mirror = None
         try:
-            keeper = LeaseKeeper(url, lease).start()
+            keeper = LeaseKeeper(engine.session, lease).start()
             here = data.root / "partitions" / f"p{partition}"
             mirror = Mirror.open(
                 here / "log", partition_origin(info.origin, partition), info.seg_bits
             )
-            with connect(url) as conn:
-                sync_mirror(conn, partition, mirror)
-            writer = open_partition_writer(url, info, key.key, partition, lease, mirror)
+            engine.sync_mirror(partition, mirror)
+            writer = engine.open_partition_writer(info, key.key, partition, lease, mirror)
             memory = Memory.open_on(writer, mirror.log_dir, here, key=key, config=config,
                                     tenant=tenant)  # fmt: skip
         except BaseException:
-            _let_go(url, lease, keeper, mirror)
+            _let_go(engine, lease, keeper, mirror)
             raise
-        return cls(memory, partition, keeper, mirror, url)
+        return cls(memory, partition, keeper, mirror, engine)
 
     def close(self) -> None:
         try:
             self.memory.close()
         finally:
-            _let_go(self._url, self._keeper.lease, self._keeper, self._mirror)
+            _let_go(self._engine, self._keeper.lease, self._keeper, self._mirror)
 
     def __enter__(self) -> StoreMemory:
         return self
@@ -106,14 +106,12 @@ class StoreMemory:
         self.close()
 
 
-def _take(url: str, partition: int, owner: str, seconds: float, wait: float):
-    from eventstore.pg import lease as leases
-    from eventstore.pg.schema import connect
-
+def _take(engine: StoreEngine, partition: int, owner: str, seconds: float, wait: float):
     deadline = time.monotonic() + wait
-    with connect(url) as conn:
+    session = engine.session()
+    try:
         while True:
-            lease = leases.take(conn, partition, owner, seconds)
+            lease = session.take(partition, owner, seconds)
             if lease is not None:
                 return lease
             if time.monotonic() >= deadline:
@@ -122,21 +120,23 @@ def _take(url: str, partition: int, owner: str, seconds: float, wait: float):
                     "stop it and open again"
                 )
             time.sleep(min(0.2, seconds / 5))
+    finally:
+        session.close()
 
 
-def _let_go(url: str, lease, keeper, mirror) -> None:
+def _let_go(engine: StoreEngine, lease, keeper, mirror) -> None:
     """Stop renewing, release the lease (fenced: a no-op if it is someone else's), close the
     mirror; each step even when the one before failed."""
-    from eventstore.pg import lease as leases
-    from eventstore.pg.schema import connect
-
     try:
         if keeper is not None:
             keeper.stop()
     finally:
         try:
-            with connect(url) as conn:
-                leases.release(conn, lease)
+            session = engine.session()
+            try:
+                session.release(lease)
+            finally:
+                session.close()
         except Exception:  # it runs out by itself
             lease.lose()
         finally:

@@ -7,7 +7,7 @@ fed by that mirror, so streams work on every replica and a change of leader neve
 subscriber.
 
 The leadership loop (one thread, `tick` seconds apart) beats the replica's heartbeat in
-lm_replica, renews the leases it holds, reads lm_head and lm_replica once, refreshes the route
+the store (lm_replica, or Redis's lm:replicas), renews the leases it holds, reads lm_head and lm_replica once, refreshes the route
 cache from them, and follows `balance.plan`: take a free partition, or give one up so that
 leadership spreads over the live replicas. No advisory lock is involved: the lease row in lm_head
 with its epoch is the only fence (advisory locks vanish on a database restart and fence nothing).
@@ -36,7 +36,8 @@ from typing import TYPE_CHECKING, TypedDict
 from eventstore.layout import DataDir
 from eventstore.partitions import partition_of, partition_origin
 from eventstore.store import load_or_create_key
-from streams.cluster import balance, registry
+from eventstore.stores import open_engine
+from streams.cluster import balance
 from streams.cluster.mirror_reader import MirrorReader
 from streams.cluster.partition_leader import PartitionLeader, partition_dir
 from streams.cluster.routes import Local, NoLeader, Remote, Route
@@ -44,15 +45,12 @@ from streams.fanout.hub import Hub
 from streams.server.verifier import BackgroundVerifier
 
 if TYPE_CHECKING:
-    from psycopg import Connection
-
     from eventstore.mirror import Mirror
-    from eventstore.pg.lease import Head, Lease
-    from eventstore.pg.schema import StoreInfo
-    from eventstore.pg.tail import StoreTail
+    from eventstore.shared import StoreInfo
+    from eventstore.shared.engine import MirrorTail, StoreEngine, StoreSession
+    from eventstore.shared.lease import Head, Lease, Replica
     from eventstore.store import KeyInfo
     from sections.runtime.tracing import Tracing
-    from streams.cluster.registry import Replica
     from streams.server.metrics import Metrics
     from streams.server.settings import Settings
 
@@ -93,6 +91,8 @@ class Cluster:
             raise ValueError("a cluster needs a shared store: settings.store is not set")
         self.settings = settings
         self.store_url: str = settings.store
+        # PostgreSQL or Redis, by the URL's scheme (eventstore/stores.py): nothing connects yet.
+        self.engine: StoreEngine = open_engine(settings.store)
         self.url = url
         self.metrics = metrics
         # The partitions' memories' tracing hook (streams/server/telemetry.py); None: untraced.
@@ -105,7 +105,7 @@ class Cluster:
         self._mirrors: dict[int, Mirror] = {}
         self._hubs: dict[int, Hub] = {}
         self._verifiers: dict[int, BackgroundVerifier] = {}
-        self._tail: StoreTail | None = None
+        self._tail: MirrorTail | None = None
         self._lock = threading.Lock()
         self._routes: dict[int, Route] = {}
         self._leaders: dict[int, PartitionLeader] = {}  # partitions this replica holds a lease on
@@ -152,15 +152,15 @@ class Cluster:
         return route if route is not None else NoLeader(self.tick)
 
     def refresh(self) -> None:
-        """Read lm_head and lm_replica now and update the route cache (blocking: call it on a
-        worker thread). For a forwarder whose leader answered 421: the leader moved since the
+        """Read the heads and the replicas now and update the route cache (blocking: call it on
+        a worker thread). For a forwarder whose leader answered 421: the leader moved since the
         leadership loop last looked."""
-        from eventstore.pg import lease as leases
-        from eventstore.pg.schema import connect
-
-        with connect(self.store_url) as conn:
-            heads = leases.heads(conn)
-            replicas = registry.replicas(conn, self.lease_seconds)
+        session = self.engine.session()
+        try:
+            heads = session.heads()
+            replicas = session.replicas(self.lease_seconds)
+        finally:
+            session.close()
         self._heads = heads
         self._refresh_routes(heads, replicas)
 
@@ -181,7 +181,7 @@ class Cluster:
         a takeover's first step, streams/cluster/partition_leader.py)."""
         self._started_tail().sync(partition)
 
-    def _started_tail(self) -> StoreTail:
+    def _started_tail(self) -> MirrorTail:
         if self._tail is None:
             raise RuntimeError("the cluster has not started: no store tail feeds the mirrors")
         return self._tail
@@ -242,14 +242,8 @@ class Cluster:
     def _open(self) -> None:
         """The store's description, this replica's key checked against it, the mirrors."""
         from eventstore.mirror import Mirror
-        from eventstore.pg.schema import connect, read_store
-        from eventstore.pg.tail import StoreTail
 
-        conn = connect(self.store_url)
-        try:
-            info = self._info = read_store(conn)
-        finally:
-            conn.close()
+        info = self._info = self.engine.read_store()
         # A replica with another key would sign checkpoints no auditor accepts: refuse to start.
         key = self._key = load_or_create_key(DataDir(self.data), create=False)
         for partition in range(info.partitions):
@@ -260,7 +254,7 @@ class Cluster:
                 partition_origin(info.origin, partition),
                 info.seg_bits,
             )
-        self._tail = StoreTail(self.store_url, self._mirrors)
+        self._tail = self.engine.tail(self._mirrors)
 
     async def stop(self) -> None:
         """Close the led memories (log.close, final checkpoint), release their leases, leave."""
@@ -279,53 +273,51 @@ class Cluster:
             mirror.close()
 
     def _close_all(self) -> None:
-        from eventstore.pg.schema import connect
-
         with self._lock:
             leaders = list(self._leaders.values())
             self._leaders.clear()
             for leader in leaders:
                 self._routes[leader.partition] = NoLeader(self.tick)
-        conn = None
+        if self._info is None:
+            return  # never started: nothing taken, nothing registered
+        session = None
         try:
-            conn = connect(self.store_url)
+            session = self.engine.session()
         except Exception as exc:  # the memories still close; their leases just expire
             log.warning("cannot reach the store to release leases: %s", exc)
         for leader in leaders:
-            leader.close_and_release(conn)
-        if conn is not None:
+            leader.close_and_release(session)
+        if session is not None:
             try:
-                registry.leave(conn, self.replica_id)
+                session.leave(self.replica_id)
             except Exception as exc:
-                log.warning("could not remove this replica from lm_replica: %s", exc)
-            conn.close()
+                log.warning("could not remove this replica from the store's registry: %s", exc)
+            session.close()
 
     # ---- the leadership loop --------------------------------------------------------------------
 
     def _run(self) -> None:
-        conn = None
+        session: StoreSession | None = None
         while not self._stop.is_set():
             started = time.monotonic()
             try:
-                if conn is None:
-                    from eventstore.pg.schema import connect
-
-                    conn = connect(self.store_url)
-                    registry.prune(conn)
-                self._tick(conn)
+                if session is None:
+                    session = self.engine.session()
+                    session.prune()
+                self._tick(session)
                 self._last_look = time.monotonic()
             except Exception as exc:
                 # The store is unreachable or failed: leases keep their local deadlines, and the
                 # next tick steps down from those that passed (route() already says NoLeader).
                 log.warning("leadership loop: %s", exc)
                 self._check_deadlines()
-                if conn is not None:
+                if session is not None:
                     with contextlib.suppress(Exception):
-                        conn.close()
-                conn = None
+                        session.close()
+                session = None
             self._stop.wait(max(0.0, self.tick - (time.monotonic() - started)))
-        if conn is not None:
-            conn.close()
+        if session is not None:
+            session.close()
 
     def _start_verifiers(self) -> None:
         """A partition's background verifier starts once its mirror holds the log's header."""
@@ -337,22 +329,20 @@ class Cluster:
             verifier.start()
             self._verifiers[partition] = verifier
 
-    def _tick(self, conn: Connection) -> None:
-        from eventstore.pg import lease as leases
-
+    def _tick(self, session: StoreSession) -> None:
         self._start_verifiers()
-        registry.heartbeat(conn, self.replica_id, self.url)
+        session.heartbeat(self.replica_id, self.url)
         self._check_deadlines()
         with self._lock:
             leaders = list(self._leaders.values())
         for leader in leaders:
-            if not leases.renew(conn, leader.lease):
+            if not session.renew(leader.lease):
                 self._step_down(leader, "its lease was taken over")
-        heads = leases.heads(conn)
-        replicas = registry.replicas(conn, self.lease_seconds)
+        heads = session.heads()
+        replicas = session.replicas(self.lease_seconds)
         self._heads = heads
         self._refresh_routes(heads, replicas)
-        self._balance(conn, heads, replicas)
+        self._balance(session, heads, replicas)
 
     def _check_deadlines(self) -> None:
         with self._lock:
@@ -385,9 +375,7 @@ class Cluster:
                 gauge = self.metrics.partition_leading.labels(str(partition))
                 gauge.set(1 if isinstance(route, Local) else 0)
 
-    def _balance(self, conn: Connection, heads: list[Head], replicas: list[Replica]) -> None:
-        from eventstore.pg import lease as leases
-
+    def _balance(self, session: StoreSession, heads: list[Head], replicas: list[Replica]) -> None:
         now = time.monotonic()
         views = [balance.HeadView(h.partition, h.owner, h.expired) for h in heads]
         for view in views:
@@ -419,7 +407,7 @@ class Cluster:
         for partition in plan.release:
             self._give_up(partition)
         for partition in plan.take:
-            lease = leases.take(conn, partition, self.replica_id, self.lease_seconds)
+            lease = session.take(partition, self.replica_id, self.lease_seconds)
             if lease is None:
                 continue  # someone else won the race: fine
             self._begin_takeover(partition, lease)

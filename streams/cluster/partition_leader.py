@@ -5,13 +5,13 @@ Takeover, in order (docs/scale-out-replicas.md):
 2. `StoreTail.sync(p)`: the mirror holds every committed row, so the memory reads the whole log;
 3. `open_partition_writer`: recovery from the table (the Merkle state rebuilt from segment roots,
    the newest checkpoint checked against it, refusing on a mismatch), then `log.resume` and a
-   signed checkpoint, through a PgSink that also extends the mirror;
+   signed checkpoint, through the engine's sink (PgSink, RedisSink), which also extends the mirror;
 4. `Memory.open_on(writer, mirror dir, DATA/partitions/p<N>/)`: the newest local snapshot, then
    the rest of the log folded in;
 5. only then does the cluster route the partition here.
 
 Stepping down (a fenced commit, a lost renewal, the local deadline passed) must not wait on the
-database: the lease is made invalid on the local clock first, so the PgSink refuses every further
+database: the lease is made invalid on the local clock first, so the sink refuses every further
 statement without sending it, and the memory closes on a background thread, which then releases
 the lease (fenced: a no-op when another replica holds it already). Handing over
 (balance, graceful stop) closes the memory cleanly instead (`log.close` and its checkpoint are
@@ -31,11 +31,10 @@ from typing import TYPE_CHECKING, Protocol
 from sections.runtime.memory import Memory
 
 if TYPE_CHECKING:
-    from psycopg import Connection
-
     from eventstore.mirror import Mirror
-    from eventstore.pg.lease import Lease
-    from eventstore.pg.schema import StoreInfo
+    from eventstore.shared import StoreInfo
+    from eventstore.shared.engine import StoreEngine, StoreSession
+    from eventstore.shared.lease import Lease
     from eventstore.store import KeyInfo
     from sections.runtime.tracing import Tracing
     from streams.server.settings import Settings
@@ -57,7 +56,7 @@ class LeaderHost(Protocol):
     def settings(self) -> Settings: ...
 
     @property
-    def store_url(self) -> str: ...
+    def engine(self) -> StoreEngine: ...
 
     @property
     def info(self) -> StoreInfo: ...
@@ -89,14 +88,11 @@ class PartitionLeader:
         return None if memory is None else memory.failure
 
     def take_over(self) -> Memory:
-        from eventstore.pg.leadership import open_partition_writer
-
         cluster, partition = self.cluster, self.partition
         settings = cluster.settings
         mirror = cluster.mirror(partition)
         cluster.sync_mirror(partition)
-        writer = open_partition_writer(
-            cluster.store_url,
+        writer = cluster.engine.open_partition_writer(
             cluster.info,
             cluster.key.key,
             partition,
@@ -147,7 +143,7 @@ class PartitionLeader:
         # another replica holds the partition already.
         self.release_quietly()
 
-    def close_and_release(self, conn: Connection | None) -> None:
+    def close_and_release(self, session: StoreSession | None) -> None:
         """Hand over cleanly: log.close and the final checkpoint, then release the lease."""
         memory = self.memory
         if memory is not None:
@@ -155,19 +151,16 @@ class PartitionLeader:
                 memory.close()
             except Exception as exc:
                 log.warning("partition %d: closing the memory failed: %s", self.partition, exc)
-        self.release_quietly(conn)
+        self.release_quietly(session)
 
-    def release_quietly(self, conn: Connection | None = None) -> None:
-        from eventstore.pg import lease as leases
-        from eventstore.pg.schema import connect
-
-        own = conn is None
+    def release_quietly(self, session: StoreSession | None = None) -> None:
+        own = session is None
         try:
-            if conn is None:
-                conn = connect(self.cluster.store_url)
-            leases.release(conn, self.lease)
+            if session is None:
+                session = self.cluster.engine.session()
+            session.release(self.lease)
         except Exception as exc:  # it expires by itself
             log.warning("partition %d: releasing the lease failed: %s", self.partition, exc)
         finally:
-            if own and conn is not None:
-                conn.close()
+            if own and session is not None:
+                session.close()

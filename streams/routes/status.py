@@ -41,7 +41,7 @@ from streams.server.settings import LOG_SCOPE
 from streams.web.auth import Principal
 
 if TYPE_CHECKING:
-    from eventstore.pg.schema import StoreInfo
+    from eventstore.shared import StoreInfo
     from eventstore.store import KeyInfo
     from streams.cluster.cluster import Cluster
 from streams.web.errors import ApiError, error_response, refusal_code

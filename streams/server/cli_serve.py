@@ -63,7 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--store",
-        help="a shared store's postgresql:// URL (made by `ledgermem init-store`); without it, "
+        help="a shared store's postgresql:// or redis:// URL (made by `ledgermem init-store`); without it, "
         "the file log in the data directory (LEDGERMEM_STORE)",
     )
     parser.add_argument(
@@ -254,7 +254,7 @@ def _refuse(message: str, code: int = 2) -> int:
 
 def announce_replica(cluster: Cluster, url: str) -> None:
     """What a replica of a shared store prints once it serves (tests read the last line)."""
-    from eventstore.pg.schema import redact_url
+    from eventstore.shared import redact_url
 
     print(f"store           {redact_url(cluster.store_url)}", flush=True)
     print(f"replica         {cluster.replica_id} (advertised as {cluster.url})", flush=True)

@@ -16,7 +16,7 @@ allowed_origins = ["https://app.example"]      # cross-origin callers; CORS answ
 header_timeout = 10.0          # seconds a client may take to send a request's headers
 body_timeout = 60.0            # and its body (streams answer for as long as they like)
 fd_reserve = 64                # file descriptors kept for the log, never used for connections
-store = "postgresql://ledgermem@db/ledgermem"  # a shared store (docs/scale-out.md); else files
+store = "postgresql://ledgermem@db/ledgermem"  # or redis://...: a shared store; else files
 lease_seconds = 5.0            # a partition leader's lease on the shared store
 advertise_url = "http://10.0.0.5:8000"  # where other replicas reach this one (forwarding)
 agentops_tenant = "agents"     # AgentOps calls without a token act for it (off when unset)
@@ -83,7 +83,7 @@ class Settings:
     header_timeout: float = 10.0  # a request's headers must arrive within it
     body_timeout: float = 60.0  # and its body within it (a response may stream for ever)
     fd_reserve: int = 64  # descriptors no connection may take, so the log can always open files
-    store: str | None = None  # a shared store's postgresql:// URL; None: the file log in `data`
+    store: str | None = None  # a shared store's postgresql:// or redis:// URL; None: file log
     lease_seconds: float = 5.0  # a partition leader's lease (store mode)
     advertise_url: str | None = None  # this replica's URL for the others; None: the bound one
     # AgentOps' routes without a token act for this tenant (read, write), from loopback and
@@ -96,11 +96,16 @@ class Settings:
         if type(self.port) is not int or not 0 <= self.port <= 65535:
             raise InvalidInput(f"port must be 0 to 65535 (0: any free one), not {self.port!r}")
         _check_tokens(self.tokens)
-        if self.store is not None and not self.store.startswith(("postgresql://", "postgres://")):
-            raise InvalidInput(
-                "store must be a postgresql:// URL (docs/scale-out.md); leave it out for the "
-                "file log in the data directory"
-            )
+        if self.store is not None:
+            from eventstore.shared import StoreError
+            from eventstore.shared.engine import check_store_url
+
+            try:
+                check_store_url(self.store)
+            except StoreError as exc:
+                raise InvalidInput(
+                    f"{exc}; leave store out for the file log in the data directory"
+                ) from None
         if not 0.5 <= self.lease_seconds <= 600:  # also refuses NaN
             raise InvalidInput(
                 f"lease_seconds must be between 0.5 and 600, not {self.lease_seconds!r}"

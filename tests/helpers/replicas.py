@@ -16,8 +16,8 @@ from pathlib import Path
 
 import httpx
 
+from eventstore.cli_init_store import ensure_replica_secret
 from eventstore.layout import DataDir
-from eventstore.pg.cli_init_store import ensure_replica_secret
 from eventstore.pg.schema import StoreInfo, init_store
 from streams.cluster.replica_secret import load_replica_secret
 from streams.cluster.replica_sig import sign

@@ -8,20 +8,14 @@ row. Times are the database's clock, never a replica's.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..shared.lease import Replica
+
 if TYPE_CHECKING:
-    from psycopg import Connection
+    from . import Connection
 
 STALE_ROWS = "1 hour"  # rows of replicas long gone are deleted by whoever beats next
-
-
-@dataclass(frozen=True)
-class Replica:
-    id: str
-    url: str
-    live: bool
 
 
 def heartbeat(conn: Connection, replica_id: str, url: str) -> None:

@@ -1,6 +1,7 @@
 """`ledgermem init-store URL --partitions P --data DIR`: create a shared store (idempotent).
 
-Creates the tables, records the origin and each partition's vkey, and creates in DIR what the
+URL names the engine: postgresql://... (eventstore/pg/) or redis://... (eventstore/redis/).
+Creates the tables (or Redis keys), records the origin and each partition's vkey, and creates in DIR what the
 replicas of the store share by copying `DIR/keys/`: the signing key (if DIR has none) and
 `replica.secret`, the secret replicas sign forwarded requests with (docs/scale-out.md). Running
 it again changes nothing; with another P it is refused. Every failure is one line and exit 2.
@@ -12,19 +13,19 @@ import argparse
 import secrets
 import sys
 
-from ..atomic import create_atomically
-from ..cli_keys import DEFAULT_DATA
-from ..errors import LedgerError
-from ..layout import DataDir
-from ..wording import count
-from . import StoreError, require_psycopg
-from .schema import StoreInfo, init_store, one_line, redact_url
+from .atomic import create_atomically
+from .cli_keys import DEFAULT_DATA
+from .errors import LedgerError
+from .layout import DataDir
+from .shared import StoreError, StoreInfo, one_line
+from .stores import open_engine
+from .wording import count
 
 REPLICA_SECRET = "replica.secret"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("url", metavar="URL", help="the store's database: postgresql://...")
+    parser.add_argument("url", metavar="URL", help="the store: postgresql://... or redis://...")
     parser.add_argument(
         "--partitions", type=int, required=True, metavar="P", help="number of partitions"
     )
@@ -52,14 +53,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _init(args: argparse.Namespace) -> StoreInfo:
-    psycopg = require_psycopg()
+    engine = open_engine(args.url)
     try:
-        info = init_store(
-            args.url, args.partitions, args.data, seg_bits=args.seg_bits, origin=args.origin
+        info = engine.init_store(
+            args.partitions, args.data, seg_bits=args.seg_bits, origin=args.origin
         )
         ensure_replica_secret(DataDir(args.data))
-    except psycopg.Error as exc:
-        raise StoreError(f"the store {redact_url(args.url)}: {one_line(exc)}") from None
     except OSError as exc:
         raise StoreError(f"{args.data}: {one_line(exc)}") from None
     return info
