@@ -276,3 +276,24 @@ def test_the_documented_example_runs(capsys):
     assert printed[0] == "seen 3"  # the second turn's model saw the first turn's two items
     assert model.inputs[1][0]["content"] == "What city is the Golden Gate Bridge in?"
     namespace["session"].close()
+
+
+def test_a_collected_session_gives_its_share_of_a_directory_back(tmp_path):
+    import gc
+
+    from sections.adapters import own_memory
+
+    first = LedgerSession("a", data_dir=tmp_path / "d")
+    second = LedgerSession("b", data_dir=tmp_path / "d")
+    memory = first.memory
+    del first
+    gc.collect()  # its finalizer only hands the share back: it takes no lock inside the collector
+    run(second.add_items([{"role": "user", "content": "still open"}]))
+    third = LedgerSession("a", data_dir=tmp_path / "d")  # the share is applied here
+    assert third.memory is memory and own_memory._SHARED[(tmp_path / "d").resolve()][1] == 2
+    second.close()
+    third.close()
+    assert (tmp_path / "d").resolve() not in own_memory._SHARED
+    again = LedgerSession("b", data_dir=tmp_path / "d")  # closed, so it opens anew
+    assert run(again.get_items()) == [{"role": "user", "content": "still open"}]
+    again.close()

@@ -29,6 +29,31 @@ def release(memory: Memory, temp_dir: str | None) -> None:
 
 _SHARED: dict[Path, tuple[Memory, int]] = {}  # data dir -> its memory, how many adapters use it
 _SHARED_LOCK = threading.Lock()
+# Shares given back and not yet applied: a collected adapter's finalizer runs inside the garbage
+# collector, possibly in this very thread while it holds the lock, so it only appends here.
+_RELEASED: list[Path] = []
+
+
+def _apply_released() -> list[tuple[Path, Memory]]:
+    """Under the lock: the shares given back applied; the memories no adapter uses any more,
+    by directory (to be closed, outside the lock unless the directory is being reopened)."""
+    unused = []
+    while _RELEASED:
+        key = _RELEASED.pop()
+        memory, users = _SHARED[key]
+        if users > 1:
+            _SHARED[key] = (memory, users - 1)
+        else:
+            del _SHARED[key]
+            unused.append((key, memory))
+    return unused
+
+
+def _close_unused() -> None:
+    with _SHARED_LOCK:
+        unused = _apply_released()
+    for _key, memory in unused:
+        memory.close()
 
 
 def _open_shared(data_dir: str | os.PathLike[str]) -> tuple[Memory, Path]:
@@ -37,21 +62,17 @@ def _open_shared(data_dir: str | os.PathLike[str]) -> tuple[Memory, Path]:
     their file."""
     key = Path(data_dir).expanduser().resolve()
     with _SHARED_LOCK:
-        memory, users = _SHARED.get(key, (None, 0))
-        if memory is None:
-            memory = Memory.open(key)
+        unused = _apply_released()
+        for released, gone in unused:
+            if released == key:  # closed before the directory is opened again
+                gone.close()
+        shared = _SHARED.get(key)
+        memory, users = shared if shared is not None else (Memory.open(key), 0)
         _SHARED[key] = (memory, users + 1)
-        return memory, key
-
-
-def _release_shared(key: Path) -> None:
-    with _SHARED_LOCK:
-        memory, users = _SHARED[key]
-        if users > 1:
-            _SHARED[key] = (memory, users - 1)
-            return
-        del _SHARED[key]
-    memory.close()
+    for released, other in unused:
+        if released != key:
+            other.close()
+    return memory, key
 
 
 class Owned:
@@ -71,9 +92,11 @@ class Owned:
         if memory is not None and data_dir is not None:
             raise ConfigError("give memory= or data_dir=, not both")
         self._finalizer: weakref.finalize | None = None
+        self._shared = False
         if memory is None and data_dir is not None:
             memory, key = _open_shared(data_dir)
-            self._finalizer = weakref.finalize(owner, _release_shared, key)
+            self._finalizer = weakref.finalize(owner, _RELEASED.append, key)
+            self._shared = True
         elif memory is None:
             temp_dir = tempfile.mkdtemp(prefix=prefix)
             try:
@@ -89,3 +112,5 @@ class Owned:
     def close(self) -> None:
         if self._finalizer is not None:
             self._finalizer()
+        if self._shared:
+            _close_unused()
