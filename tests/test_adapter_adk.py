@@ -16,7 +16,7 @@ from eventstore.file_sink import Durability
 from sections.runtime.memory import Memory
 
 pytest.importorskip("google.adk")
-from google.adk.errors._stale_session_error import StaleSessionError  # noqa: E402
+from google.adk.errors import StaleSessionError  # noqa: E402
 from google.adk.errors.already_exists_error import AlreadyExistsError  # noqa: E402
 from google.adk.errors.session_not_found_error import SessionNotFoundError  # noqa: E402
 from google.adk.events.event import Event  # noqa: E402

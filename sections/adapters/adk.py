@@ -357,7 +357,7 @@ class LedgerSessionService(BaseSessionService):
         except SessionNotFound:
             raise SessionNotFoundError(f"Session {session.id} not found.") from None
         except VersionConflict as e:
-            from google.adk.errors._stale_session_error import StaleSessionError
+            from google.adk.errors import StaleSessionError
 
             raise StaleSessionError(  # ADK's database services' wording, which callers match
                 f"The session has been modified in storage since it was loaded ({e}). Please "
