@@ -316,3 +316,18 @@ def test_concurrent_puts_of_one_key_leave_one_value_and_a_delete_leaves_none(mem
     held = store.memory.read(lambda s: [i for sess in s.sessions.values()
                                         for sec in sess.sections.values() for i in sec.items])  # fmt: skip
     assert held == []  # no older duplicate comes back after the delete
+
+
+def test_a_saver_and_a_store_on_one_data_directory_share_its_memory(tmp_path):
+    """One writer per data directory: the adapters of a process given the same directory stand
+    on one memory, which stays open until the last of them closes."""
+    from sections.adapters.langgraph import LedgerSaver
+
+    saver = LedgerSaver(data_dir=tmp_path / "data")
+    store = LedgerStore(data_dir=tmp_path / "data")
+    assert store.memory is saver.memory
+    saver.close()
+    store.put(("users", "ana"), "pet", {"text": "a cat named Miso"})
+    assert store.get(("users", "ana"), "pet").value == {"text": "a cat named Miso"}
+    store.close()
+    assert saver.memory.writer.closed

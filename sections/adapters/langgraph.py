@@ -30,7 +30,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from sections.adapters import langgraph_records as rec
-from sections.adapters.langgraph_memory import Held
+from sections.adapters.own_memory import Owned
 from sections.errors import NotFound, SessionNotFound
 from sections.model.state import MemoryState
 from sections.retrieval.views import ItemView
@@ -57,12 +57,12 @@ class LedgerSaver(BaseCheckpointSaver[int]):
                  data_dir: str | os.PathLike[str] | None = None, tenant: str | None = None,
                  serde: SerializerProtocol | None = None) -> None:  # fmt: skip
         super().__init__(serde=serde)
-        self._held = Held(memory, data_dir, "ledgermem-langgraph-")
-        self.memory = self._held.memory
-        self.tenant = tenant or self.memory.tenant
+        self._own = Owned(self, memory, data_dir, tenant, "ledgermem-langgraph-")
+        self.memory = self._own.memory
+        self.tenant = self._own.tenant
 
     def close(self) -> None:
-        self._held.close()
+        self._own.close()
 
     def __enter__(self) -> LedgerSaver:
         return self

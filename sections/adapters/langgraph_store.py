@@ -42,7 +42,7 @@ from langgraph.store.base import (
 from eventstore.errors import InvalidInput
 from eventstore.jcs import check_value
 from sections.adapters import foreign_ids
-from sections.adapters.langgraph_memory import Held
+from sections.adapters.own_memory import Owned
 from sections.errors import ItemNotFound, NotFound, SessionNotFound
 from sections.model.state import MemoryState
 from sections.retrieval.views import MAX_TOP_K, ItemView
@@ -100,9 +100,9 @@ class LedgerStore(BaseStore):
                  data_dir: str | os.PathLike[str] | None = None, tenant: str | None = None,
                  ttl: TTLConfig | None = None,
                  clock: Callable[[], int] | None = None) -> None:  # fmt: skip
-        self._held = Held(memory, data_dir, "ledgermem-langgraph-store-")
-        self.memory = self._held.memory
-        self.tenant = tenant or self.memory.tenant
+        self._own = Owned(self, memory, data_dir, tenant, "ledgermem-langgraph-store-")
+        self.memory = self._own.memory
+        self.tenant = self._own.tenant
         self.ttl_config = ttl
         self.clock = clock or now_us  # microseconds: what expiry is measured by
         self._stop = threading.Event()
@@ -117,7 +117,7 @@ class LedgerStore(BaseStore):
         self._stop.set()
         if self._sweeper is not None:
             self._sweeper.join()
-        self._held.close()
+        self._own.close()
 
     def _sweep_every(self, seconds: float) -> None:
         while not self._stop.wait(seconds):
