@@ -17,7 +17,6 @@ into it after each sync, so a mirror directory always verifies on its own.
 from __future__ import annotations
 
 import contextlib
-import logging
 import threading
 import time
 from collections.abc import Iterable
@@ -34,8 +33,6 @@ from .schema import NOTIFY_CHANNEL, connect_within, one_line
 
 if TYPE_CHECKING:
     from . import Connection
-
-log = logging.getLogger("ledgermem.store.tail")
 
 STOP_CHECK = 0.25  # seconds: the longest a wait for a wake-up lasts before looking at stop()
 # The longest one query of the tail (a page, a checkpoint, LISTEN) or a new connection may wait

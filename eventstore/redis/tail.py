@@ -12,7 +12,6 @@ else (a reconnect, a lost reply).
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Iterable
@@ -29,8 +28,6 @@ from .schema import connect
 
 if TYPE_CHECKING:
     from . import Client
-
-log = logging.getLogger("ledgermem.store.tail")
 
 STOP_CHECK = 0.25  # seconds: the longest a blocking read lasts before looking at stop()
 
