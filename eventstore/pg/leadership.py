@@ -13,8 +13,10 @@ from collections.abc import Callable
 from typing import Any
 
 from ..checkpoint import SigningKey
+from ..file_recovery import Recovered
 from ..mirror import Mirror
 from ..shared.keeper import LeaseKeeper as SharedKeeper
+from ..shared.recovery import open_writer_on
 from ..writer import LogWriter
 from .deadline import within
 from .lease import Lease
@@ -45,20 +47,17 @@ def open_partition_writer(
     lease was lost on the way."""
     pkey = partition_key(info, key, partition)
     sink = PgSink(url, info, lease, mirror)
-    try:
+
+    def recover() -> Recovered | None:
         deadline = time.monotonic() + RECOVERY_SECONDS
         conn = connect_within(url, RECOVERY_SECONDS)
         try:
             with within(conn, deadline, f"partition {partition}'s recovery"):
-                recovered = recover_partition(conn, info, pkey, partition, sink=sink)
+                return recover_partition(conn, info, pkey, partition, sink=sink)
         finally:
             conn.close()
-        if recovered is None:
-            return LogWriter.create_on(sink, pkey, seg_bits=info.seg_bits, **writer_options)
-        return LogWriter.resume_on(sink, pkey, recovered, **writer_options)
-    except BaseException:
-        sink.close()
-        raise
+
+    return open_writer_on(sink, pkey, info.seg_bits, recover, **writer_options)
 
 
 class LeaseKeeper(SharedKeeper):

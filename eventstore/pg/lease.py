@@ -11,10 +11,9 @@ on a database restart and fence nothing.
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING
 
-from ..shared.lease import Head, Lease, check_seconds, safety_margin
+from ..shared.lease import Head, Lease, renew_with, safety_margin, take_with
 from . import statements
 
 if TYPE_CHECKING:
@@ -26,25 +25,20 @@ __all__ = ["Head", "Lease", "heads", "release", "renew", "safety_margin", "take"
 
 def take(conn: Connection, partition: int, owner: str, seconds: float) -> Lease | None:
     """Take partition's lease if it expired (or was released); None while someone holds it."""
-    check_seconds(seconds)
-    started = time.monotonic()
-    row = conn.execute(
-        statements.TAKE, {"partition": partition, "owner": owner, "seconds": seconds}
-    ).fetchone()
-    if row is None:
-        return None
-    return Lease.granted(partition, row[0], owner, seconds, started)
+
+    def ask() -> int | None:
+        params = {"partition": partition, "owner": owner, "seconds": seconds}
+        row = conn.execute(statements.TAKE, params).fetchone()
+        return None if row is None else int(row[0])
+
+    return take_with(partition, owner, seconds, ask)
 
 
 def renew(conn: Connection, lease: Lease) -> bool:
     """Extend the lease (the heartbeat). False: it was lost, and `lease` is marked so."""
-    started = time.monotonic()
-    row = conn.execute(statements.RENEW, _fence(lease)).fetchone()
-    if row is None:
-        lease.lose()
-        return False
-    lease.extend_from(started)
-    return True
+    return renew_with(
+        lease, lambda: conn.execute(statements.RENEW, _fence(lease)).fetchone() is not None
+    )
 
 
 def release(conn: Connection, lease: Lease) -> None:

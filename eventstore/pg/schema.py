@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from ..layout import DataDir
 from ..partitions import check_partitions, partition_origin
 from ..record import genesis
-from ..shared import StoreInfo, one_line, redact_url
+from ..shared import StoreInfo, adopt_store, one_line, redact_url
 from . import StoreError, require_psycopg
 from .deadline import StoreStalled, stalled, within
 
@@ -203,15 +203,7 @@ def init_store(
             conn.execute(DDL)
             existing = _read_store(conn)
             if existing is not None:
-                if existing.partitions != partitions:
-                    raise StoreError(
-                        f"the store already has {existing.partitions} partitions; it cannot be "
-                        f"changed to {partitions}"
-                    )
-                info = load_or_create_key(DataDir(data_dir), existing.origin, create=True)
-                for n in range(partitions):
-                    existing.key_for(info.key, n)
-                return existing
+                return adopt_store(existing, partitions, data_dir)
             info = load_or_create_key(DataDir(data_dir), origin, create=True)
             key = info.key
             conn.execute(

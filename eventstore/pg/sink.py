@@ -31,13 +31,13 @@ from ..mirror import Mirror
 from ..record import Record
 from ..sequencer import StartSegment
 from ..shared.fencing import (
-    BACKOFF_FIRST,
-    BACKOFF_MAX,
     LEASE_EXPIRED,
     Fenced,
     StoreUnreachable,
+    committed,
+    decide_after_loss,
     feed_mirror,
-    lease_expired,
+    retry_fenced,
 )
 from ..sink import (
     COMMITTED,
@@ -148,55 +148,46 @@ class PgSink:
             except (self._psycopg.OperationalError, StoreError) as exc:  # StoreError: reconnecting
                 self._drop_writer()
                 decision = self._decide_after_loss(params, started, exc)
-                self.after_loss[decision if decision == "resend" else type(decision).__name__] += 1
                 if decision == "resend":
                     continue
                 return decision
             if moved:
                 if inserted != len(params["seqs"]):  # cannot happen: one statement, all or none
                     raise StoreError(f"an append inserted {inserted} of {len(params['seqs'])} rows")
-                self.lease.extend_from(started)
-                if self.fsync_observer is not None:
-                    self.fsync_observer(time.monotonic() - started, inserted)
-                return COMMITTED
+                return committed(self.lease, started, self.fsync_observer, inserted)
             return self._refused()
 
     def _decide_after_loss(
         self, params: dict[str, Any], started: float, exc: BaseException
     ) -> CommitResult | Literal["resend"]:
-        """After a connection lost mid-commit: COMMITTED, "resend", Refused or Unknown."""
-        reason = one_line(exc)
-        delay = BACKOFF_FIRST
-        while self.lease.valid():
-            try:
-                conn = self._writer()
-                with within(conn, self._cut_at(), "the head's read after a lost commit"):
-                    last_seq, last_h, epoch, owner = one_row(
-                        conn.execute(
-                            "SELECT last_seq, last_h, epoch, owner FROM lm_head "
-                            "WHERE partition = %s",
-                            (self.partition,),
-                        )
+        """After a connection lost mid-commit: COMMITTED, "resend", Refused or Unknown
+        (shared/fencing.py retries the head's read while the lease lasts)."""
+
+        def decide() -> CommitResult | Literal["resend"]:
+            conn = self._writer()
+            with within(conn, self._cut_at(), "the head's read after a lost commit"):
+                last_seq, last_h, epoch, owner = one_row(
+                    conn.execute(
+                        "SELECT last_seq, last_h, epoch, owner FROM lm_head WHERE partition = %s",
+                        (self.partition,),
                     )
-                    row = conn.execute(
-                        "SELECT h FROM lm_record WHERE partition = %s AND seq = %s",
-                        (self.partition, params["last_seq"]),
-                    ).fetchone()
-                committed = row is not None and bytes(row[0]) == params["last_h"]
-                if last_seq >= params["last_seq"] and committed:
-                    self.lease.extend_from(started)  # the statement renewed it, too
-                    return COMMITTED
-                ours = epoch == self.lease.epoch and owner == self.lease.owner
-                if ours and last_seq == params["first_seq"] - 1 and bytes(last_h) == params["prev"]:
-                    return "resend"
-                self.lease.lose()
-                return Refused(owner or "nobody")
-            except (self._psycopg.OperationalError, StoreError) as again:
-                self._drop_writer()
-                reason = one_line(again)
-            time.sleep(min(delay, max(0.0, self.lease.remaining())))
-            delay = min(delay * 2, BACKOFF_MAX)
-        return Unknown(f"the store stayed unreachable until the lease's deadline: {reason}")
+                )
+                row = conn.execute(
+                    "SELECT h FROM lm_record WHERE partition = %s AND seq = %s",
+                    (self.partition, params["last_seq"]),
+                ).fetchone()
+            held = row is not None and bytes(row[0]) == params["last_h"]
+            if last_seq >= params["last_seq"] and held:
+                self.lease.extend_from(started)  # the statement renewed it, too
+                return COMMITTED
+            ours = epoch == self.lease.epoch and owner == self.lease.owner
+            if ours and last_seq == params["first_seq"] - 1 and bytes(last_h) == params["prev"]:
+                return "resend"
+            self.lease.lose()
+            return Refused(owner or "nobody")
+
+        lost = (self._psycopg.OperationalError, StoreError)
+        return decide_after_loss(self.lease, exc, decide, lost, self._drop_writer, self.after_loss)
 
     def _refused(self) -> Refused:
         """Zero rows: the head is not ours any more (or not where we think it is)."""
@@ -371,37 +362,25 @@ class PgSink:
         Once the lease's local deadline has passed, the answer is a refusal (`Fenced` with
         LEASE_EXPIRED: the writer answers CommitRefused, as for an append sent too late),
         whatever the last attempt met: a lost connection found after the deadline (a leader
-        paused past its lease and woken) is the lease's end, not an unreachable store."""
-        delay = BACKOFF_FIRST
-        reason = ""
-        while True:
-            if not self.lease.valid():
-                raise self._lease_expired(reason)
-            try:
-                conn = self._writer()
-                with within(conn, self._cut_at(), "a fenced write"):
-                    self._bound(conn)
-                    write(conn)
-                return
-            # A session the server ended for idling in a transaction (schema.connect) is a lost
-            # connection too: this replica was paused mid-rewrite; the lease check decides.
-            except (
-                self._psycopg.OperationalError,
-                self._psycopg.errors.IdleInTransactionSessionTimeout,
-                StoreError,
-            ) as exc:
-                self._drop_writer()
-                reason = one_line(exc)
-            except self._psycopg.Error as exc:  # as an OSError: the writer's timer stops on it
-                if not self.lease.valid():
-                    raise self._lease_expired(one_line(exc)) from None
-                raise StoreUnreachable(f"the store refused a write: {one_line(exc)}") from None
-            # Retry until the deadline, never past it: the loop's first check then refuses.
-            time.sleep(max(0.0, min(delay, self.lease.remaining())))
-            delay = min(delay * 2, BACKOFF_MAX)
+        paused past its lease and woken) is the lease's end, not an unreachable store
+        (shared/fencing.py's retry_fenced)."""
 
-    def _lease_expired(self, reason: str) -> Fenced:
-        return lease_expired(self.partition, reason)
+        def attempt() -> None:
+            conn = self._writer()
+            with within(conn, self._cut_at(), "a fenced write"):
+                self._bound(conn)
+                write(conn)
+
+        # A session the server ended for idling in a transaction (schema.connect) is a lost
+        # connection too: this replica was paused mid-rewrite; the lease check decides.
+        lost = (
+            self._psycopg.OperationalError,
+            self._psycopg.errors.IdleInTransactionSessionTimeout,
+            StoreError,
+        )
+        retry_fenced(
+            self.partition, self.lease, attempt, lost, self._psycopg.Error, self._drop_writer
+        )
 
     def _to_mirror(self, method: str, *arguments: object) -> None:
         feed_mirror(self.mirror, self.partition, method, *arguments)

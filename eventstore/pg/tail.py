@@ -17,13 +17,14 @@ into it after each sync, so a mirror directory always verifies on its own.
 from __future__ import annotations
 
 import contextlib
-import logging
 import threading
 import time
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from ..errors import LedgerError
 from ..mirror import Mirror
+from ..shared.mirror_sync import pause_before_retry, sync_partitions
 from ..shared.mirror_sync import sync_mirror as shared_sync
 from . import StoreError, require_psycopg
 from .deadline import within
@@ -33,9 +34,6 @@ from .schema import NOTIFY_CHANNEL, connect_within, one_line
 if TYPE_CHECKING:
     from . import Connection
 
-log = logging.getLogger("ledgermem.store.tail")
-
-MAX_BACKOFF = 5.0
 STOP_CHECK = 0.25  # seconds: the longest a wait for a wake-up lasts before looking at stop()
 # The longest one query of the tail (a page, a checkpoint, LISTEN) or a new connection may wait
 # on the store before the connection is cut and made anew (deadline.py): a connection that went
@@ -94,14 +92,10 @@ class StoreTail:
                     break
                 if self._fed:  # it worked until now (a killed backend): retry soon
                     self._fed, backoff = False, self.poll_interval
-                log.warning("store tail: %s; reconnecting in %.1f s", one_line(exc), backoff)
-                self._stopping.wait(backoff)
-                backoff = min(MAX_BACKOFF, backoff * 2)
+                backoff = pause_before_retry(self._stopping, backoff, one_line(exc))
                 continue
             except Exception:  # a bug must not end the tail: every mirror would go stale
-                log.exception("store tail: unexpected error; reconnecting in %.1f s", backoff)
-                self._stopping.wait(backoff)
-                backoff = min(MAX_BACKOFF, backoff * 2)
+                backoff = pause_before_retry(self._stopping, backoff, None)
                 continue
             finally:
                 _close(self._feed_conn)
@@ -141,21 +135,19 @@ class StoreTail:
                         self._sync_one(conn, partition)
 
     def _sync_all(self, conn: Connection) -> None:
-        for partition in sorted(self.mirrors):
-            self._sync_one(conn, partition)
+        self._sync(conn, sorted(self.mirrors))
 
     def _sync_one(self, conn: Connection, partition: int) -> None:
-        if partition in self.failed:
-            return
-        try:
-            sync_mirror(conn, partition, self.mirrors[partition])
-        except LedgerError as exc:
-            if isinstance(exc, StoreError):
-                raise
-            # The table and the mirror disagree: feeding it more cannot help, and retrying
-            # would log the same error every poll. The cluster reads `failed`.
-            self.failed[partition] = exc
-            log.error("store tail: partition %d stopped: %s", partition, exc)
+        self._sync(conn, (partition,))
+
+    def _sync(self, conn: Connection, partitions: Iterable[int]) -> None:
+        """Sync `partitions`; one the table and the mirror disagree on stops (`failed`)."""
+        sync_partitions(
+            lambda partition, mirror: sync_mirror(conn, partition, mirror),
+            partitions,
+            self.mirrors,
+            self.failed,
+        )
 
     # ---- on demand ---------------------------------------------------------------------------
 

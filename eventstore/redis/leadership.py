@@ -7,11 +7,12 @@ from collections.abc import Callable
 from typing import Any
 
 from ..checkpoint import SigningKey
+from ..file_recovery import Recovered
 from ..mirror import Mirror
 from ..shared import StoreInfo
 from ..shared.keeper import LeaseKeeper as SharedKeeper
 from ..shared.lease import Lease
-from ..shared.recovery import partition_key, recover_partition
+from ..shared.recovery import open_writer_on, partition_key, recover_partition
 from ..writer import LogWriter
 from .reader import RedisReader
 from .schema import connect
@@ -33,18 +34,15 @@ def open_partition_writer(
     checkpoints, CommitRefused when the lease was lost on the way."""
     pkey = partition_key(info, key, partition)
     sink = RedisSink(url, info, lease, mirror)
-    try:
+
+    def recover() -> Recovered | None:
         client = connect(url)
         try:
-            recovered = recover_partition(RedisReader(client), info, pkey, partition, sink=sink)
+            return recover_partition(RedisReader(client), info, pkey, partition, sink=sink)
         finally:
             client.close()
-        if recovered is None:
-            return LogWriter.create_on(sink, pkey, seg_bits=info.seg_bits, **writer_options)
-        return LogWriter.resume_on(sink, pkey, recovered, **writer_options)
-    except BaseException:
-        sink.close()
-        raise
+
+    return open_writer_on(sink, pkey, info.seg_bits, recover, **writer_options)
 
 
 class LeaseKeeper(SharedKeeper):

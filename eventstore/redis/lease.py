@@ -3,11 +3,10 @@ lease.py and streams/cluster/registry.py, each one script (scripts.py) on the se
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from ..shared.lease import Head, Lease, Replica, check_seconds
+from ..shared.lease import Head, Lease, Replica, renew_with, take_with
 from . import keys, scripts
 
 if TYPE_CHECKING:
@@ -22,25 +21,23 @@ def _ms(seconds: float) -> int:
 
 def take(client: Client, partition: int, owner: str, seconds: float) -> Lease | None:
     """Take partition's lease if it expired (or was released); None while someone holds it."""
-    check_seconds(seconds)
-    started = time.monotonic()
-    epoch = client.eval(scripts.TAKE, 1, keys.head(partition), owner, _ms(seconds))
-    if epoch is None:
-        return None
-    return Lease.granted(partition, int(epoch), owner, seconds, started)
+
+    def ask() -> int | None:
+        epoch = client.eval(scripts.TAKE, 1, keys.head(partition), owner, _ms(seconds))
+        return None if epoch is None else int(epoch)
+
+    return take_with(partition, owner, seconds, ask)
 
 
 def renew(client: Client, lease: Lease) -> bool:
     """Extend the lease (the heartbeat). False: it was lost, and `lease` is marked so."""
-    started = time.monotonic()
-    renewed = client.eval(
-        scripts.RENEW, 1, keys.head(lease.partition), lease.epoch, lease.owner, _ms(lease.seconds)
-    )
-    if renewed != 1:
-        lease.lose()
-        return False
-    lease.extend_from(started)
-    return True
+
+    def ask() -> bool:
+        head = keys.head(lease.partition)
+        args = (lease.epoch, lease.owner, _ms(lease.seconds))
+        return bool(client.eval(scripts.RENEW, 1, head, *args) == 1)
+
+    return renew_with(lease, ask)
 
 
 def release(client: Client, lease: Lease) -> None:

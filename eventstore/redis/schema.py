@@ -10,7 +10,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from ..layout import DataDir
 from ..partitions import check_partitions, partition_origin
 from ..record import genesis
-from ..shared import StoreInfo, one_line, redact_url
+from ..shared import StoreInfo, adopt_store, one_line, redact_url
 from . import StoreError, keys, require_redis, scripts
 
 if TYPE_CHECKING:
@@ -127,15 +127,7 @@ def init_store(
                 return found
             existing = _read_store(client)  # another init-store won the race
             assert existing is not None
-        if existing.partitions != partitions:
-            raise StoreError(
-                f"the store already has {existing.partitions} partitions; it cannot be "
-                f"changed to {partitions}"
-            )
-        info = load_or_create_key(DataDir(data_dir), existing.origin, create=True)
-        for n in range(partitions):
-            existing.key_for(info.key, n)
-        return existing
+        return adopt_store(existing, partitions, data_dir)
     finally:
         client.close()
 

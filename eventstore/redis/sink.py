@@ -28,13 +28,12 @@ from ..record import Record
 from ..sequencer import StartSegment
 from ..shared import StoreInfo, one_line
 from ..shared.fencing import (
-    BACKOFF_FIRST,
-    BACKOFF_MAX,
     LEASE_EXPIRED,
     Fenced,
-    StoreUnreachable,
+    committed,
+    decide_after_loss,
     feed_mirror,
-    lease_expired,
+    retry_fenced,
 )
 from ..shared.lease import Lease, safety_margin
 from ..sink import (
@@ -44,7 +43,6 @@ from ..sink import (
     RedactionRewrite,
     Refused,
     SignedCheckpoint,
-    Unknown,
 )
 from . import StoreError, keys, require_redis, scripts
 from .reader import RedisReader
@@ -132,49 +130,41 @@ class RedisSink:
             except (self._redis.ConnectionError, self._redis.TimeoutError, StoreError) as exc:
                 self._drop_writer()
                 decision = self._decide_after_loss(first, last, lines[-1], started, exc)
-                self.after_loss[decision if decision == "resend" else type(decision).__name__] += 1
                 if decision == "resend":
                     continue
                 return decision
             if moved == 1:
-                self.lease.extend_from(started)
-                if self.fsync_observer is not None:
-                    self.fsync_observer(time.monotonic() - started, len(lines))
-                return COMMITTED
+                return committed(self.lease, started, self.fsync_observer, len(lines))
             return self._refused()
 
     def _decide_after_loss(
         self, first: Record, last: Record, last_line: bytes, started: float, exc: BaseException
     ) -> CommitResult | Literal["resend"]:
-        """After a connection lost mid-commit: COMMITTED, "resend", Refused or Unknown."""
-        reason = one_line(exc)
-        delay = BACKOFF_FIRST
-        while self.lease.valid():
-            try:
-                client = self._writer()
-                last_seq, last_h, epoch, owner = client.hmget(
-                    keys.head(self.partition), ["last_seq", "last_h", "epoch", "owner"]
-                )
-                if int(last_seq) >= last.seq:
-                    held = RedisReader(client).lines_at(self.partition, [last.seq]).get(last.seq)
-                    if held == last_line:
-                        self.lease.extend_from(started)  # the script renewed it, too
-                        return COMMITTED
-                ours = int(epoch) == self.lease.epoch and owner.decode() == self.lease.owner
-                if (
-                    ours
-                    and int(last_seq) == first.seq - 1
-                    and bytes(last_h) == bytes.fromhex(first.prev)
-                ):
-                    return "resend"
-                self.lease.lose()
-                return Refused(owner.decode() or "nobody")
-            except (self._redis.ConnectionError, self._redis.TimeoutError, StoreError) as again:
-                self._drop_writer()
-                reason = one_line(again)
-            time.sleep(min(delay, max(0.0, self.lease.remaining())))
-            delay = min(delay * 2, BACKOFF_MAX)
-        return Unknown(f"the store stayed unreachable until the lease's deadline: {reason}")
+        """After a connection lost mid-commit: COMMITTED, "resend", Refused or Unknown
+        (shared/fencing.py retries the head's read while the lease lasts)."""
+
+        def decide() -> CommitResult | Literal["resend"]:
+            client = self._writer()
+            last_seq, last_h, epoch, owner = client.hmget(
+                keys.head(self.partition), ["last_seq", "last_h", "epoch", "owner"]
+            )
+            if int(last_seq) >= last.seq:
+                held = RedisReader(client).lines_at(self.partition, [last.seq]).get(last.seq)
+                if held == last_line:
+                    self.lease.extend_from(started)  # the script renewed it, too
+                    return COMMITTED
+            ours = int(epoch) == self.lease.epoch and owner.decode() == self.lease.owner
+            if (
+                ours
+                and int(last_seq) == first.seq - 1
+                and bytes(last_h) == bytes.fromhex(first.prev)
+            ):
+                return "resend"
+            self.lease.lose()
+            return Refused(owner.decode() or "nobody")
+
+        lost = (self._redis.ConnectionError, self._redis.TimeoutError, StoreError)
+        return decide_after_loss(self.lease, exc, decide, lost, self._drop_writer, self.after_loss)
 
     def _refused(self) -> Refused:
         """Answer 0: the head is not ours any more (or not where we think it is)."""
@@ -294,21 +284,13 @@ class RedisSink:
 
     def _retrying(self, write: Callable[[Client], None]) -> None:
         """Run an idempotent fenced write, reconnecting while the lease lasts; once the lease's
-        local deadline has passed, the answer is a refusal (as PgSink._retrying)."""
-        delay = BACKOFF_FIRST
-        reason = ""
-        while True:
-            if not self.lease.valid():
-                raise lease_expired(self.partition, reason)
-            try:
-                write(self._writer())
-                return
-            except (self._redis.ConnectionError, self._redis.TimeoutError, StoreError) as exc:
-                self._drop_writer()
-                reason = one_line(exc)
-            except self._redis.RedisError as exc:
-                if not self.lease.valid():
-                    raise lease_expired(self.partition, one_line(exc)) from None
-                raise StoreUnreachable(f"the store refused a write: {one_line(exc)}") from None
-            time.sleep(max(0.0, min(delay, self.lease.remaining())))
-            delay = min(delay * 2, BACKOFF_MAX)
+        local deadline has passed, the answer is a refusal (shared/fencing.py's retry_fenced)."""
+        lost = (self._redis.ConnectionError, self._redis.TimeoutError, StoreError)
+        retry_fenced(
+            self.partition,
+            self.lease,
+            lambda: write(self._writer()),
+            lost,
+            self._redis.RedisError,
+            self._drop_writer,
+        )

@@ -12,14 +12,15 @@ else (a reconnect, a lost reply).
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from ..errors import LedgerError
 from ..mirror import Mirror
 from ..shared import StoreError, one_line
+from ..shared.mirror_sync import pause_before_retry, sync_partitions
 from ..shared.mirror_sync import sync_mirror as shared_sync
 from . import keys, require_redis
 from .reader import RedisReader
@@ -28,9 +29,6 @@ from .schema import connect
 if TYPE_CHECKING:
     from . import Client
 
-log = logging.getLogger("ledgermem.store.tail")
-
-MAX_BACKOFF = 5.0
 STOP_CHECK = 0.25  # seconds: the longest a blocking read lasts before looking at stop()
 
 
@@ -79,13 +77,9 @@ class StoreTail:
             except (redis.RedisError, StoreError, OSError) as exc:
                 if self._stopping.is_set():
                     break
-                log.warning("store tail: %s; reconnecting in %.1f s", one_line(exc), backoff)
-                self._stopping.wait(backoff)
-                backoff = min(MAX_BACKOFF, backoff * 2)
+                backoff = pause_before_retry(self._stopping, backoff, one_line(exc))
             except Exception:  # a bug must not end the tail: every mirror would go stale
-                log.exception("store tail: unexpected error; reconnecting in %.1f s", backoff)
-                self._stopping.wait(backoff)
-                backoff = min(MAX_BACKOFF, backoff * 2)
+                backoff = pause_before_retry(self._stopping, backoff, None)
             finally:
                 if client is not None:
                     client.close()
@@ -112,21 +106,19 @@ class StoreTail:
                     self._sync_one(client, partition)
 
     def _sync_all(self, client: Client) -> None:
-        for partition in sorted(self.mirrors):
-            self._sync_one(client, partition)
+        self._sync(client, sorted(self.mirrors))
 
     def _sync_one(self, client: Client, partition: int) -> None:
-        if partition in self.failed:
-            return
-        try:
-            sync_mirror(client, partition, self.mirrors[partition])
-        except LedgerError as exc:
-            if isinstance(exc, StoreError):
-                raise
-            # The store and the mirror disagree: feeding it more cannot help. The cluster
-            # reads `failed`.
-            self.failed[partition] = exc
-            log.error("store tail: partition %d stopped: %s", partition, exc)
+        self._sync(client, (partition,))
+
+    def _sync(self, client: Client, partitions: Iterable[int]) -> None:
+        """Sync `partitions`; one the store and the mirror disagree on stops (`failed`)."""
+        sync_partitions(
+            lambda partition, mirror: sync_mirror(client, partition, mirror),
+            partitions,
+            self.mirrors,
+            self.failed,
+        )
 
     def sync(self, partition: int) -> int:
         """Copy every record committed now into the partition's mirror (blocking); its size."""

@@ -7,6 +7,7 @@ writes, its tail. `engine.open_engine(url)` picks the engine from the URL's sche
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
@@ -36,6 +37,27 @@ class StoreInfo:
                 "the data directory that ran init-store"
             )
         return partition_key
+
+
+def adopt_store(
+    existing: StoreInfo, partitions: int, data_dir: str | os.PathLike[str]
+) -> StoreInfo:
+    """`init-store` on a store that exists already (eventstore/pg/schema.py,
+    eventstore/redis/schema.py): it changes nothing, only checks that it has `partitions`
+    partitions (StoreError) and that `data_dir`'s key, created when missing, is the store's key
+    for each of them (BadKey). Returns `existing`."""
+    from ..layout import DataDir
+    from ..store import load_or_create_key
+
+    if existing.partitions != partitions:
+        raise StoreError(
+            f"the store already has {existing.partitions} partitions; it cannot be "
+            f"changed to {partitions}"
+        )
+    info = load_or_create_key(DataDir(data_dir), existing.origin, create=True)
+    for n in range(partitions):
+        existing.key_for(info.key, n)
+    return existing
 
 
 def redact_url(url: str) -> str:

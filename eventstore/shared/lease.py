@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -83,3 +84,29 @@ class Replica:
 def check_seconds(seconds: float) -> None:
     if not isinstance(seconds, int | float) or not 0 < seconds <= 3600:
         raise InvalidInput(f"a lease lasts between 0 and 3600 seconds, not {seconds!r}")
+
+
+def take_with(
+    partition: int, owner: str, seconds: float, ask: Callable[[], int | None]
+) -> Lease | None:
+    """Take `partition`'s lease through `ask()`, the engine's one round trip that grants it and
+    answers the new epoch (None: someone holds it). The lease's deadline counts from before the
+    round trip (module doc)."""
+    check_seconds(seconds)
+    started = time.monotonic()
+    epoch = ask()
+    if epoch is None:
+        return None
+    return Lease.granted(partition, epoch, owner, seconds, started)
+
+
+def renew_with(lease: Lease, ask: Callable[[], bool]) -> bool:
+    """Extend `lease` through `ask()`, the engine's fenced renewal (False: the store no longer
+    grants it). False: it was lost, and `lease` is marked so. The new deadline counts from
+    before the round trip."""
+    started = time.monotonic()
+    if not ask():
+        lease.lose()
+        return False
+    lease.extend_from(started)
+    return True

@@ -16,6 +16,8 @@ does, before `log.resume` is appended. The engine only supplies the reads (`Part
 from __future__ import annotations
 
 import base64
+from collections.abc import Callable
+from typing import Any
 
 import orjson
 
@@ -31,6 +33,7 @@ from ..record import SEGMENT_OPEN, SEGMENT_SEAL, genesis
 from ..recovery import newest_checkpoint
 from ..sequencer import SequencerState
 from ..sink import DurabilitySink, RedactionRewrite, SignedCheckpoint
+from ..writer import LogWriter
 from . import StoreError, StoreInfo
 from .reader import PartitionReader, lines_between
 
@@ -60,6 +63,28 @@ def recover_partition(
     return _PartitionRecovery(
         reader, info, partition_key(info, key, partition), partition, sink
     ).run()
+
+
+def open_writer_on(
+    sink: DurabilitySink,
+    key: SigningKey,
+    seg_bits: int,
+    recover: Callable[[], Recovered | None],
+    **writer_options: Any,
+) -> LogWriter:
+    """The writer on an engine's fenced `sink` (eventstore/pg/leadership.py,
+    eventstore/redis/leadership.py): `recover()` (the engine's recover_partition over its own
+    connection, handed `sink`) and then `LogWriter.create_on` for an empty partition (None),
+    `resume_on` otherwise. The sink is closed when any of it raises (CorruptLog, CommitRefused,
+    a store error): no writer owns it then."""
+    try:
+        recovered = recover()
+        if recovered is None:
+            return LogWriter.create_on(sink, key, seg_bits=seg_bits, **writer_options)
+        return LogWriter.resume_on(sink, key, recovered, **writer_options)
+    except BaseException:
+        sink.close()
+        raise
 
 
 def _h_of(line: bytes) -> bytes:
