@@ -12,8 +12,6 @@ The constructors and the factory JAF's code calls are in sections/adapters/jaf.p
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import time
 import weakref
 from collections.abc import Sequence
@@ -23,7 +21,6 @@ from typing import Any, Protocol
 import orjson
 
 from eventstore.errors import InvalidInput, LedgerError
-from eventstore.file_sink import Durability
 from sections.adapters import foreign_ids
 from sections.adapters.jaf_shapes import (
     PROVIDER,
@@ -37,6 +34,7 @@ from sections.adapters.jaf_shapes import (
     shapes,
     stored_fields,
 )
+from sections.adapters.own_memory import open_scratch, release
 from sections.errors import SectionNotFound, SessionNotFound
 from sections.model.config import MemoryConfig
 from sections.model.names import TENANT_SESSION
@@ -492,25 +490,13 @@ class Scratch:
     garbage collector, whichever comes first."""
 
     def __init__(self, max_conversations: int | None = None) -> None:
-        self.root = tempfile.mkdtemp(prefix="ledgermem-jaf-")
-        try:
-            self.memory = Memory.open(self.root, config=MemoryConfig(max_sessions=max_conversations),
-                                      durability=Durability.UNSAFE_NO_FSYNC)  # fmt: skip
-        except BaseException:
-            shutil.rmtree(self.root, ignore_errors=True)
-            raise
-        self._finalizer = weakref.finalize(self, _discard, self.memory, self.root)
+        self.memory, self.root = open_scratch(
+            "ledgermem-jaf-", config=MemoryConfig(max_sessions=max_conversations)
+        )
+        self._finalizer = weakref.finalize(self, release, self.memory, self.root)
 
     def close(self) -> None:
         self._finalizer()
-
-
-def _discard(memory: Memory, root: str) -> None:
-    try:
-        if not memory.writer.closed:
-            memory.close()
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def _plain_str(value: Any) -> Any:

@@ -29,7 +29,8 @@ from typing import Any
 from eventstore.errors import InvalidInput
 from sections.adapters import foreign_ids
 from sections.adapters.kaos_content import decode_content, encode_content
-from sections.adapters.kaos_store import MAKE_ROOM, open_own, release
+from sections.adapters.kaos_store import MAKE_ROOM, open_own
+from sections.adapters.own_memory import release
 from sections.errors import ConfigError, SectionNotFound, SessionExists, SessionNotFound
 from sections.model.item_filter import event_type
 from sections.model.names import TENANT_SESSION

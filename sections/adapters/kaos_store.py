@@ -4,12 +4,10 @@ as a command (sections/adapters/kaos.py, docs/adapters/kaos.md)."""
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from typing import Any
 
-from eventstore.file_sink import Durability
 from eventstore.record import Record
+from sections.adapters.own_memory import open_scratch
 from sections.model import retention
 from sections.model.commands import Decision
 from sections.model.config import MemoryConfig
@@ -56,19 +54,4 @@ def open_own(
     options: dict[str, Any] = {"config": config, "tenant": tenant or "default"}
     if data_dir is not None:
         return Memory.open(data_dir, **options), None
-    temp_dir = tempfile.mkdtemp(prefix="ledgermem-kaos-")
-    try:
-        memory = Memory.open(temp_dir, durability=Durability.UNSAFE_NO_FSYNC, **options)
-    except BaseException:
-        shutil.rmtree(temp_dir, ignore_errors=True)
-        raise
-    return memory, temp_dir
-
-
-def release(memory: Memory, temp_dir: str | None) -> None:
-    """Close a memory the adapter opened (and remove its directory when it was a temporary one)."""
-    try:
-        memory.close()
-    finally:
-        if temp_dir is not None:
-            shutil.rmtree(temp_dir, ignore_errors=True)
+    return open_scratch("ledgermem-kaos-", **options)

@@ -8,8 +8,6 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
-import shutil
-import tempfile
 import time
 import uuid
 import weakref
@@ -20,7 +18,7 @@ from typing import Any
 import orjson
 
 from eventstore.errors import InvalidInput
-from eventstore.file_sink import Durability
+from sections.adapters.own_memory import open_scratch, release
 from sections.errors import ItemNotFound
 from sections.model.commands import get_section, get_session
 from sections.model.render import STRUCTURED
@@ -171,21 +169,9 @@ def _default_memory(owner: object) -> Memory:
     """An in-process memory for an adapter constructed without one, as MARSYS constructs it: a
     log in a temporary directory (no fsync), closed and removed when the adapter is collected or
     the process exits. Nothing in it outlives the process; pass `memory=` to keep it."""
-    path = tempfile.mkdtemp(prefix="ledgermem-marsys-")
-    try:
-        memory = Memory.open(path, durability=Durability.UNSAFE_NO_FSYNC)
-    except BaseException:
-        shutil.rmtree(path, ignore_errors=True)
-        raise
-    weakref.finalize(owner, _discard, memory, path)
+    memory, path = open_scratch("ledgermem-marsys-")
+    weakref.finalize(owner, release, memory, path)
     return memory
-
-
-def _discard(memory: Memory, path: str) -> None:
-    try:
-        memory.close()
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def _new_message_id(fields: dict) -> str:

@@ -12,16 +12,31 @@ import tempfile
 import threading
 import weakref
 from pathlib import Path
+from typing import Any
 
 from eventstore.file_sink import Durability
 from sections.errors import ConfigError
 from sections.runtime.memory import Memory
 
 
-def release(memory: Memory, temp_dir: str | None) -> None:
-    """Close a memory an adapter opened (and remove its directory when it was a scratch one)."""
+def open_scratch(prefix: str, **options: Any) -> tuple[Memory, str]:
+    """A new memory in a new temporary directory, without fsync (nothing in it is to outlive
+    the process), and that directory; `options` go to `Memory.open`. Every adapter constructed
+    without a memory, as its framework's in-memory backend is, stands on one of these."""
+    temp_dir = tempfile.mkdtemp(prefix=prefix)
     try:
-        memory.close()
+        return Memory.open(temp_dir, durability=Durability.UNSAFE_NO_FSYNC, **options), temp_dir
+    except BaseException:
+        shutil.rmtree(temp_dir, ignore_errors=True)
+        raise
+
+
+def release(memory: Memory, temp_dir: str | None) -> None:
+    """Close a memory an adapter opened, unless closed already (and remove its directory when it
+    was a scratch one): what `close()`, the garbage collector or the process's exit runs."""
+    try:
+        if not memory.writer.closed:
+            memory.close()
     finally:
         if temp_dir is not None:
             shutil.rmtree(temp_dir, ignore_errors=True)
@@ -98,13 +113,7 @@ class Owned:
             self._finalizer = weakref.finalize(owner, _RELEASED.append, key)
             self._shared = True
         elif memory is None:
-            temp_dir = tempfile.mkdtemp(prefix=prefix)
-            try:
-                memory = Memory.open(temp_dir, tenant=tenant or "default",
-                                     durability=Durability.UNSAFE_NO_FSYNC)  # fmt: skip
-            except BaseException:
-                shutil.rmtree(temp_dir, ignore_errors=True)
-                raise
+            memory, temp_dir = open_scratch(prefix, tenant=tenant or "default")
             self._finalizer = weakref.finalize(owner, release, memory, temp_dir)
         self.memory = memory
         self.tenant = tenant or ("default" if self._finalizer else memory.tenant)
