@@ -219,3 +219,26 @@ def test_a_write_forwarded_to_a_leader_whose_store_stalls_completes_once(pg_url,
                 healthy.kill()
     assert _added(pg_url, "before-stall") == [before["record"]["seq"]]
     assert _added(pg_url, "during-stall") == [answer["record"]["seq"]]
+
+
+def test_a_read_the_store_cannot_answer_is_a_store_error_and_a_503(pg_url, tmp_path):  # noqa: F811
+    """A redaction reads its target through the sink: with the store gone, that read raises the
+    typed StoreError (never the driver's own error), and the service answers it 503
+    store_unavailable with Retry-After (it was 400 "refused": the request was fine)."""
+    from eventstore.shared import StoreError
+    from streams.web.errors import from_exception
+
+    info, key = make_store(pg_url, tmp_path / "data")
+    proxy = _proxy(pg_url)
+    lease = take(pg_url, 0, "replica-a", LEASE)
+    writer = open_partition_writer(proxy.url(pg_url), info, key, 0, lease, checkpoint_interval=3600)
+    try:
+        acked = writer.append("acme", "s-1", "messages", "item.added", {"n": 1})
+        proxy.close()  # the store unreachable: every new connection refused
+        with pytest.raises(StoreError) as raised:
+            writer._sink.read_record(acked.seq)
+        answer = from_exception(raised.value)
+        assert answer.status_code == 503 and answer.headers["retry-after"] == "1"
+        assert orjson.loads(answer.body)["error"]["code"] == "store_unavailable"
+    finally:
+        writer.close()

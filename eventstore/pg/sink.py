@@ -234,12 +234,12 @@ class PgSink:
                             (self.partition, seq),
                         ).fetchone()
                     break
-                except (self._psycopg.OperationalError, StoreError):
+                except (self._psycopg.OperationalError, StoreError) as exc:
                     self._reader, reader = None, self._reader
                     if reader is not None:
                         reader.close()
                     if attempt == 2:
-                        raise
+                        raise StoreError(f"the store did not give seq {seq}: {exc}") from exc
         if row is None:
             raise InvalidInput(f"seq {seq} is not in partition {self.partition}'s log")
         return Record.from_line(bytes(row[0]))

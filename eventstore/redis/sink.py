@@ -208,12 +208,12 @@ class RedisSink:
                         self._reader = connect(self.url, self._timeout)
                     line = RedisReader(self._reader).lines_at(self.partition, [seq]).get(seq)
                     break
-                except (self._redis.ConnectionError, self._redis.TimeoutError):
+                except (self._redis.ConnectionError, self._redis.TimeoutError) as exc:
                     self._reader, reader = None, self._reader
                     if reader is not None:
                         reader.close()
                     if attempt == 2:
-                        raise
+                        raise StoreError(f"the store did not give seq {seq}: {exc}") from exc
         if line is None:
             raise InvalidInput(f"seq {seq} is not in partition {self.partition}'s log")
         return Record.from_line(line)

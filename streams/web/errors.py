@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from eventstore.errors import InvalidInput, LedgerError, StalePosition, WriterClosed
+from eventstore.shared import StoreError
 from eventstore.sink import CommitRefused
 from sections.errors import (
     BudgetExceeded,
@@ -110,6 +111,10 @@ def from_exception(exc: BaseException) -> Response:
     if isinstance(exc, WriterClosed):
         code, status = refusal_code(exc)
         return error_response(status, code, str(exc), {"Retry-After": "1"})
+    if isinstance(exc, StoreError):
+        # The shared store did not answer a request's read in time (or at all): the request was
+        # fine and may be sent again; nothing was appended.
+        return error_response(503, "store_unavailable", str(exc), {"Retry-After": "1"})
     for kind, status, code in _STATUS:
         if isinstance(exc, kind):
             return error_response(status, code, str(exc))
