@@ -94,6 +94,11 @@ def _decide(
     drop: Callable[[], None],
 ) -> CommitResult | Literal["resend"]:
     reason = one_line(exc)
+    if not lease.valid():
+        # The lease ended while the append was in flight (a leader paused past its lease, then
+        # woken, finds its connection cut by the deadline): nothing more may be sent, so the
+        # outcome stays unknown; a successor's recovery settles it.
+        return Unknown(f"this replica's lease ended before the append's outcome was read: {reason}")
     delay = BACKOFF_FIRST
     while lease.valid():
         try:
