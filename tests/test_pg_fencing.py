@@ -19,9 +19,11 @@ import pytest
 from eventstore.errors import WriterClosed
 from eventstore.pg import StoreError
 from eventstore.pg import lease as leases
-from eventstore.pg.leadership import LeaseKeeper, open_partition_writer
+from eventstore.pg.engine import PgEngine
+from eventstore.pg.leadership import open_partition_writer
 from eventstore.pg.schema import connect
 from eventstore.pg.sink import PgSink
+from eventstore.shared.keeper import LeaseKeeper
 from eventstore.sink import CommitRefused
 from tests.helpers.pg import pg_url  # noqa: F401
 from tests.helpers.pglog import assert_chain, head, make_store
@@ -214,7 +216,7 @@ def test_the_heartbeat_keeps_an_idle_leaders_lease(pg_url, tmp_path):  # noqa: F
     with connect(pg_url) as conn:
         lease = leases.take(conn, 0, "replica-a", 0.6)
     writer = open_partition_writer(pg_url, info, key, 0, lease)
-    keeper = LeaseKeeper(pg_url, lease).start()
+    keeper = LeaseKeeper(PgEngine(pg_url).session, lease).start()
     try:
         time.sleep(2.0)  # idle for over three lease lengths
         assert lease.valid()
@@ -227,7 +229,7 @@ def test_the_heartbeat_keeps_an_idle_leaders_lease(pg_url, tmp_path):  # noqa: F
     lost = []
     with connect(pg_url) as conn:
         lease_b = _steal(pg_url, "replica-b")
-    keeper = LeaseKeeper(pg_url, lease, on_lost=lost.append).start()
+    keeper = LeaseKeeper(PgEngine(pg_url).session, lease, on_lost=lost.append).start()
     time.sleep(0.5)
     keeper.stop()
     assert lost == [lease] and not lease.valid() and lease_b.valid()

@@ -3,26 +3,25 @@
 The cluster takes a lease (lease.take), then calls `open_partition_writer`, which checks the
 partition as recovery.py describes and hands back a `LogWriter` on a `PgSink` fenced by that
 lease: `create_on` for an empty partition, `resume_on` (log.resume and a checkpoint) otherwise.
-`LeaseKeeper` is the heartbeat that keeps a lease while the writer is idle; appends renew it too.
+The heartbeat that keeps a lease while the writer is idle is eventstore/shared/keeper.py's
+`LeaseKeeper` over this engine's sessions (`LeaseKeeper(PgEngine(url).session, lease)`); appends
+renew the lease too.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any
 
 from ..checkpoint import SigningKey
 from ..file_recovery import Recovered
 from ..mirror import Mirror
-from ..shared.keeper import LeaseKeeper as SharedKeeper
 from ..shared.recovery import open_writer_on
 from ..writer import LogWriter
 from .deadline import within
 from .lease import Lease
 from .recovery import partition_key, recover_partition
 from .schema import StoreInfo, connect_within
-from .session import PgSession
 from .sink import PgSink
 
 # How long a takeover's recovery may wait on the store (deadline.py) before it is given up and
@@ -58,13 +57,3 @@ def open_partition_writer(
             conn.close()
 
     return open_writer_on(sink, pkey, info.seg_bits, recover, **writer_options)
-
-
-class LeaseKeeper(SharedKeeper):
-    """Renews a lease every `seconds / 3` on a thread of its own, until stopped or lost."""
-
-    def __init__(
-        self, url: str, lease: Lease, on_lost: Callable[[Lease], None] | None = None
-    ) -> None:
-        super().__init__(lambda seconds: PgSession(url, seconds), lease, on_lost)
-        self.url = url

@@ -25,8 +25,10 @@ import orjson
 from eventstore.errors import LedgerError
 from eventstore.layout import DataDir
 from eventstore.pg import lease as leases
-from eventstore.pg.leadership import LeaseKeeper, open_partition_writer
+from eventstore.pg.engine import PgEngine
+from eventstore.pg.leadership import open_partition_writer
 from eventstore.pg.schema import connect, read_store
+from eventstore.shared.keeper import LeaseKeeper
 from eventstore.store import load_or_create_key
 from eventstore.writer import LogWriter
 
@@ -92,7 +94,7 @@ def main() -> None:
             time.sleep(0.02)
     key = load_or_create_key(DataDir(data), info.origin, create=False).key
     writer = open_partition_writer(url, info, key, 0, lease)
-    LeaseKeeper(url, lease).start()
+    LeaseKeeper(PgEngine(url).session, lease).start()
     os.write(1, b"ready %d %s\n" % (writer.size, orjson.dumps(writer.last_resume)))
     appenders = [
         threading.Thread(target=thread_appender, args=(writer, tag, n), daemon=True)
